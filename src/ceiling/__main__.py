@@ -1,0 +1,5 @@
+import sys
+
+from ceiling.cli import main
+
+sys.exit(main())

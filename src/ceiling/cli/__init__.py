@@ -1,0 +1,80 @@
+"""The ``ceiling`` command line: one thin Typer app.
+
+Each command group lives in its own module under ``ceiling.cli`` and only parses options and
+calls one function of a library module; it holds no logic. Library modules are imported inside
+the command functions so that ``ceiling --help`` and ``ceiling predict`` start fast.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from ceiling.errors import CeilingError
+
+app = typer.Typer(
+    name="ceiling",
+    help=(
+        "How fast can this LLM deployment go, how fast does it go, and where does the gap go?\n\n"
+        "predict: the analytic ceiling | bench/compare: measure, with statistics | "
+        "preflight/launch/inspect: engines | probe/commbench/calibrate: the box | "
+        "doctor/sweep: all of it, with a verdict and a report."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+# Command groups, in the order --help lists them. Each module exposes ``register(app)``.
+_GROUPS = ("predict", "bench", "engines", "probe", "doctor")
+
+
+def _register_all() -> None:
+    import importlib
+
+    for name in _GROUPS:
+        importlib.import_module(f"ceiling.cli.{name}").register(app)
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    ctx: typer.Context,
+    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+) -> None:
+    if version:
+        from ceiling import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app, turning expected failures into one-line errors.
+
+    Click handles usage errors itself (exit code 2 with a usage line); a :class:`CeilingError`
+    from any command becomes ``error: ...`` plus ``fix: ...`` on stderr and its exit code.
+    """
+    _register_all()
+    try:
+        app(args=argv, prog_name="ceiling")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except CeilingError as err:
+        msg = f"error: {err.message}"
+        if err.fix:
+            msg += f"\n  fix: {err.fix}"
+        print(msg, file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Terminal output shared by all commands: a Rich console on stderr for humans, JSON on stdout.
+
+Human-readable progress and tables go to stderr so that ``--json`` output on stdout stays
+machine-readable even when progress is shown.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+@cache
+def console() -> Console:
+    """The stderr console (imported lazily: Rich costs start-up time)."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+@cache
+def out() -> Console:
+    """A console on stdout for the human-readable result of a command."""
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if hasattr(obj, "__dataclass_fields__"):
+        import dataclasses
+
+        return dataclasses.asdict(obj)
+    if isinstance(obj, set | frozenset):
+        return sorted(obj)
+    if hasattr(obj, "__fspath__"):
+        return str(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def dumps(obj: Any, indent: int | None = 2) -> str:
+    """JSON text for pydantic models, dataclasses and plain data."""
+    return json.dumps(obj, default=_default, indent=indent, allow_nan=False)
+
+
+def emit_json(obj: Any) -> None:
+    """Print one JSON document on stdout (the ``--json`` contract of every command)."""
+    sys.stdout.write(dumps(obj) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,103 @@
+"""A measured hardware profile: what ``calibrate`` and ``commbench`` write, what
+``predict --profile FILE`` reads in place of datasheet numbers.
+
+The file is plain JSON so that a user can keep it beside their results and edit it. Every field
+is optional: a profile overrides only what was measured. ``schema_version`` guards the format.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError
+
+from ceiling.errors import CeilingError
+
+SCHEMA_VERSION = 1
+
+
+class CollectiveFit(BaseModel):
+    """An alpha-beta fit of one collective, measured at one world size under one setting.
+
+    t(bytes) = alpha_us + bytes / (beta_GBps * 1e3)   [microseconds], where beta is the
+    algorithm bandwidth seen by the caller for an allreduce of ``bytes`` bytes.
+    """
+
+    collective: str = "allreduce"
+    link: str | None = Field(None, description="link kind name from the catalog, if known")
+    implementation: str = Field("nccl", description="nccl | oneshot | gloo | ...")
+    world_size: int
+    alpha_us: float
+    beta_GBps: float
+    in_cuda_graph: bool = False
+    env: dict[str, str] = Field(default_factory=dict, description="NCCL_* settings of this run")
+    points: list[tuple[int, float]] = Field(
+        default_factory=list, description="(message bytes, median latency us) that were fitted"
+    )
+
+
+class HardwareProfile(BaseModel):
+    """Measured numbers for one machine; each None means 'use the datasheet'."""
+
+    schema_version: int = SCHEMA_VERSION
+    machine: str | None = Field(None, description="free text: host, GPU model, date")
+    created: str | None = None
+    gpu: str | None = Field(None, description="catalog name of the GPU measured, if known")
+    gpu_name_raw: str | None = Field(None, description="what the driver calls the GPU")
+    mem_bw_GBps: float | None = Field(None, description="achieved HBM/GDDR read bandwidth")
+    gemv_bw_GBps: dict[str, float] = Field(
+        default_factory=dict, description="achieved weight-read bandwidth at decode shapes, per dtype"
+    )
+    kernel_launch_us_eager: float | None = None
+    kernel_launch_us_graph: float | None = None
+    collectives: list[CollectiveFit] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+    def merge(self, other: HardwareProfile) -> HardwareProfile:
+        """Combine two profiles (e.g. calibrate + commbench); ``other`` wins where both measured."""
+        data = self.model_dump()
+        for key, value in other.model_dump().items():
+            if key == "collectives":
+                data[key] = data[key] + value
+            elif key == "gemv_bw_GBps":
+                data[key] = {**data[key], **value}
+            elif key == "notes":
+                data[key] = data[key] + [n for n in value if n not in data[key]]
+            elif value is not None:
+                data[key] = value
+        return HardwareProfile.model_validate(data)
+
+
+def load_profile(path: str | Path) -> HardwareProfile:
+    """Read a profile file, with errors that name the file and the field."""
+    p = Path(path)
+    if not p.is_file():
+        raise CeilingError(
+            f"profile file not found: {p}",
+            fix="pass a file written by `ceiling calibrate` or `ceiling commbench` (--out)",
+        )
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise CeilingError(f"profile {p} is not valid JSON: {exc}", fix="re-run calibrate") from exc
+    if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+        raise CeilingError(
+            f"profile {p} has schema_version {data.get('schema_version')}, expected {SCHEMA_VERSION}",
+            fix="re-run `ceiling calibrate` with this version of ceiling",
+        )
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(x) for x in first["loc"])
+        raise CeilingError(
+            f"profile {p}: field '{field}': {first['msg']}", fix="fix or regenerate the file"
+        ) from exc
+
+
+def save_profile(profile: HardwareProfile, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(profile.model_dump_json(indent=2) + "\n")
+    return p
