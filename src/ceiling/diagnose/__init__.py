@@ -1,0 +1,1 @@
+"""Diagnosis: engine logs -> facts and findings, attribution, verdict, the doctor flow."""

@@ -1,0 +1,294 @@
+"""Markdown report: the verdict first, then the evidence, then how to reproduce it.
+
+Markdown is the format people paste into issues and chat, so it carries every number the HTML
+report does (as tables) but no plots.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ceiling.report.extract import (
+    Doc,
+    ci_text,
+    concurrency_points,
+    decode_stat,
+    fmt,
+    itl_samples_ms,
+    num,
+    ttft_samples_ms,
+)
+
+
+def _cell(v: Any) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A GitHub-flavoured Markdown table."""
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _quantiles(vals: list[float]) -> list[str]:
+    import numpy as np
+
+    if not vals:
+        return ["–"] * 4
+    a = np.asarray(vals)
+    return [fmt(float(np.percentile(a, q))) for q in (50, 90, 99)] + [str(len(vals))]
+
+
+def verdict_lines(doc: Doc) -> list[str]:
+    """The verdict section (shared by doctor and sweep reports)."""
+    v = doc.get("verdict") or {}
+    out = ["## Verdict", ""]
+    if v.get("headline"):
+        out += [f"**{v['headline']}**", ""]
+    single = (doc.get("bench") or {}).get("single")
+    mean, lo, hi = decode_stat(single)
+    if mean is None:
+        mean, lo, hi = v.get("measured_tok_s"), v.get("measured_ci_low"), v.get("measured_ci_high")
+    out.append(f"- Measured single-stream decode: {ci_text(mean, lo, hi, 'tok/s')}")
+    if num(v.get("predicted_tok_s")) is not None:
+        out.append(
+            f"- Predicted ceiling for this exact configuration: {fmt(v['predicted_tok_s'])} tok/s"
+        )
+    elif v.get("prediction_note"):
+        out.append(f"- Predicted ceiling: not available ({v['prediction_note']})")
+    if v.get("best_config"):
+        b = v["best_config"]
+        out.append(
+            f"- Best predicted configuration on this hardware: {b.get('change')} -> "
+            f"{fmt(b.get('tok_s'))} tok/s"
+        )
+    gap = v.get("gap") or {}
+    if gap:
+        out.append(
+            f"- Step time split: fundamental {fmt(gap.get('fundamental_ms'), 3)} ms, "
+            f"configurable (predicted) {fmt(gap.get('configurable_ms'), 3)} ms, "
+            f"unexplained (kernel inefficiency / host overhead) "
+            f"{fmt(gap.get('unexplained_ms'), 3)} ms"
+        )
+    t = v.get("target")
+    if t:
+        out.append(f"- Target {fmt(t.get('target_tok_s'))} tok/s: {t.get('text')}")
+    for note in v.get("notes") or []:
+        out.append(f"- {note}")
+    if doc.get("server_died"):
+        out += [
+            "",
+            f"> **The server died during the doctor run**: {doc.get('server_death')}. "
+            "Everything measured before that point is kept below.",
+        ]
+    return [*out, ""]
+
+
+def _attribution(doc: Doc) -> list[str]:
+    a = doc.get("attribution")
+    if not a:
+        return ["## Where the step time goes", "", "_No attribution: no decode measurement._", ""]
+    rows = [
+        [
+            c["name"],
+            fmt(c.get("predicted_ms"), 4),
+            fmt(c.get("share_pct"), 2, "%"),
+            c.get("kind"),
+            c.get("note") or "",
+        ]
+        for c in a.get("components", [])
+    ]
+    rows.append(
+        [
+            a.get("unexplained_label"),
+            fmt(a.get("unexplained_ms"), 4),
+            fmt(a.get("unexplained_pct"), 2, "%"),
+            "unexplained",
+            a.get("unexplained_note") or "",
+        ]
+    )
+    rows.append(["**measured step**", fmt(a.get("measured_step_ms"), 4), "100 %", "", ""])
+    return [
+        "## Where the step time goes",
+        "",
+        f"Basis: {a.get('basis', '')}",
+        "",
+        table(["component", "ms per step", "share of measured", "kind", "note"], rows),
+        "",
+        f"Bound by: **{a.get('bound_by')}**",
+        "",
+    ]
+
+
+def _changes(doc: Doc) -> list[str]:
+    v = doc.get("verdict") or {}
+    out = ["## Configurable changes, ranked by predicted gain", ""]
+    ch = v.get("changes") or []
+    if not ch:
+        return [*out, "_No configurable change with a predicted gain was found._", ""]
+    rows = [
+        [
+            i + 1,
+            c.get("change"),
+            fmt(c.get("predicted_gain_pct"), 1, "%"),
+            c.get("source"),
+            c.get("evidence") or "",
+        ]
+        for i, c in enumerate(ch)
+    ]
+    return [*out, table(["#", "change", "predicted gain", "source", "evidence"], rows), ""]
+
+
+def _hypotheses(doc: Doc) -> list[str]:
+    hs = (doc.get("verdict") or {}).get("hypotheses") or []
+    if not hs:
+        return []
+    out = ["## The usual hypotheses", ""]
+    out += [f"- **{h.get('hypothesis')}**: {h.get('answer')}" for h in hs]
+    return [*out, ""]
+
+
+def _concurrency(doc: Doc) -> list[str]:
+    pts = concurrency_points((doc.get("bench") or {}).get("concurrency"))
+    if not pts:
+        return []
+    rows = [
+        [
+            int(p["concurrency"]),
+            fmt(p.get("output_throughput")),
+            fmt(p.get("decode_tok_s_per_stream")),
+            fmt(p.get("mean_tpot_ms"), 3),
+            fmt(p.get("mean_ttft_ms"), 3),
+        ]
+        for p in pts
+    ]
+    return [
+        "## Throughput vs concurrency",
+        "",
+        table(
+            ["concurrency", "output tok/s", "tok/s per stream", "mean TPOT ms", "mean TTFT ms"],
+            rows,
+        ),
+        "",
+    ]
+
+
+def _latency(doc: Doc) -> list[str]:
+    b = doc.get("bench") or {}
+    runs = (b.get("single"), b.get("concurrency"))
+    ttft, itl = ttft_samples_ms(*runs), itl_samples_ms(*runs)
+    if not ttft and not itl:
+        return []
+    rows = [["TTFT", *_quantiles(ttft)], ["ITL", *_quantiles(itl)]]
+    return [
+        "## Latency distributions (ms)",
+        "",
+        table(["metric", "p50", "p90", "p99", "samples"], rows),
+        "",
+    ]
+
+
+def _comparison(doc: Doc) -> list[str]:
+    comp = doc.get("comparison") or []
+    if not comp:
+        return []
+    rows = [
+        [
+            c.get("label"),
+            ci_text(c.get("tok_s"), c.get("low"), c.get("high")),
+            fmt(c.get("delta_pct"), 1, "%") if c.get("delta_pct") is not None else "baseline",
+            c.get("verdict") or "",
+            c.get("status") or "",
+            c.get("repeats") or "",
+        ]
+        for c in comp
+    ]
+    return [
+        "## Variant comparison",
+        "",
+        table(["variant", "tok/s per stream", "vs baseline", "verdict", "status", "repeats"], rows),
+        "",
+    ]
+
+
+def _findings(doc: Doc) -> list[str]:
+    out: list[str] = []
+    facts = doc.get("facts") or {}
+    shown = {k: v for k, v in facts.items() if k != "findings" and v not in (None, [], {}, "")}
+    if shown:
+        out += [
+            "## Engine facts",
+            "",
+            table(["fact", "value"], [[k, v] for k, v in sorted(shown.items())]),
+            "",
+        ]
+    fs = doc.get("findings") or []
+    if fs:
+        out += ["## Findings", ""]
+        for f in fs:
+            out.append(
+                f"- **{f.get('title')}** ({f.get('severity')}, {f.get('kind')}): "
+                f"{f.get('predicted_effect') or ''}"
+            )
+            for line in (f.get("evidence") or [])[:3]:
+                out.append(f"  - `{line}`")
+            if f.get("fix"):
+                out.append(f"  - fix: {f['fix']}")
+        out.append("")
+    return out
+
+
+def _stages(doc: Doc) -> list[str]:
+    st = doc.get("stages") or []
+    if not st:
+        return []
+    rows = [
+        [s.get("name"), s.get("status"), fmt(s.get("seconds"), 1), s.get("message") or ""]
+        for s in st
+    ]
+    return ["## What ran", "", table(["stage", "status", "seconds", "message"], rows), ""]
+
+
+def _hardware(doc: Doc) -> list[str]:
+    hw = doc.get("hardware") or {}
+    model = doc.get("model") or {}
+    out = ["## Deployment", ""]
+    tgt = doc.get("target") or {}
+    if tgt:
+        out.append(
+            f"- Server: {tgt.get('url')} (model `{tgt.get('model')}`)"
+            + (f", launched from `{tgt.get('variant')}`" if tgt.get("variant") else "")
+        )
+    if hw:
+        out.append(f"- Hardware: {hw.get('description') or hw.get('name')}")
+    if model:
+        out.append(f"- Model: {model.get('name')} — {model.get('summary') or ''}")
+    for a in doc.get("assumptions") or []:
+        out.append(f"- Assumption: {a}")
+    return [*out, ""]
+
+
+def _reproduce(doc: Doc) -> list[str]:
+    cmds = doc.get("reproduce") or []
+    if not cmds:
+        return []
+    return ["## Reproduce", "", "```sh", *cmds, "```", ""]
+
+
+def render_markdown(doc: Doc) -> str:
+    """The full Markdown report of a doctor or sweep result document."""
+    title = doc.get("title") or "ceiling report"
+    parts = [f"# {title}", ""]
+    parts += verdict_lines(doc)
+    parts += _attribution(doc)
+    parts += _changes(doc)
+    parts += _hypotheses(doc)
+    parts += _comparison(doc)
+    parts += _concurrency(doc)
+    parts += _latency(doc)
+    parts += _hardware(doc)
+    parts += _findings(doc)
+    parts += _stages(doc)
+    parts += _reproduce(doc)
+    return "\n".join(parts).rstrip() + "\n"
