@@ -1,0 +1,1 @@
+"""Demo assets (the tiny model builder) that run without a GPU."""

@@ -1,0 +1,39 @@
+"""All engine-specific knowledge: one adapter module per engine, looked up by name.
+
+A new engine is one new module with an :class:`~ceiling.engines.base.Engine` subclass, listed in
+``_ADAPTERS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from ceiling.errors import CeilingError
+
+if TYPE_CHECKING:
+    from ceiling.engines.base import Engine
+
+_ADAPTERS = {
+    "vllm": ("ceiling.engines.vllm", "VllmEngine"),
+    "sglang": ("ceiling.engines.sglang", "SglangEngine"),
+    "llamacpp": ("ceiling.engines.llamacpp", "LlamaCppEngine"),
+}
+_ALIASES = {"llama.cpp": "llamacpp", "llama-cpp": "llamacpp", "llama_cpp": "llamacpp"}
+
+
+def engine_names() -> list[str]:
+    """Names accepted by :func:`get_engine` (without aliases)."""
+    return sorted(_ADAPTERS)
+
+
+def get_engine(name: str) -> Engine:
+    """The adapter for ``name`` (``vllm``, ``sglang``, ``llamacpp``); CeilingError if unknown."""
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in _ADAPTERS:
+        raise CeilingError(
+            f"unknown engine {name!r}",
+            fix=f"use one of: {', '.join(engine_names())}",
+        )
+    module, cls = _ADAPTERS[key]
+    return getattr(importlib.import_module(module), cls)()

