@@ -1,0 +1,81 @@
+"""What a benchmark run is asked to do (``BenchConfig``), validated once, up front."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from ceiling.errors import CeilingError
+
+Mode = Literal["single", "concurrency", "rate"]
+
+#: Defaults that depend on the mode: single-stream decode wants long generations.
+DEFAULT_MAX_TOKENS = {"single": 2048, "concurrency": 256, "rate": 256}
+
+
+class BenchConfig(BaseModel):
+    """Options of one ``ceiling bench`` run (see docs/bench.md for each)."""
+
+    url: str
+    model: str | None = None
+    mode: Mode = "single"
+    max_tokens: int | None = Field(default=None, ge=1)
+    input_len: int = Field(default=128, ge=1)
+    dataset: Path | None = None
+    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    rate: float | None = Field(default=None, gt=0)
+    burstiness: float = Field(default=1.0, gt=0)
+    requests: int | None = Field(default=None, ge=1)
+    duration: float | None = Field(default=None, gt=0)
+    repeat: int = Field(default=1, ge=1)
+    warmup: int = Field(default=1, ge=0)
+    ignore_eos: bool = True
+    chat: bool = False
+    temperature: float | None = None
+    save_detailed: bool = False
+    telemetry: bool = False
+    out: Path | None = None
+    timeout: float = Field(default=900.0, gt=0)
+    stall_timeout: float = Field(default=60.0, gt=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> BenchConfig:
+        if self.mode == "rate" and self.rate is None:
+            raise CeilingError("--mode rate needs --rate", fix="e.g. --rate 4 (requests/s)")
+        if self.mode == "concurrency" and (
+            not self.concurrency or any(c < 1 for c in self.concurrency)
+        ):
+            raise CeilingError(
+                "--concurrency needs positive integers", fix="e.g. --concurrency 1,2,4,8"
+            )
+        if self.dataset is not None and not self.dataset.is_file():
+            raise CeilingError(f"dataset {self.dataset} not found", fix="pass a JSONL file")
+        return self
+
+    @property
+    def effective_max_tokens(self) -> int:
+        """``max_tokens`` or the mode's default."""
+        return self.max_tokens or DEFAULT_MAX_TOKENS[self.mode]
+
+    def levels(self) -> list[int | None]:
+        """Concurrency per measured level (None: open loop, rate mode)."""
+        if self.mode == "single":
+            return [1]
+        if self.mode == "concurrency":
+            return list(self.concurrency)
+        return [None]
+
+    def requests_for(self, level: int | None) -> int | None:
+        """Requests per level: ``--requests``, else unbounded with ``--duration``, else a default."""
+        if self.requests is not None:
+            return self.requests
+        if self.duration is not None:
+            return None
+        if self.mode == "single":
+            return 5
+        if self.mode == "concurrency":
+            return max(8, 4 * (level or 1))
+        return 100

@@ -1,0 +1,47 @@
+"""Event-loop lag monitor: how late the client's own loop wakes up during the run.
+
+A client whose loop is busy timestamps chunks late; when that lag is a noticeable share of the
+inter-token latency, the measured ITL/TPOT partly measure the client. We sleep a fixed interval
+in a task and record how much later than asked we woke up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import numpy as np
+
+
+class LoopLagMonitor:
+    """Start with :meth:`start`, stop with :meth:`stop` (returns mean/p99/max lag in ms)."""
+
+    def __init__(self, interval_s: float = 0.005) -> None:
+        self.interval_s = interval_s
+        self.samples_ns: list[int] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        interval_ns = int(self.interval_s * 1e9)
+        while True:
+            t0 = time.perf_counter_ns()
+            await asyncio.sleep(self.interval_s)
+            self.samples_ns.append(max(0, time.perf_counter_ns() - t0 - interval_ns))
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> dict[str, float | None]:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if not self.samples_ns:
+            return {"mean": None, "p99": None, "max": None}
+        arr = np.asarray(self.samples_ns, dtype=float) / 1e6
+        return {
+            "mean": float(arr.mean()),
+            "p99": float(np.percentile(arr, 99)),
+            "max": float(arr.max()),
+        }

@@ -1,0 +1,282 @@
+"""Per-request numbers from a raw stream, and the per-run summary from many requests.
+
+Definitions (the same as ``vllm bench serve`` where they overlap):
+- TTFT: send -> first chunk carrying output (text, reasoning, or token ids).
+- TTFCT: send -> first chunk carrying *content* (not reasoning): what a user sees first.
+- ITL: gaps between successive output-carrying chunks (one per chunk, not per token).
+- E2E: send -> last output-carrying chunk.
+- TPOT = (E2E - TTFT) / (tokens - 1); decode tok/s per stream = 1000 / TPOT(ms).
+- tokens: server ``usage.completion_tokens`` when present, else token ids, else chunk count.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ceiling.bench.client import RawStream
+from ceiling.bench.stats import describe
+
+
+class RequestRecord(BaseModel):
+    """One request, measured. Times in ms relative to the send (``t_send_s`` is absolute)."""
+
+    index: int
+    repeat: int = 0
+    t_send_s: float
+    ok: bool
+    error_kind: str | None = None
+    error: str | None = None
+    status: int = 0
+    prompt_tokens: int | None = None
+    prompt_tokens_expected: int | None = None
+    max_tokens: int | None = None
+    output_tokens: int = 0
+    output_tokens_source: str = "chunks"
+    chunks: int = 0
+    reasoning_chunks: int = 0
+    usage_tokens: int | None = None
+    usage_mismatch: bool = False
+    finish_reason: str | None = None
+    short: bool = False
+    ttft_ms: float | None = None
+    ttfct_ms: float | None = None
+    e2el_ms: float | None = None
+    tpot_ms: float | None = None
+    decode_tok_s: float | None = None
+    itl_ms: list[float] = Field(default_factory=list)
+    chunk_ms: list[float] = Field(default_factory=list)
+    chunk_tokens: list[int] | None = None
+    malformed_chunks: int = 0
+
+
+def _choice_output(choice: dict[str, Any]) -> tuple[bool, bool, int | None, str | None]:
+    """(has content, has reasoning, token-id count, finish reason) of one streamed choice."""
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        content = delta.get("content")
+        reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+    else:
+        content = choice.get("text")
+        reasoning = None
+    ids = choice.get("token_ids")
+    n_ids = len(ids) if isinstance(ids, list) else None
+    return bool(content), bool(reasoning), n_ids, choice.get("finish_reason")
+
+
+def process(
+    raw: RawStream,
+    index: int,
+    *,
+    max_tokens: int | None,
+    prompt_tokens_expected: int | None = None,
+    keep_chunks: bool = True,
+) -> RequestRecord:
+    """Parse a finished stream into a :class:`RequestRecord` (all JSON work happens here)."""
+    t0 = raw.t_send_ns
+    rec = RequestRecord(
+        index=index,
+        t_send_s=t0 / 1e9,
+        ok=False,
+        status=raw.status,
+        error_kind=raw.error_kind,
+        error=raw.error,
+        max_tokens=max_tokens,
+        prompt_tokens_expected=prompt_tokens_expected,
+    )
+    token_times: list[int] = []
+    token_counts: list[int] = []
+    first_content: int | None = None
+    done = False
+    ids_total = 0
+    ids_seen = False
+    for t, payload in raw.events:
+        if payload == b"[DONE]":
+            done = True
+            continue
+        try:
+            obj = json.loads(payload)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            rec.malformed_chunks += 1
+            continue
+        if not isinstance(obj, dict):
+            rec.malformed_chunks += 1
+            continue
+        if "error" in obj or obj.get("object") == "error":
+            err = obj.get("error", obj)
+            msg = err.get("message") if isinstance(err, dict) else err
+            rec.error_kind = rec.error_kind or "stream_error"
+            rec.error = rec.error or f"error event in stream: {str(msg)[:300]}"
+            continue
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            if isinstance(usage.get("completion_tokens"), int):
+                rec.usage_tokens = usage["completion_tokens"]
+            if isinstance(usage.get("prompt_tokens"), int):
+                rec.prompt_tokens = usage["prompt_tokens"]
+        choices = obj.get("choices")
+        if not isinstance(choices, list):
+            continue
+        has_out = False
+        n_tok = 0
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            content, reasoning, n_ids, finish = _choice_output(choice)
+            if finish:
+                rec.finish_reason = finish
+            if n_ids is not None:
+                ids_seen = True
+                ids_total += n_ids
+                n_tok += n_ids
+            if content or reasoning or n_ids:
+                has_out = True
+                if reasoning and not content:
+                    rec.reasoning_chunks += 1
+            if content and first_content is None:
+                first_content = t
+        if has_out:
+            token_times.append(t)
+            token_counts.append(max(n_tok, 1))
+    rec.chunks = len(token_times)
+    if rec.usage_tokens is not None:
+        rec.output_tokens, rec.output_tokens_source = rec.usage_tokens, "usage"
+    elif ids_seen:
+        rec.output_tokens, rec.output_tokens_source = ids_total, "token_ids"
+    else:
+        rec.output_tokens, rec.output_tokens_source = rec.chunks, "chunks"
+    counted = ids_total if ids_seen else rec.chunks
+    rec.usage_mismatch = rec.usage_tokens is not None and rec.usage_tokens != counted
+    if token_times:
+        rec.ttft_ms = (token_times[0] - t0) / 1e6
+        rec.e2el_ms = (token_times[-1] - t0) / 1e6
+        rec.itl_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(token_times)]
+        if first_content is not None:
+            rec.ttfct_ms = (first_content - t0) / 1e6
+        if rec.output_tokens > 1:
+            rec.tpot_ms = (rec.e2el_ms - rec.ttft_ms) / (rec.output_tokens - 1)
+            if rec.tpot_ms > 0:
+                rec.decode_tok_s = 1000.0 / rec.tpot_ms
+        if keep_chunks:
+            rec.chunk_ms = [(t - t0) / 1e6 for t in token_times]
+            if any(c != 1 for c in token_counts):
+                rec.chunk_tokens = token_counts
+    if rec.malformed_chunks and rec.error_kind is None and not token_times:
+        rec.error_kind = "malformed_sse"
+        rec.error = f"{rec.malformed_chunks} unparseable SSE chunk(s) and no output"
+    if rec.error_kind is None and not (done or rec.finish_reason):
+        rec.error_kind = "incomplete"
+        rec.error = "stream ended without finish_reason or [DONE]"
+    rec.ok = rec.error_kind is None
+    if rec.ok and max_tokens:
+        rec.short = rec.output_tokens < max_tokens
+    return rec
+
+
+def errors_by_kind(records: Sequence[RequestRecord]) -> dict[str, int]:
+    """Failed requests per error kind, plus ``malformed_sse`` chunks that were skipped."""
+    counts: Counter[str] = Counter(r.error_kind for r in records if r.error_kind)
+    malformed = sum(r.malformed_chunks for r in records if r.error_kind != "malformed_sse")
+    if malformed:
+        counts["malformed_sse_chunks"] += malformed
+    return dict(sorted(counts.items()))
+
+
+def steady_state(records: Sequence[RequestRecord], level: int | None) -> tuple[float, float]:
+    """(output tok/s, seconds) over the time when ``level`` streams were all decoding at once.
+
+    Needs chunk timestamps. Outside that window the run ramps up or drains, which depresses
+    throughput; reporting it separately keeps the headline number honest. ``level`` None
+    means: the highest number of streams that were decoding together.
+    """
+    ok = [r for r in records if r.ok and r.chunk_ms and len(r.chunk_ms) > 1]
+    if not ok:
+        return 0.0, 0.0
+    edges: list[tuple[float, int]] = []
+    for r in ok:
+        base = r.t_send_s * 1000.0
+        edges.append((base + r.chunk_ms[0], +1))
+        edges.append((base + r.chunk_ms[-1], -1))
+    edges.sort(key=lambda e: (e[0], e[1]))
+    active, peak = 0, 0
+    for _, d in edges:
+        active += d
+        peak = max(peak, active)
+    target = min(level, peak) if level else peak
+    windows: list[tuple[float, float]] = []
+    active, start = 0, None
+    for t, d in edges:
+        active += d
+        if active >= target and start is None:
+            start = t
+        elif active < target and start is not None:
+            windows.append((start, t))
+            start = None
+    span_ms = sum(b - a for a, b in windows)
+    if span_ms <= 0:
+        return 0.0, 0.0
+    starts = np.asarray([a for a, _ in windows])
+    ends = np.asarray([b for _, b in windows])
+    tokens = 0
+    for r in ok:
+        base = r.t_send_s * 1000.0
+        # Tokens after the first chunk (the first chunk ends prefill, not decode).
+        times = np.asarray(r.chunk_ms[1:]) + base
+        weights = np.asarray(r.chunk_tokens[1:]) if r.chunk_tokens else np.ones(len(times))
+        counted = sum(r.chunk_tokens) if r.chunk_tokens else len(r.chunk_ms)
+        if r.output_tokens and counted and r.output_tokens != counted:
+            # Usage says more tokens than chunks (multi-token chunks): spread them evenly.
+            weights = weights * (r.output_tokens / counted)
+        idx = np.searchsorted(starts, times, side="right") - 1
+        inside = (idx >= 0) & (times <= ends[np.clip(idx, 0, None)])
+        tokens += float(weights[inside].sum())
+    return tokens / (span_ms / 1000.0), span_ms / 1000.0
+
+
+def summarize(
+    records: Sequence[RequestRecord], duration_s: float, level: int | None = None
+) -> dict[str, Any]:
+    """Run-level summary with ``vllm bench serve`` key names plus ours."""
+    ok = [r for r in records if r.ok]
+    out: dict[str, Any] = {
+        "duration": duration_s,
+        "completed": len(ok),
+        "failed": len(records) - len(ok),
+    }
+    total_in = sum((r.prompt_tokens or r.prompt_tokens_expected or 0) for r in ok)
+    total_out = sum(r.output_tokens for r in ok)
+    out["total_input_tokens"] = total_in
+    out["total_output_tokens"] = total_out
+    dur = duration_s if duration_s > 0 else float("nan")
+    out["request_throughput"] = len(ok) / dur if duration_s > 0 else None
+    out["output_throughput"] = total_out / dur if duration_s > 0 else None
+    out["total_token_throughput"] = (total_in + total_out) / dur if duration_s > 0 else None
+    series = {
+        "ttft": [r.ttft_ms for r in ok if r.ttft_ms is not None],
+        "tpot": [r.tpot_ms for r in ok if r.tpot_ms is not None],
+        "itl": [x for r in ok for x in r.itl_ms],
+        "e2el": [r.e2el_ms for r in ok if r.e2el_ms is not None],
+        "ttfct": [r.ttfct_ms for r in ok if r.ttfct_ms is not None],
+    }
+    for name, vals in series.items():
+        d = describe(vals)
+        for stat in ("mean", "median", "std", "p50", "p90", "p99"):
+            out[f"{stat}_{name}_ms"] = d[stat]
+    mean_tpot = out["mean_tpot_ms"]
+    out["decode_tok_s_per_stream"] = 1000.0 / mean_tpot if mean_tpot else None
+    chunks = sum(r.chunks for r in ok)
+    out["tokens_per_chunk"] = total_out / chunks if chunks else None
+    out["usage_mismatches"] = sum(1 for r in ok if r.usage_mismatch)
+    out["usage_missing"] = sum(1 for r in ok if r.usage_tokens is None)
+    out["short_requests"] = sum(1 for r in ok if r.short)
+    out["reasoning_chunks"] = sum(r.reasoning_chunks for r in ok)
+    tput, span = steady_state(records, level)
+    out["steady_state_output_throughput"] = tput if span > 0 else None
+    out["steady_state_duration"] = span
+    return out

@@ -1,0 +1,161 @@
+"""The result file: one JSON per run, ``vllm bench serve`` key names where they overlap.
+
+Top-level keys carry the first level's summary (for ``--mode single`` the only one), so a
+single-stream result reads like a ``vllm bench serve`` result; ``levels`` holds every level of
+a sweep. Per-repeat summaries sit under ``repeats`` and confidence intervals under ``ci``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ceiling.bench.metrics import RequestRecord
+from ceiling.bench.stats import Interval
+from ceiling.errors import CeilingError
+
+SCHEMA_VERSION = 1
+KIND = "ceiling.bench.result"
+
+#: Summary keys that get a confidence interval across repeats, and which way is better.
+CI_METRICS: dict[str, str] = {
+    "decode_tok_s_per_stream": "higher",
+    "output_throughput": "higher",
+    "request_throughput": "higher",
+    "steady_state_output_throughput": "higher",
+    "mean_tpot_ms": "lower",
+    "mean_ttft_ms": "lower",
+    "mean_itl_ms": "lower",
+    "mean_e2el_ms": "lower",
+}
+
+
+class Summary(BaseModel):
+    """Run summary: ``vllm bench serve`` names (ms, tok/s, req/s) plus ours (extra keys kept).
+
+    Stats keys exist for ttft, tpot, itl, e2el and ttfct (time to first *content* token):
+    ``mean_/median_/std_/p50_/p90_/p99_<name>_ms``.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    duration: float = 0.0
+    completed: int = 0
+    failed: int = 0
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
+    request_throughput: float | None = None
+    output_throughput: float | None = None
+    total_token_throughput: float | None = None
+    mean_ttft_ms: float | None = None
+    median_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    median_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    mean_itl_ms: float | None = None
+    median_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
+    mean_e2el_ms: float | None = None
+    median_e2el_ms: float | None = None
+    p99_e2el_ms: float | None = None
+    decode_tok_s_per_stream: float | None = None
+    steady_state_output_throughput: float | None = None
+
+
+class PerRequest(BaseModel):
+    """Compact per-request values kept in every result (what ``compare`` bootstraps over)."""
+
+    repeat: list[int] = Field(default_factory=list)
+    tpot_ms: list[float | None] = Field(default_factory=list)
+    ttft_ms: list[float | None] = Field(default_factory=list)
+    e2el_ms: list[float | None] = Field(default_factory=list)
+    output_tokens: list[int] = Field(default_factory=list)
+
+
+class LevelResult(Summary):
+    """One level of a run (a concurrency, or the rate), pooled over repeats."""
+
+    concurrency: int | None = None
+    request_rate: float | None = None
+    burstiness: float | None = None
+    errors: dict[str, int] = Field(default_factory=dict)
+    ci: dict[str, Interval] = Field(default_factory=dict)
+    repeats: list[Summary] = Field(default_factory=list)
+    server_metrics: dict[str, Any] | None = None
+    per_request: PerRequest = Field(default_factory=PerRequest)
+    requests: list[RequestRecord] | None = None
+
+
+class RunResult(LevelResult):
+    """A whole ``ceiling bench`` run; the top level mirrors ``levels[0]``."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: str = KIND
+    date: str = ""
+    ceiling_version: str = ""
+    url: str = ""
+    endpoint: str = ""
+    model_id: str = ""
+    mode: str = ""
+    config: dict[str, Any] = Field(default_factory=dict)
+    input_len_source: str | None = None
+    partial: bool = False
+    partial_reason: str | None = None
+    cancelled_in_flight: int = 0
+    warnings: list[str] = Field(default_factory=list)
+    loop_lag_ms: dict[str, float | None] = Field(default_factory=dict)
+    telemetry: dict[str, Any] | None = None
+    levels: list[LevelResult] = Field(default_factory=list)
+
+    def level(self, concurrency: int | None) -> LevelResult | None:
+        """The level with this concurrency (None: the rate level)."""
+        for lv in self.levels:
+            if lv.concurrency == concurrency:
+                return lv
+        return None
+
+
+def save_result(result: RunResult, path: Path) -> Path:
+    """Write the result JSON (creating folders); returns the path."""
+    from ceiling.console import dumps
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(dumps(result.model_dump(mode="json", exclude_none=False)) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def load_result(path: str | Path) -> RunResult:
+    """Read a result file written by ``ceiling bench``; CeilingError when it is not one."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise CeilingError(
+            f"{p} not found", fix="pass a result file written by ceiling bench"
+        ) from err
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CeilingError(
+            f"{p} is not JSON", fix="pass a result file written by ceiling bench"
+        ) from err
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        raise CeilingError(
+            f"{p} is not a ceiling bench result (no kind={KIND!r})",
+            fix="pass a result file written by ceiling bench --out",
+        )
+    if data.get("schema_version", 0) > SCHEMA_VERSION:
+        raise CeilingError(
+            f"{p} has schema_version {data.get('schema_version')}, newer than this ceiling reads",
+            fix="upgrade ceiling",
+        )
+    try:
+        return RunResult.model_validate(data)
+    except ValidationError as err:
+        raise CeilingError(
+            f"{p} is malformed: {err.errors()[0]['msg']}", fix="re-run ceiling bench"
+        ) from err

@@ -1,0 +1,131 @@
+"""Server-side latencies from Prometheus ``/metrics``: histogram deltas over the measured run.
+
+We scrape before and after each measurement and divide the deltas of ``_sum`` by ``_count``:
+the server's own mean TTFT, inter-token latency, queue time and end-to-end latency for exactly
+the requests of the run (if nobody else used the server meanwhile). Set beside the client's
+numbers, the difference is the client + network + HTTP/SSE framing overhead.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+#: Quantity -> histogram names to try, newest first (vLLM V1, older vLLM, SGLang).
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft": (
+        "vllm:time_to_first_token_seconds",
+        "sglang:time_to_first_token_seconds",
+    ),
+    "itl": (
+        "vllm:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds",
+        "sglang:inter_token_latency_seconds",
+        "sglang:time_per_output_token_seconds",
+    ),
+    "queue": (
+        "vllm:request_queue_time_seconds",
+        "sglang:queue_time_seconds",
+        "sglang:request_queue_time_seconds",
+    ),
+    "e2el": (
+        "vllm:e2e_request_latency_seconds",
+        "sglang:e2e_request_latency_seconds",
+    ),
+    "prefill": ("vllm:request_prefill_time_seconds",),
+    "decode": ("vllm:request_decode_time_seconds",),
+}
+
+_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sum every sample of the text by metric name (labels merged: all models, all ranks)."""
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        if math.isnan(value):
+            continue
+        name = m.group(1)
+        totals[name] = totals.get(name, 0.0) + value
+    return totals
+
+
+def engine_of(totals: dict[str, float]) -> str | None:
+    """Which engine's names the scrape uses (``vllm``, ``sglang``) or None."""
+    for prefix in ("vllm:", "sglang:"):
+        if any(k.startswith(prefix) for k in totals):
+            return prefix[:-1]
+    return None
+
+
+def delta(before: str | None, after: str | None) -> dict[str, float] | None:
+    """After minus before, per metric name (None when either scrape is missing)."""
+    if before is None or after is None:
+        return None
+    b, a = parse_prometheus(before), parse_prometheus(after)
+    return {k: v - b.get(k, 0.0) for k, v in a.items()}
+
+
+def add_deltas(
+    total: dict[str, float] | None, d: dict[str, float] | None
+) -> dict[str, float] | None:
+    """Sum two deltas (repeats of one level); None stays None (a scrape failed once)."""
+    if total is None or d is None:
+        return None
+    out = dict(total)
+    for k, v in d.items():
+        out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def histogram_means_ms(d: dict[str, float]) -> dict[str, Any]:
+    """Per quantity: mean over the interval in ms and the number of observations."""
+    out: dict[str, Any] = {}
+    for quantity, names in HISTOGRAMS.items():
+        for name in names:
+            ds, dc = d.get(name + "_sum"), d.get(name + "_count")
+            if ds is None or dc is None:
+                continue
+            out[quantity] = {
+                "metric": name,
+                "count": dc,
+                "mean_ms": ds / dc * 1000.0 if dc > 0 else None,
+            }
+            break
+    return out
+
+
+def compare_to_client(
+    d: dict[str, float] | None, client: dict[str, float | None]
+) -> dict[str, Any]:
+    """Server means beside the client's and their difference (client minus server, ms).
+
+    ``d`` is the summed delta of the scrapes; ``client`` has ``ttft``, ``itl`` (token-weighted
+    TPOT: comparable to a per-token server histogram), ``e2el`` means in ms.
+    """
+    if d is None:
+        return {"available": False, "reason": "no /metrics endpoint (or it did not answer)"}
+    means = histogram_means_ms(d)
+    if not means:
+        return {"available": False, "reason": "/metrics has no known latency histograms"}
+    rows: dict[str, Any] = {}
+    for quantity, info in means.items():
+        row = dict(info)
+        row["server_mean_ms"] = row.pop("mean_ms")
+        c = client.get(quantity)
+        if c is not None:
+            row["client_mean_ms"] = c
+            if row["server_mean_ms"] is not None:
+                row["overhead_ms"] = c - row["server_mean_ms"]
+        rows[quantity] = row
+    return {"available": True, "engine": engine_of(d), "quantities": rows}
