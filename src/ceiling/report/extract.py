@@ -49,16 +49,14 @@ def ci_text(mean: Any, low: Any, high: Any, unit: str = "", digits: int = 2) -> 
 
 
 def decode_stat(run: Doc | None) -> tuple[float | None, float | None, float | None]:
-    """Single-stream decode tok/s per stream with its CI from a bench RunResult dict."""
+    """Single-stream decode tok/s per stream with its CI across repeats (bench's ``ci``)."""
     if not run:
         return None, None, None
     mean = num(run.get("decode_tok_s_per_stream"))
-    ci = run.get("decode_tok_s_per_stream_ci") or {}
-    if isinstance(ci, dict):
-        return mean, num(ci.get("low")), num(ci.get("high"))
-    if isinstance(ci, list | tuple) and len(ci) == 2:
-        return mean, num(ci[0]), num(ci[1])
-    return mean, None, None
+    ci = (run.get("ci") or {}).get("decode_tok_s_per_stream") or {}
+    if num(ci.get("mean")) is not None:
+        mean = num(ci.get("mean"))
+    return mean, num(ci.get("low")), num(ci.get("high"))
 
 
 def concurrency_points(run: Doc | None) -> list[Doc]:
@@ -76,14 +74,11 @@ def concurrency_points(run: Doc | None) -> list[Doc]:
 
 
 def _request_lists(run: Doc) -> list[Doc]:
-    reqs: list[Doc] = []
-    for key in ("requests", "detailed"):
-        if isinstance(run.get(key), list):
-            reqs += [r for r in run[key] if isinstance(r, dict)]
-    for lv in run.get("levels") or []:
-        if isinstance(lv, dict) and isinstance(lv.get("requests"), list):
-            reqs += [r for r in lv["requests"] if isinstance(r, dict)]
-    return reqs
+    """Per-request records (bench ``--save-detailed``): from the levels when present, since
+    the top level of a result mirrors its first level."""
+    levels = [lv for lv in run.get("levels") or [] if isinstance(lv, dict)]
+    sources = levels or [run]
+    return [r for src in sources for r in (src.get("requests") or []) if isinstance(r, dict)]
 
 
 def ttft_samples_ms(*runs: Doc | None) -> list[float]:
@@ -94,6 +89,11 @@ def ttft_samples_ms(*runs: Doc | None) -> list[float]:
             continue
         if isinstance(run.get("ttfts"), list):  # vllm bench serve --save-detailed: seconds
             out += [v * 1000.0 for v in map(num, run["ttfts"]) if v is not None]
+            continue
+        levels = run.get("levels") or [run]
+        pr = [lv.get("per_request") or {} for lv in levels]
+        if any(p.get("ttft_ms") for p in pr):  # ceiling bench: compact per-request values
+            out += [v for p in pr for v in map(num, p.get("ttft_ms") or []) if v is not None]
             continue
         for r in _request_lists(run):
             v = num(r.get("ttft_ms"))

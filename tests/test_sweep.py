@@ -1,0 +1,144 @@
+"""Sweep: ledger durability across a hard kill, resume, early stop, plan validation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ceiling.errors import CeilingError
+from ceiling.sweep.early_stop import decide
+from ceiling.sweep.ledger import Ledger
+from ceiling.sweep.plan import EarlyStop, load_plan
+from ceiling.sweep.runner import run_sweep
+from sweep_helpers import synthetic_trial, write_plan
+
+TESTS = Path(__file__).parent
+
+
+def _run(plan: Path, out: Path, resume: bool = False):
+    return run_sweep(plan, out, resume=resume, trial_fn=synthetic_trial, preflight_fn=None)
+
+
+def test_sweep_records_every_repeat_and_stops_early(tmp_path):
+    plan = write_plan(tmp_path, ["base", "same", "fast", "slow"])
+    res = _run(plan, tmp_path / "out")
+    by = {v.name: v for v in res.variants}
+    assert by["base"].repeats == 5 and by["base"].status == "done"
+    # "same" and "slow" cannot beat the baseline: stopped after min_repeats.
+    assert by["same"].status == "stopped_early" and by["same"].repeats == 3
+    assert by["slow"].status == "stopped_early" and by["slow"].verdict == "slower than baseline"
+    # "fast" might win, so it runs all repeats, and is found faster.
+    assert by["fast"].status == "done" and by["fast"].repeats == 5
+    assert by["fast"].verdict == "faster than baseline"
+    assert by["fast"].delta_pct == pytest.approx(20.0, abs=0.5)
+    assert "fast beats the baseline" in res.verdict["headline"]
+    assert (tmp_path / "out" / "sweep.json").is_file()
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "<svg" in html and "Variant comparison" in html
+
+
+def test_second_run_without_resume_refuses(tmp_path):
+    plan = write_plan(tmp_path, ["base"], repeats=2)
+    _run(plan, tmp_path / "out")
+    with pytest.raises(CeilingError, match="--resume"):
+        _run(plan, tmp_path / "out")
+
+
+def test_kill_mid_sweep_loses_nothing_and_resume_continues(tmp_path):
+    plan = write_plan(tmp_path, ["base", "fast"], repeats=5)
+    out = tmp_path / "out"
+    calls = tmp_path / "calls.txt"
+    script = (
+        "import sys; from sweep_helpers import synthetic_trial;"
+        "from ceiling.sweep.runner import run_sweep;"
+        f"run_sweep({str(plan)!r}, {str(out)!r}, trial_fn=synthetic_trial, preflight_fn=None)"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(TESTS),
+        "SWEEP_DELAY_S": "0.3",
+        "SWEEP_CALLS": str(calls),
+    }
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    ledger = out / "ledger.sqlite"
+    deadline = time.monotonic() + 60
+    recorded = 0
+    while time.monotonic() < deadline and recorded < 7:
+        time.sleep(0.1)
+        if ledger.exists():
+            with sqlite3.connect(ledger) as db:
+                try:
+                    recorded = db.execute("SELECT COUNT(*) FROM repeats").fetchone()[0]
+                except sqlite3.OperationalError:
+                    recorded = 0
+    proc.send_signal(signal.SIGKILL)  # a crash: no clean-up code runs
+    proc.wait(timeout=10)
+    assert recorded >= 7, "the sweep did not get far enough before the kill"
+    with Ledger(ledger) as led:
+        kept = {(v.name): led.repeat_count(v.fingerprint) for v in led.variants()}
+        status = {v.name: v.status for v in led.variants()}
+    assert kept["base"] == 5
+    assert 2 <= kept["fast"] < 5
+    assert status["fast"] == "running"  # died mid-trial: the ledger shows it
+    before = calls.read_text().splitlines()
+
+    os.environ["SWEEP_CALLS"] = str(calls)
+    try:
+        res = _run(plan, out, resume=True)
+    finally:
+        del os.environ["SWEEP_CALLS"]
+    after = calls.read_text().splitlines()[len(before) :]
+    # Only the missing repeats of "fast" ran again; the baseline was not touched.
+    assert all(line.startswith("fast ") for line in after)
+    assert [int(line.split()[1]) for line in after] == list(range(kept["fast"], 5))
+    by = {v.name: v for v in res.variants}
+    assert by["fast"].repeats == 5 and by["fast"].status == "done"
+    assert by["base"].repeats == 5
+
+
+def test_changed_variant_runs_again(tmp_path):
+    plan = write_plan(tmp_path, ["base", "same"], repeats=3)
+    out = tmp_path / "out"
+    _run(plan, out)
+    text = plan.read_text().replace("SYNTH_ID: '1'", "SYNTH_ID: 'changed'")
+    plan.write_text(text)
+    res = _run(plan, out, resume=True)
+    with Ledger(out / "ledger.sqlite") as led:
+        names = [v.name for v in led.variants()]
+    assert names.count("same") == 2  # old fingerprint kept, new one run
+    assert {v.name: v.repeats for v in res.variants}["same"] == 3
+
+
+def test_early_stop_decision():
+    pol = EarlyStop(min_repeats=3, min_gain_pct=1.0)
+    base = [100.0, 100.3, 99.7, 100.0]
+    assert not decide(base, [100.0, 99.0], pol).stop  # too few repeats
+    d = decide(base, [100.0, 99.8, 100.2], pol)
+    assert d.stop and "cannot significantly beat" in d.reason
+    assert d.gain_high_pct is not None and d.gain_high_pct < 1.0
+    assert not decide(base, [110.0, 111.0, 109.0], pol).stop  # clearly better: keep going
+    noisy = [80.0, 130.0, 95.0]
+    assert not decide(base, noisy, pol).stop  # wide CI may still reach +1 %
+    assert not decide(base, [90.0, 90.0, 90.0], EarlyStop(enabled=False)).stop
+
+
+def test_plan_validation(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("variants:\n  - name: a\n    variant: x.yaml\n  - name: a\n    variant: y.yaml\n")
+    with pytest.raises(CeilingError, match="duplicate"):
+        load_plan(p)
+    p.write_text("baseline: zz\nvariants:\n  - name: a\n    variant: x.yaml\n")
+    with pytest.raises(CeilingError, match="baseline"):
+        load_plan(p)
+    p.write_text("variants:\n  - name: a\n")
+    with pytest.raises(CeilingError, match="neither"):
+        load_plan(p)
+    with pytest.raises(CeilingError, match="not found"):
+        load_plan(tmp_path / "missing.yaml")
