@@ -2,8 +2,127 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 
 def register(app: typer.Typer) -> None:
     """Add this group's commands to the app."""
+
+    @app.command("probe")
+    def probe_cmd(
+        json_: bool = typer.Option(False, "--json", help="Print the topology as JSON."),
+        out: Path | None = typer.Option(None, "--out", help="Also write the JSON to this file."),
+    ) -> None:
+        """GPUs, memory, clocks, PCIe, NVLink, GPU-pair links and P2P; CPU sockets/NUMA."""
+        from ceiling.probe.commands import probe_command
+
+        raise typer.Exit(probe_command(json_, out))
+
+    @app.command("telemetry")
+    def telemetry_cmd(
+        duration: float = typer.Option(10.0, "--duration", help="Seconds to sample."),
+        interval_ms: float = typer.Option(50.0, "--interval-ms", help="10-1000 ms."),
+        json_: bool = typer.Option(False, "--json", help="Print summary + series as JSON."),
+        out: Path | None = typer.Option(None, "--out", help="Write summary + series here."),
+    ) -> None:
+        """Sample NVML (PCIe TX/RX, SM/mem util, clocks, power, temperature) for a while."""
+        from ceiling.probe.commands import telemetry_command
+
+        raise typer.Exit(telemetry_command(duration, interval_ms, json_, out))
+
+    @app.command("commbench")
+    def commbench_cmd(
+        world_sizes: str | None = typer.Option(
+            None, "--world-sizes", help="e.g. 2,4,8 (default 2..#GPUs; 2 on CPU)."
+        ),
+        sizes: str = typer.Option(
+            "1K..64M", "--sizes", help="'1K..64M' (powers of 2) or '1K,14K,1M'."
+        ),
+        variant: list[str] = typer.Option(
+            [],
+            "--variant",
+            help="Preset or group from data/commbench.yaml (repeatable): default, ring, tree, ll, ll128, simple, p2p-off, channels16-buff16m, issue7 ...",
+        ),
+        env: list[str] = typer.Option(
+            [], "--env", help="Custom variant KEY=V[,KEY=V] (repeatable)."
+        ),
+        backend: str = typer.Option("auto", "--backend", help="auto | nccl | gloo"),
+        dtype: str | None = typer.Option(
+            None, "--dtype", help="torch dtype (bfloat16 on GPU, float32 on CPU)."
+        ),
+        no_graph: bool = typer.Option(False, "--no-graph", help="Skip the CUDA-graph measurement."),
+        model: str | None = typer.Option(
+            None,
+            "--model",
+            help="Add the per-token allreduce cost of this model (TP = world size).",
+        ),
+        batch: str = typer.Option("1", "--batch", help="Decode batch sizes for --model, e.g. 1,8."),
+        reps: int = typer.Option(5, "--reps", help="Timed repetitions per size (median)."),
+        budget_ms: float = typer.Option(20.0, "--budget-ms", help="Time per repetition per size."),
+        timeout: float = typer.Option(
+            900.0, "--timeout", help="Seconds per variant before ranks are killed."
+        ),
+        out: Path | None = typer.Option(
+            None, "--out", help="Write a hardware profile (collective fits) here."
+        ),
+        results: Path | None = typer.Option(
+            None, "--results", help="Write the full result JSON here."
+        ),
+        merge: Path | None = typer.Option(
+            None, "--merge", help="Merge into this existing profile (e.g. calibrate's)."
+        ),
+        json_: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
+    ) -> None:
+        """Allreduce latency/bandwidth at decode message sizes, per NCCL setting; alpha-beta fits."""
+        from ceiling.errors import CeilingError
+        from ceiling.probe.commands import commbench_command
+        from ceiling.probe.commbench import CommbenchConfig
+        from ceiling.probe.fit import parse_sizes
+
+        try:
+            cfg = CommbenchConfig(
+                world_sizes=[int(x) for x in world_sizes.split(",")] if world_sizes else None,
+                sizes=parse_sizes(sizes),
+                variants=variant,
+                custom_env=env,
+                backend=backend,
+                dtype=dtype,
+                graph=not no_graph,
+                model=model,
+                batch=[int(x) for x in batch.split(",")],
+                reps=reps,
+                budget_s=budget_ms / 1000,
+                timeout_s=timeout,
+            )
+        except ValueError as exc:
+            raise CeilingError(f"bad option: {exc}", fix="see `ceiling commbench --help`") from exc
+        raise typer.Exit(commbench_command(cfg, json_, out, results, merge))
+
+    @app.command("calibrate")
+    def calibrate_cmd(
+        cpu: bool = typer.Option(
+            False, "--cpu", help="Measure the CPU instead (labelled; no GPU needed)."
+        ),
+        dtype: list[str] = typer.Option(
+            [], "--dtype", help="bf16, fp8, int8 (repeatable; default all the GPU offers)."
+        ),
+        scale: float = typer.Option(
+            1.0, "--scale", help="Multiply the buffer sizes of data/calibrate.yaml."
+        ),
+        out: Path | None = typer.Option(None, "--out", help="Write the hardware profile here."),
+        results: Path | None = typer.Option(
+            None, "--results", help="Write the full result JSON here."
+        ),
+        merge: Path | None = typer.Option(
+            None, "--merge", help="Merge into this existing profile (e.g. commbench's)."
+        ),
+        json_: bool = typer.Option(False, "--json", help="Print result + profile as JSON."),
+    ) -> None:
+        """HBM read/copy bandwidth, decode GEMV bandwidth per dtype, kernel launch cost -> profile."""
+        from ceiling.probe.calibrate import CalibrateConfig
+        from ceiling.probe.commands import calibrate_command
+
+        cfg = CalibrateConfig(device="cpu" if cpu else "auto", dtypes=dtype or None, scale=scale)
+        raise typer.Exit(calibrate_command(cfg, json_, out, results, merge))

@@ -45,6 +45,10 @@ class HardwareProfile(BaseModel):
     created: str | None = None
     gpu: str | None = Field(None, description="catalog name of the GPU measured, if known")
     gpu_name_raw: str | None = Field(None, description="what the driver calls the GPU")
+    device: str | None = Field(
+        None, description="'cuda' or 'cpu': what calibrate measured (a cpu profile is no GPU's)"
+    )
+    copy_bw_GBps: float | None = Field(None, description="device-to-device copy, read+write")
     mem_bw_GBps: float | None = Field(None, description="achieved HBM/GDDR read bandwidth")
     gemv_bw_GBps: dict[str, float] = Field(
         default_factory=dict, description="achieved weight-read bandwidth at decode shapes, per dtype"
