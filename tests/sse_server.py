@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import threading
@@ -99,7 +100,7 @@ class SSEServer:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/health", lambda _r: web.Response(text=""))
+        app.router.add_get("/health", self._health)
         if self._tokenize:
             app.router.add_post("/tokenize", self._tokenize_h)
         if self._metrics:
@@ -107,6 +108,9 @@ class SSEServer:
         app.router.add_post("/v1/completions", self._complete)
         app.router.add_post("/v1/chat/completions", self._complete)
         return app
+
+    async def _health(self, _req: web.Request) -> web.Response:
+        return web.Response(text="")
 
     async def _models(self, _req: web.Request) -> web.Response:
         return web.json_response(
@@ -331,7 +335,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         main(sys.argv[1:])
-    except KeyboardInterrupt:
-        pass

@@ -1,8 +1,10 @@
 """Event-loop lag monitor: how late the client's own loop wakes up during the run.
 
 A client whose loop is busy timestamps chunks late; when that lag is a noticeable share of the
-inter-token latency, the measured ITL/TPOT partly measure the client. We sleep a fixed interval
-in a task and record how much later than asked we woke up.
+inter-token latency, the measured ITL/TPOT partly measure the client. Every few ms we queue a
+callback with ``call_soon`` and record how long the loop took to run it: the time a chunk that
+has just arrived would wait before being timestamped. (Timer oversleep is not used: libuv
+timers have 1 ms granularity, which would read as lag.)
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ class LoopLagMonitor:
         self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
-        interval_ns = int(self.interval_s * 1e9)
+        loop = asyncio.get_running_loop()
         while True:
-            t0 = time.perf_counter_ns()
             await asyncio.sleep(self.interval_s)
-            self.samples_ns.append(max(0, time.perf_counter_ns() - t0 - interval_ns))
+            fut: asyncio.Future[None] = loop.create_future()
+            t0 = time.perf_counter_ns()
+            loop.call_soon(fut.set_result, None)
+            await fut
+            self.samples_ns.append(time.perf_counter_ns() - t0)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())

@@ -119,6 +119,15 @@ class RunResult(LevelResult):
         return None
 
 
+def summary_dict(result: RunResult) -> dict[str, Any]:
+    """The result without per-request lists (what ``--json`` prints)."""
+    data = result.model_dump(mode="json")
+    for holder in [data, *data.get("levels", [])]:
+        holder.pop("per_request", None)
+        holder.pop("requests", None)
+    return data
+
+
 def save_result(result: RunResult, path: Path) -> Path:
     """Write the result JSON (creating folders); returns the path."""
     from ceiling.console import dumps

@@ -1,9 +1,140 @@
-"""CLI commands of the bench group (thin: parse options, call the library, print)."""
+"""CLI commands of the bench group: ``bench`` and ``compare`` (parse options, call, print)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
+def _levels(text: str) -> list[int]:
+    from ceiling.errors import CeilingError
+
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError as err:
+        raise CeilingError(f"bad --concurrency {text!r}", fix="e.g. --concurrency 1,2,4,8") from err
+
+
 def register(app: typer.Typer) -> None:
-    """Add this group's commands to the app."""
+    """Add ``bench`` and ``compare`` to the app."""
+
+    @app.command("bench")
+    def bench(
+        url: str = typer.Option("http://127.0.0.1:8000", "--url", help="Server root (OpenAI API)."),
+        model: str = typer.Option(None, "--model", help="Model id (default: from /v1/models)."),
+        mode: str = typer.Option("single", "--mode", help="single | concurrency | rate"),
+        max_tokens: int = typer.Option(
+            None, "--max-tokens", help="Output tokens (single: 2048, else 256)."
+        ),
+        input_len: int = typer.Option(
+            128, "--input-len", help="Synthetic prompt length in tokens."
+        ),
+        dataset: Path = typer.Option(None, "--dataset", help="JSONL prompts instead of synthetic."),
+        concurrency: str = typer.Option(
+            "1,2,4,8", "--concurrency", help="Levels for --mode concurrency."
+        ),
+        rate: float = typer.Option(None, "--rate", help="Requests/s for --mode rate (Poisson)."),
+        burstiness: float = typer.Option(
+            1.0, "--burstiness", help="Gamma shape: <1 burstier, 1 Poisson."
+        ),
+        requests: int = typer.Option(None, "--requests", help="Requests per level."),
+        duration: float = typer.Option(
+            None, "--duration", help="Seconds per level (instead of --requests)."
+        ),
+        repeat: int = typer.Option(
+            1, "--repeat", help="Repeat the whole measurement N times (CIs)."
+        ),
+        warmup: int = typer.Option(1, "--warmup", help="Warm-up requests, excluded."),
+        ignore_eos: bool = typer.Option(
+            True, "--ignore-eos/--no-ignore-eos", help="Generate exactly max_tokens."
+        ),
+        chat: bool = typer.Option(False, "--chat", help="Use /v1/chat/completions."),
+        temperature: float = typer.Option(None, "--temperature", help="Sampling temperature."),
+        save_detailed: bool = typer.Option(
+            False, "--save-detailed", help="Keep per-request records."
+        ),
+        telemetry: bool = typer.Option(
+            False, "--telemetry", help="Sample NVML telemetry meanwhile."
+        ),
+        out: Path = typer.Option(
+            None, "--out", help="Result file (default ceiling-out/bench-<time>.json)."
+        ),
+        timeout: float = typer.Option(900.0, "--timeout", help="Per-request limit, s."),
+        stall_timeout: float = typer.Option(
+            60.0, "--stall-timeout", help="Max silence in a stream, s."
+        ),
+        seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrivals."),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    ) -> None:
+        """Measure a running OpenAI-compatible server: TTFT, ITL, TPOT, throughput, with CIs."""
+        import time
+
+        from ceiling.bench.render import render_result
+        from ceiling.bench.results import summary_dict
+        from ceiling.bench.runner import BenchConfig, run_bench
+        from ceiling.console import console, emit_json
+        from ceiling.console import out as stdout
+
+        if out is None:
+            out = Path("ceiling-out") / time.strftime("bench-%Y%m%d-%H%M%S.json")
+        cfg = BenchConfig(
+            url=url,
+            model=model,
+            mode=mode,
+            max_tokens=max_tokens,
+            input_len=input_len,
+            dataset=dataset,
+            concurrency=_levels(concurrency),
+            rate=rate,
+            burstiness=burstiness,
+            requests=requests,
+            duration=duration,
+            repeat=repeat,
+            warmup=warmup,
+            ignore_eos=ignore_eos,
+            chat=chat,
+            temperature=temperature,
+            save_detailed=save_detailed,
+            telemetry=telemetry,
+            out=out,
+            timeout=timeout,
+            stall_timeout=stall_timeout,
+            seed=seed,
+        )
+        result = run_bench(cfg, progress=not quiet)
+        if as_json:
+            emit_json(summary_dict(result))
+        else:
+            render_result(result, stdout(), str(out))
+        if result.partial:
+            console().print(f"partial result written to {out}: {result.partial_reason}")
+            raise typer.Exit(
+                130 if result.partial_reason and "interrupted" in result.partial_reason else 1
+            )
+        if sum(lv.completed for lv in result.levels) == 0:
+            console().print(f"no request completed (errors: {result.errors}); result in {out}")
+            raise typer.Exit(1)
+
+    @app.command("compare")
+    def compare_cmd(
+        files: list[Path] = typer.Argument(..., help="Result files; the first is the baseline A."),
+        metric: str = typer.Option(
+            "decode_tok_s_per_stream", "--metric", help="Summary key to compare."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    ) -> None:
+        """Is B different from A? Delta % with a 95 % CI and a plain verdict."""
+        from ceiling.bench.compare import compare
+        from ceiling.bench.render import render_comparison
+        from ceiling.bench.results import load_result
+        from ceiling.console import emit_json
+        from ceiling.console import out as stdout
+
+        results = [load_result(f) for f in files]
+        comp = compare(results, metric=metric, labels=[f.name for f in files])
+        if as_json:
+            emit_json(comp)
+        else:
+            render_comparison(comp, stdout())

@@ -1,0 +1,168 @@
+"""``ceiling compare``: is B really different from A, or is it noise?
+
+Two intervals per metric:
+- **across repeats** (Welch on the per-repeat values): covers run-to-run spread, including
+  relaunching the server; this is the one the verdict uses when both sides have >= 2 repeats.
+- **bootstrap over per-request values** (e.g. TPOT): covers request-to-request spread within a
+  run only. With a single run per side it is all we have, and the verdict says so.
+
+The verdict is "no significant difference" whenever the interval contains zero.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from ceiling.bench.results import CI_METRICS, LevelResult, RunResult
+from ceiling.bench.stats import bootstrap_ratio_pct, welch
+from ceiling.errors import CeilingError
+
+SAME = "no significant difference"
+FASTER = "B faster"
+SLOWER = "B slower"
+
+#: Summary metric -> (per-request series, invert) for the bootstrap.
+_BOOTSTRAP = {
+    "decode_tok_s_per_stream": ("tpot_ms", True),
+    "mean_tpot_ms": ("tpot_ms", False),
+    "mean_itl_ms": ("tpot_ms", False),
+    "mean_ttft_ms": ("ttft_ms", False),
+    "mean_e2el_ms": ("e2el_ms", False),
+}
+
+
+class ComparisonRow(BaseModel):
+    """B (one file) against A at one level, for one metric."""
+
+    label_b: str
+    concurrency: int | None
+    metric: str
+    better: str
+    a: float | None
+    b: float | None
+    delta_pct: float | None
+    ci_pct: list[float] | None = None
+    basis: str = "none"
+    repeats: list[int] = Field(default_factory=list)
+    bootstrap_ci_pct: list[float] | None = None
+    verdict: str = SAME
+    note: str = ""
+
+
+class Comparison(BaseModel):
+    """All rows; the top-level fields repeat the first row (B = second file, first level)."""
+
+    schema_version: int = 1
+    kind: str = "ceiling.compare"
+    baseline: str
+    metric: str
+    verdict: str
+    delta_pct: float | None
+    ci_pct: list[float] | None
+    rows: list[ComparisonRow]
+
+
+def _values(level: LevelResult, metric: str) -> list[float]:
+    out = []
+    for rep in level.repeats:
+        v = getattr(rep, metric, None)
+        if v is None and rep.model_extra:
+            v = rep.model_extra.get(metric)
+        if isinstance(v, int | float):
+            out.append(float(v))
+    return out
+
+
+def _level_value(level: LevelResult, metric: str) -> float | None:
+    v = getattr(level, metric, None)
+    if v is None and level.model_extra:
+        v = level.model_extra.get(metric)
+    return float(v) if isinstance(v, int | float) else None
+
+
+def _direction(delta: float, better: str) -> str:
+    improved = delta > 0 if better == "higher" else delta < 0
+    return FASTER if improved else SLOWER
+
+
+def compare_levels(
+    a: LevelResult, b: LevelResult, metric: str, label_b: str = "B"
+) -> ComparisonRow:
+    """One row: delta %, intervals and verdict for ``metric`` (see module docstring)."""
+    better = CI_METRICS.get(metric, "lower" if metric.endswith("_ms") else "higher")
+    va, vb = _values(a, metric), _values(b, metric)
+    ma = sum(va) / len(va) if va else _level_value(a, metric)
+    mb = sum(vb) / len(vb) if vb else _level_value(b, metric)
+    row = ComparisonRow(
+        label_b=label_b,
+        concurrency=a.concurrency,
+        metric=metric,
+        better=better,
+        a=ma,
+        b=mb,
+        delta_pct=(mb / ma - 1.0) * 100.0 if ma and mb is not None else None,
+        repeats=[len(va), len(vb)],
+    )
+    if metric in _BOOTSTRAP:
+        series, invert = _BOOTSTRAP[metric]
+        boot = bootstrap_ratio_pct(
+            getattr(a.per_request, series), getattr(b.per_request, series), invert=invert
+        )
+        if boot is not None:
+            row.bootstrap_ci_pct = [boot[1], boot[2]]
+    if len(va) >= 2 and len(vb) >= 2 and ma:
+        w = welch(va, vb)
+        assert w.low is not None and w.high is not None
+        row.ci_pct = [w.low / ma * 100.0, w.high / ma * 100.0]
+        row.basis = "repeats"
+    elif row.bootstrap_ci_pct is not None:
+        row.ci_pct = row.bootstrap_ci_pct
+        row.basis = "requests"
+        row.note = (
+            "fewer than 2 repeats on a side: the interval covers request-to-request spread "
+            "only, not run-to-run (relaunch) spread; use --repeat 3 or more"
+        )
+    else:
+        row.note = "no interval: need --repeat >= 2 on both sides (or per-request values)"
+        return row
+    low, high = row.ci_pct
+    if low <= 0.0 <= high or row.delta_pct is None:
+        row.verdict = SAME
+    else:
+        row.verdict = _direction(row.delta_pct, better)
+    return row
+
+
+def compare(
+    results: list[RunResult],
+    metric: str = "decode_tok_s_per_stream",
+    labels: list[str] | None = None,
+) -> Comparison:
+    """Compare every result after the first against the first, level by level."""
+    if len(results) < 2:
+        raise CeilingError(
+            "compare needs at least two results", fix="ceiling compare A.json B.json"
+        )
+    labels = labels or [f"run{i}" for i in range(len(results))]
+    base = results[0]
+    rows: list[ComparisonRow] = []
+    for res, label in zip(results[1:], labels[1:], strict=True):
+        shared = [lv for lv in base.levels if res.level(lv.concurrency) is not None]
+        if not shared:
+            raise CeilingError(
+                f"{label} has no level in common with {labels[0]}",
+                fix="compare runs of the same mode and concurrency levels",
+            )
+        for lv in shared:
+            other = res.level(lv.concurrency)
+            assert other is not None
+            rows.append(compare_levels(lv, other, metric, label))
+    first = rows[0]
+    return Comparison(
+        baseline=labels[0],
+        metric=metric,
+        verdict=first.verdict,
+        delta_pct=first.delta_pct,
+        ci_pct=first.ci_pct,
+        rows=rows,
+    )

@@ -1,0 +1,103 @@
+"""Human-readable tables for ``ceiling bench`` and ``ceiling compare`` (Rich)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ceiling.bench.compare import Comparison
+    from ceiling.bench.results import LevelResult, RunResult
+
+
+def _f(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _ci(lv: LevelResult, key: str) -> str:
+    iv = lv.ci.get(key)
+    if iv is None or iv.low is None or iv.high is None:
+        return ""
+    return f" [{iv.low:.1f}, {iv.high:.1f}]"
+
+
+def render_result(result: RunResult, console: Console, path: str | None = None) -> None:
+    """Per-level table, server-vs-client overhead, warnings."""
+    from rich.table import Table
+
+    title = f"{result.mode} | {result.model_id} @ {result.url}{result.endpoint}"
+    if result.partial:
+        title += " | PARTIAL"
+    table = Table(title=title, title_justify="left")
+    for col in (
+        "level",
+        "ok/failed",
+        "TTFT ms mean/p99",
+        "TPOT ms mean",
+        "ITL ms p99",
+        "decode tok/s/stream [95% CI]",
+        "output tok/s",
+        "steady tok/s",
+    ):
+        table.add_column(col, justify="right")
+    for lv in result.levels:
+        level = (
+            f"c={lv.concurrency}" if lv.concurrency is not None else f"{lv.request_rate:g} req/s"
+        )
+        table.add_row(
+            level,
+            f"{lv.completed}/{lv.failed}",
+            _f(lv.mean_ttft_ms),
+            _f(lv.mean_tpot_ms),
+            _f(lv.p99_itl_ms),
+            _f(lv.decode_tok_s_per_stream, "{:.1f}") + _ci(lv, "decode_tok_s_per_stream"),
+            _f(lv.output_throughput, "{:.1f}"),
+            _f(lv.steady_state_output_throughput, "{:.1f}"),
+        )
+    console.print(table)
+    sm = result.server_metrics or {}
+    if sm.get("available"):
+        parts = []
+        for q, row in sm["quantities"].items():
+            if row.get("overhead_ms") is not None:
+                parts.append(
+                    f"{q} server {row['server_mean_ms']:.2f} / client "
+                    f"{row['client_mean_ms']:.2f} ms (+{row['overhead_ms']:.2f})"
+                )
+        if parts:
+            console.print("server /metrics vs client: " + "; ".join(parts))
+    lag = result.loop_lag_ms
+    if lag.get("p99") is not None:
+        console.print(f"client loop lag: mean {lag['mean']:.3f} ms, p99 {lag['p99']:.3f} ms")
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+    if path:
+        console.print(f"result: {path}")
+
+
+def render_comparison(comp: Comparison, console: Console) -> None:
+    """One row per (B file, level) with delta, interval, basis and verdict."""
+    from rich.table import Table
+
+    table = Table(title=f"{comp.metric}: against {comp.baseline}", title_justify="left")
+    for col in ("B", "level", "A", "B value", "delta %", "95% CI %", "basis", "verdict"):
+        table.add_column(col, justify="right")
+    notes: list[Any] = []
+    for r in comp.rows:
+        ci = f"[{r.ci_pct[0]:+.2f}, {r.ci_pct[1]:+.2f}]" if r.ci_pct else "-"
+        table.add_row(
+            r.label_b,
+            "-" if r.concurrency is None else f"c={r.concurrency}",
+            _f(r.a),
+            _f(r.b),
+            _f(r.delta_pct, "{:+.2f}"),
+            ci,
+            f"{r.basis} ({r.repeats[0]}/{r.repeats[1]})" if r.basis == "repeats" else r.basis,
+            r.verdict,
+        )
+        if r.note and r.note not in notes:
+            notes.append(r.note)
+    console.print(table)
+    for n in notes:
+        console.print(f"note: {n}")
