@@ -4,6 +4,105 @@ from __future__ import annotations
 
 import typer
 
+from ceiling.errors import CeilingError
+
 
 def register(app: typer.Typer) -> None:
     """Add this group's commands to the app."""
+
+    @app.command("predict")
+    def predict_cmd(
+        model: str | None = typer.Option(
+            None,
+            "--model",
+            help="catalog name (see --list-models), config.json, or model directory",
+        ),
+        gpu: str | None = typer.Option(None, "--gpu", help="GPU catalog name (see --list-gpus)"),
+        gpus: int | None = typer.Option(
+            None,
+            "--gpus",
+            min=1,
+            help="GPUs in total (default tp x pp); extra GPUs become DP replicas",
+        ),
+        link: str | None = typer.Option(
+            None, "--link", help="link kind between GPUs (see --list-links)"
+        ),
+        tp: int = typer.Option(1, "--tp", min=1, help="tensor parallel size"),
+        ep: int = typer.Option(
+            1, "--ep", min=1, help="expert parallel size (MoE; reuses the TP/DP ranks)"
+        ),
+        pp: int = typer.Option(1, "--pp", min=1, help="pipeline parallel size"),
+        dp: int | None = typer.Option(
+            None, "--dp", min=1, help="data parallel replicas (default gpus / (tp x pp))"
+        ),
+        engine: str = typer.Option("vllm", "--engine", help="vllm | sglang | trtllm | generic"),
+        allreduce: str = typer.Option(
+            "auto", "--allreduce", help="auto (engine rule) | nccl | oneshot"
+        ),
+        no_cuda_graphs: bool = typer.Option(
+            False, "--no-cuda-graphs", help="eager decode (no CUDA graphs)"
+        ),
+        batch: int = typer.Option(1, "--batch", min=1, help="concurrent sequences per replica"),
+        context: int = typer.Option(
+            1024, "--context", min=1, help="KV length per sequence during decode"
+        ),
+        prompt_len: int = typer.Option(
+            1024, "--prompt-len", min=1, help="prompt length for the prefill/TTFT estimate"
+        ),
+        kv_dtype: str = typer.Option("auto", "--kv-dtype", help="auto | bf16 | fp16 | fp8"),
+        weight_format: str | None = typer.Option(
+            None,
+            "--weight-format",
+            help="override weight format: bf16, fp8, nvfp4, mxfp4, int4-g32, int4-g128, awq, gptq",
+        ),
+        profile: str | None = typer.Option(
+            None, "--profile", help="measured hardware profile JSON (calibrate/commbench)"
+        ),
+        what_if: bool = typer.Option(
+            False, "--what-if", help="also rank one-knob changes by predicted tok/s"
+        ),
+        json_out: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+        list_gpus: bool = typer.Option(False, "--list-gpus", help="list the GPU catalog and exit"),
+        list_links: bool = typer.Option(False, "--list-links", help="list the link kinds and exit"),
+        list_models: bool = typer.Option(
+            False, "--list-models", help="list the shipped model configs and exit"
+        ),
+    ) -> None:
+        """Predict the decode ceiling (ms/token, tok/s) broken down by component, with what-ifs."""
+        from ceiling.predict import render
+
+        if list_gpus or list_links or list_models:
+            render.print_catalog(
+                gpus=list_gpus, links=list_links, models=list_models, as_json=json_out
+            )
+            return
+        if not model or not gpu:
+            raise CeilingError(
+                "predict needs --model and --gpu",
+                fix="e.g. ceiling predict --model kimi-k2.5 --gpu rtx-pro-6000 --gpus 8 "
+                "--link pcie5-switch --tp 8",
+            )
+        from pydantic import ValidationError
+
+        from ceiling.predict.api import PredictRequest, predict
+
+        try:
+            req = PredictRequest(
+                model=model, gpu=gpu, gpus=gpus, link=link, tp=tp, ep=ep, pp=pp, dp=dp,
+                engine=engine, allreduce=allreduce, cuda_graphs=not no_cuda_graphs, batch=batch,
+                context=context, prompt_len=prompt_len, kv_dtype=kv_dtype,
+                weight_format=weight_format, profile=profile, what_if=what_if,
+            )  # fmt: skip
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise CeilingError(
+                f"--{'-'.join(str(x) for x in err['loc']).replace('_', '-')}: {err['msg']}",
+                fix="see `ceiling predict --help`",
+            ) from None
+        pred = predict(req)
+        if json_out:
+            from ceiling.console import emit_json
+
+            emit_json(pred)
+        else:
+            render.print_prediction(pred)

@@ -1,0 +1,118 @@
+"""Human output of ``ceiling predict``: Rich tables (breakdown, batch curve, what-if, catalogs)."""
+
+from __future__ import annotations
+
+from ceiling.console import emit_json, out
+from ceiling.predict.api import Prediction
+
+
+def print_prediction(p: Prediction) -> None:
+    """Headline, component breakdown, batch curve, prefill, what-if table and assumptions."""
+    from rich.table import Table
+
+    con = out()
+    m, h, d = p.model, p.hardware, p.deployment
+    con.print(
+        f"[bold]{m['name']}[/bold] on {h['gpus']} x {h['gpu']} over {h['link']} "
+        f"(tp={d['tp']} pp={d['pp']} ep={d['ep']} dp={d['dp']}, {d['engine']}, "
+        f"allreduce {d['allreduce_impl']}, graphs {'on' if d['cuda_graphs'] else 'off'})"
+    )
+    con.print(
+        f"decode ceiling at batch {p.batch}, context {p.context}: "
+        f"[bold]{p.decode_ms_per_token:.2f} ms/token = {p.decode_tok_s_per_stream:.1f} tok/s per stream[/bold]"
+        + (f", {p.aggregate_tok_s:.0f} tok/s aggregate" if p.batch > 1 or d["dp"] > 1 else "")
+    )
+    t = Table(title="decode step breakdown", title_justify="left")
+    t.add_column("component")
+    t.add_column("ms", justify="right")
+    t.add_column("share", justify="right")
+    t.add_column("fundamental / configurable")
+    for name, ms in sorted(p.components_ms.items(), key=lambda kv: -kv[1]):
+        t.add_row(
+            name,
+            f"{ms:.3f}",
+            f"{p.component_share[name] * 100:.0f} %",
+            p.component_kind.get(name, ""),
+        )
+    t.add_row("[bold]total[/bold]", f"[bold]{p.decode_ms_per_token:.3f}[/bold]", "100 %", "")
+    con.print(t)
+    mem = p.memory_GiB_per_gpu
+    con.print(
+        f"memory per GPU: weights {mem['weights']:.1f} GiB + KV {mem['kv']:.2f} GiB of {mem['usable']:.1f} usable "
+        f"({'fits' if p.fits_in_memory else 'DOES NOT FIT'}); KV capacity {p.kv_capacity_tokens:,} tokens "
+        f"= {p.max_batch_at_context} sequences at context {p.context}"
+    )
+    if p.prefill:
+        con.print(
+            f"prefill of {int(p.prefill['prompt_len'])} tokens: {p.prefill['prefill_ms']:.1f} ms "
+            f"(TTFT ~{p.prefill['ttft_ms']:.1f} ms)"
+        )
+    if p.batch_curve:
+        bt = Table(title="batch curve (up to KV capacity)", title_justify="left")
+        for col in ("batch", "ms/step", "tok/s per stream", "tok/s aggregate"):
+            bt.add_column(col, justify="right")
+        for b in p.batch_curve:
+            bt.add_row(
+                str(b.batch),
+                f"{b.step_ms:.2f}",
+                f"{b.tok_s_per_stream:.1f}",
+                f"{b.aggregate_tok_s:.0f}",
+            )
+        con.print(bt)
+    if p.what_if:
+        wt = Table(title="what if (one change at a time, ranked)", title_justify="left")
+        wt.add_column("change")
+        wt.add_column("tok/s", justify="right")
+        wt.add_column("delta", justify="right")
+        wt.add_column("note")
+        for w in p.what_if:
+            if w.decode_tok_s_per_stream <= 0:
+                wt.add_row(w.change, "-", "-", w.note)
+                continue
+            style = "green" if w.delta_pct > 0.5 else ("red" if w.delta_pct < -0.5 else "")
+            wt.add_row(
+                w.change,
+                f"{w.decode_tok_s_per_stream:.1f}",
+                f"[{style}]{w.delta_pct:+.1f} %[/{style}]" if style else f"{w.delta_pct:+.1f} %",
+                w.note,
+            )
+        con.print(wt)
+    con.print("[dim]assumptions:[/dim]")
+    for a in p.assumptions:
+        con.print(f"[dim]  - {a}[/dim]")
+
+
+def print_catalog(gpus: bool, links: bool, models: bool, as_json: bool) -> None:
+    """The shipped catalogs, as tables or one JSON object."""
+    from ceiling.spec.hardware import list_gpus, list_links
+    from ceiling.spec.model import list_models
+
+    data: dict[str, object] = {}
+    if gpus:
+        data["gpus"] = [
+            {"name": g.name, "full_name": g.full_name, "memory_GiB": g.memory_GiB,
+             "mem_bw_GBps": g.mem_bw_GBps, "tflops": g.tflops, "nvlink": g.nvlink, "source": g.source}
+            for g in list_gpus()
+        ]  # fmt: skip
+    if links:
+        data["links"] = [
+            {"name": lk.name, "kind": lk.kind, "p2p": lk.p2p, "bw_GBps": lk.bw_GBps,
+             "description": lk.description}
+            for lk in list_links()
+        ]  # fmt: skip
+    if models:
+        data["models"] = list_models()
+    if as_json:
+        emit_json(data)
+        return
+    from rich.table import Table
+
+    con = out()
+    for key, rows in data.items():
+        t = Table(title=key, title_justify="left")
+        cols = [c for c in rows[0] if c != "source"] if rows else []  # type: ignore[index]
+        for c in cols:
+            t.add_column(c)
+        for r in rows:  # type: ignore[attr-defined]
+            t.add_row(*(str(r[c]) for c in cols))
+        con.print(t)

@@ -1,0 +1,316 @@
+"""The decode step as a sum of named components, and the prefill estimate.
+
+    T_step = weights + kv + collectives + launch + host (+ compute when the roofline says so)
+
+- weights: bytes one GPU reads per step / achieved bandwidth. Dense and attention weights are
+  split by TP (MLA's q_a/kv_a projections are replicated), routed experts read only the
+  expected distinct experts for the batch, shared experts and lm_head every step, the
+  embedding is a lookup. Pipeline stages run one after another, so a token pays every stage.
+- kv: B x context x KV bytes/token of every full-attention layer (sliding layers cap at the
+  window, MLA's latent cache is replicated on every TP rank, GQA KV heads split by TP down to
+  one per rank) + recurrent state read and write of linear-attention layers.
+- collectives: 2 allreduces per layer under TP (+ embedding and logits), all-to-all under EP
+  with DP attention, sends under PP.
+- launch: kernels per step x per-kernel cost in a CUDA graph; eagerly, the CPU launch time
+  when it exceeds the GPU time.
+- host: the engine's per-step CPU work that is not overlapped.
+- compute: max(0, FLOPs / (peak x efficiency) - memory time).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ceiling.predict.collectives import allreduce_us, alltoall_us, send_us
+from ceiling.predict.moe import expected_distinct, expected_max_load
+from ceiling.spec.deployment import Deployment, EngineRules
+from ceiling.spec.hardware import GPU, Link
+from ceiling.spec.model import ModelSpec
+from ceiling.spec.profile import HardwareProfile
+
+GiB = 2**30
+
+
+@dataclass
+class Setup:
+    """Everything resolved for one prediction (model, box, layout, constants)."""
+
+    spec: ModelSpec
+    gpu: GPU
+    link: Link
+    dep: Deployment
+    rules: EngineRules
+    consts: dict[str, Any]
+    profile: HardwareProfile | None
+    allreduce_impl: str
+    allreduce_reason: str
+    kv_bytes: float
+    kv_reason: str
+    bw_GBps: float
+    bw_reason: str
+
+    @property
+    def expert_tp(self) -> int:
+        """How many ways each routed expert is split (TP when EP=1; EP ranks hold whole experts)."""
+        d = self.dep
+        if d.ep <= 1:
+            return d.tp
+        return max(1, (d.tp * d.dp) // d.ep)
+
+    def kernel_us(self, graphs: bool) -> float:
+        p = self.profile
+        if graphs:
+            if p and p.kernel_launch_us_graph:
+                return p.kernel_launch_us_graph
+            return float(self.consts["kernel_us_graph"])
+        if p and p.kernel_launch_us_eager:
+            return p.kernel_launch_us_eager
+        return float(self.consts["kernel_us_eager"])
+
+
+@dataclass
+class Step:
+    """One decode step: components (ms) and the facts behind them."""
+
+    components: dict[str, float]
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ms(self) -> float:
+        return sum(self.components.values())
+
+
+def achieved_bw(
+    gpu: GPU, consts: dict[str, Any], profile: HardwareProfile | None
+) -> tuple[float, str]:
+    """Achieved weight-read bandwidth (GB/s) and where the number comes from."""
+    if profile is not None:
+        if profile.gemv_bw_GBps:
+            bw = max(profile.gemv_bw_GBps.values())
+            return bw, f"weight-read bandwidth {bw:.0f} GB/s (measured GEMV, profile)"
+        if profile.mem_bw_GBps:
+            return (
+                profile.mem_bw_GBps,
+                f"weight-read bandwidth {profile.mem_bw_GBps:.0f} GB/s (measured, profile)",
+            )
+    if gpu.measured_bw_GBps:
+        return (
+            gpu.measured_bw_GBps,
+            f"weight-read bandwidth {gpu.measured_bw_GBps:.0f} GB/s (measured on this GPU model, catalog)",
+        )
+    eff = float(consts["bw_efficiency"])
+    bw = gpu.mem_bw_GBps * eff
+    return (
+        bw,
+        f"weight-read bandwidth {bw:.0f} GB/s = datasheet {gpu.mem_bw_GBps:.0f} x efficiency {eff}",
+    )
+
+
+# ----------------------------------------------------------------------------- bytes per GPU
+
+
+def weight_read_bytes(s: Setup, tokens: float) -> tuple[float, dict[str, float]]:
+    """Weight bytes one GPU reads in a step that processes ``tokens`` tokens per replica."""
+    spec, d = s.spec, s.dep
+    by_kind: dict[str, float] = {}
+    # Tokens the experts see: with DP attention + EP, the MoE layers serve every DP rank's batch.
+    moe_tokens = tokens * (d.dp if d.ep > 1 else 1)
+    distinct = expected_distinct(spec.n_experts, spec.top_k, moe_tokens)
+    # EP: the step waits for the EP rank holding the most touched experts.
+    busiest = expected_max_load(spec.n_experts, distinct, d.ep) if d.ep > 1 else distinct
+    for m in spec.modules:
+        if m.kind == "embed":
+            b = tokens * m.nbytes / max(m.rows, 1)  # a lookup: one row per token
+        elif m.kind == "expert":
+            b = m.nbytes / m.count * busiest / s.expert_tp
+        elif m.shard == "tp":
+            b = m.nbytes / d.tp
+        else:
+            b = m.nbytes
+        by_kind[m.kind] = by_kind.get(m.kind, 0.0) + b
+    return sum(by_kind.values()), by_kind
+
+
+def weight_resident_bytes(s: Setup) -> float:
+    """Weight bytes stored on one GPU (memory fit), after TP/EP/PP sharding."""
+    spec, d = s.spec, s.dep
+    total = 0.0
+    for m in spec.modules:
+        if m.kind == "expert":
+            total += m.nbytes / (d.ep if d.ep > 1 else 1) / s.expert_tp
+        elif m.shard == "tp":
+            total += m.nbytes / d.tp
+        else:
+            total += m.nbytes
+    return total / d.pp
+
+
+def kv_bytes_per_token_gpu(s: Setup, context: int) -> tuple[float, float]:
+    """(KV bytes per token of context on one GPU, recurrent-state bytes per sequence on one GPU).
+
+    Summed over every layer (all PP stages: what one token's decode reads end to end).
+    """
+    d = s.dep
+    per_tok = 0.0
+    state = 0.0
+    for layer in s.spec.layers:
+        if layer.attention == "linear":
+            state += layer.state_bytes / d.tp
+            continue
+        if layer.attention == "mla":
+            share = 1.0  # latent cache replicated on every TP rank
+        else:
+            heads_per_rank = max(1, math.ceil(layer.kv_heads / d.tp))
+            share = heads_per_rank / layer.kv_heads
+        frac = 1.0
+        if layer.window and context > layer.window:
+            frac = layer.window / context
+        per_tok += layer.kv_bytes_per_token * s.kv_bytes * share * frac
+    return per_tok, state
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+def kernels_per_step(s: Setup) -> int:
+    k = s.consts["kernels"][s.rules.kernels]
+    n = int(k["per_step"])
+    for layer in s.spec.layers:
+        n += int(
+            k["attn_mla"]
+            if layer.attention == "mla"
+            else k["attn_linear"]
+            if layer.attention == "linear"
+            else k["attn_gqa"]
+        )
+        if layer.mlp == "moe":
+            n += int(k["moe"]) + (int(k["shared_expert"]) if s.spec.n_shared else 0)
+        else:
+            n += int(k["mlp_dense"])
+    return n
+
+
+def collectives_per_step(s: Setup, tokens: float) -> tuple[float, dict[str, Any]]:
+    """Milliseconds of collectives in one decode step, and what they are."""
+    spec, d, link = s.spec, s.dep, s.link
+    act_bytes = tokens * spec.hidden * 2  # bf16 activations
+    info: dict[str, Any] = {"allreduce_impl": s.allreduce_impl}
+    total_us = 0.0
+    if d.tp > 1:
+        n_ar = 2 * spec.num_layers + 2  # attention + MLP per layer, embedding, logits gather
+        one = allreduce_us(link, s.allreduce_impl, d.tp, act_bytes, s.profile)
+        total_us += n_ar * one
+        info.update(allreduces=n_ar, allreduce_bytes=int(act_bytes), allreduce_us=round(one, 2))
+    if d.ep > 1 and d.dp > 1:
+        # DP attention + EP: dispatch and combine per MoE layer; bf16 activations, k copies.
+        per_rank = tokens * spec.top_k * spec.hidden * 2
+        one = alltoall_us(link, d.ep, per_rank)
+        n_a2a = 2 * spec.moe_layers
+        total_us += n_a2a * one
+        info.update(alltoalls=n_a2a, alltoall_us=round(one, 2))
+    if d.pp > 1:
+        one = send_us(link, act_bytes)
+        total_us += (d.pp - 1) * one
+        info.update(pp_sends=d.pp - 1, send_us=round(one, 2))
+    return total_us / 1e3, info
+
+
+# ----------------------------------------------------------------------------- FLOPs
+
+
+def _compute_dtype(spec: ModelSpec) -> str:
+    weights: dict[str, float] = {}
+    for m in spec.modules:
+        if m.linear:
+            weights[m.fmt.compute] = weights.get(m.fmt.compute, 0) + m.nbytes
+    return max(weights, key=lambda k: weights[k]) if weights else "bf16"
+
+
+def flops_per_gpu(s: Setup, tokens: float, context: float, causal_prefill: bool = False) -> float:
+    """FLOPs one GPU does for ``tokens`` new tokens at ``context`` tokens of history."""
+    spec, d = s.spec, s.dep
+    active = spec.active_params() - sum(m.params for m in spec.modules if m.kind == "lm_head")
+    lm = spec.vocab * spec.hidden
+    linear = 2 * tokens * (active / (d.tp * d.pp) + lm / d.tp)
+    attn = 0.0
+    ctx = context / 2 if causal_prefill else context
+    for layer in spec.layers:
+        if layer.attention == "linear":
+            continue
+        if layer.attention == "mla":
+            dims = spec.mla["kv_lora_rank"] * 2 + spec.mla["qk_rope_head_dim"]
+        else:
+            dims = 2 * spec.head_dim
+        eff_ctx = min(ctx, layer.window) if layer.window else ctx
+        attn += 2 * tokens * eff_ctx * (spec.heads / d.tp) * dims
+    return linear + attn / d.pp
+
+
+# ----------------------------------------------------------------------------- the step
+
+
+def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) -> Step:
+    """Decode step time (ms) of one replica at ``batch`` concurrent sequences of ``context``."""
+    graphs = s.dep.cuda_graphs if graphs is None else graphs
+    tokens = float(batch)
+    w_bytes, w_by_kind = weight_read_bytes(s, tokens)
+    t_weights = w_bytes / (s.bw_GBps * 1e9) * 1e3
+    kv_tok, state = kv_bytes_per_token_gpu(s, context)
+    kv_read = tokens * (context * kv_tok + 2 * state)
+    t_kv = kv_read / (s.bw_GBps * 1e9) * 1e3
+    t_coll, coll_info = collectives_per_step(s, tokens)
+    n_k = kernels_per_step(s)
+    if graphs:
+        t_launch = n_k * s.kernel_us(True) / 1e3
+    else:
+        gpu_ms = t_weights + t_kv + t_coll + n_k * s.kernel_us(True) / 1e3
+        n_calls = n_k + coll_info.get("allreduces", 0) + coll_info.get("alltoalls", 0)
+        cpu_ms = n_calls * s.kernel_us(False) / 1e3
+        t_launch = n_k * s.kernel_us(True) / 1e3 + max(0.0, cpu_ms - gpu_ms)
+    flops = flops_per_gpu(s, tokens, context)
+    peak = s.gpu.peak_tflops(_compute_dtype(s.spec)) * 1e12 * float(s.consts["compute_efficiency"])
+    t_compute = max(0.0, flops / peak * 1e3 - (t_weights + t_kv))
+    comps = {
+        "weights": t_weights,
+        "kv": t_kv,
+        "collectives": t_coll,
+        "launch": t_launch,
+        "host": s.rules.host_ms,
+    }
+    if t_compute > 0:
+        comps["compute"] = t_compute
+    details = {
+        "weight_bytes_read_per_gpu": int(w_bytes),
+        "weight_bytes_read_by_kind": {k: int(v) for k, v in sorted(w_by_kind.items())},
+        "kv_bytes_read_per_gpu": int(kv_read),
+        "kernels_per_step": n_k,
+        "flops_per_gpu": flops,
+        **coll_info,
+    }
+    if s.spec.is_moe:
+        moe_tokens = tokens * (s.dep.dp if s.dep.ep > 1 else 1)
+        details["expected_distinct_experts"] = round(
+            expected_distinct(s.spec.n_experts, s.spec.top_k, moe_tokens), 2
+        )
+    return Step(comps, details)
+
+
+def prefill_ms(s: Setup, prompt_len: int) -> dict[str, float]:
+    """Prefill time of one prompt: chunked, each chunk max(compute, weight read) + collectives."""
+    chunk = int(s.consts["prefill_chunk_tokens"])
+    peak = s.gpu.peak_tflops(_compute_dtype(s.spec)) * 1e12 * float(s.consts["compute_efficiency"])
+    total = 0.0
+    done = 0
+    n_k = kernels_per_step(s)
+    while done < prompt_len:
+        n = min(chunk, prompt_len - done)
+        flops = flops_per_gpu(s, n, done + n / 2)
+        w_bytes, _ = weight_read_bytes(s, n)
+        t_mem = w_bytes / (s.bw_GBps * 1e9) * 1e3
+        t_cmp = flops / peak * 1e3
+        t_coll, _ = collectives_per_step(s, n)
+        total += max(t_mem, t_cmp) + t_coll + n_k * s.kernel_us(True) / 1e3
+        done += n
+    return {"prefill_ms": total, "ttft_ms": total + s.rules.host_ms}

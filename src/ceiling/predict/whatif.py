@@ -1,0 +1,115 @@
+"""What-if: the same model and box with one knob changed at a time, ranked by tok/s.
+
+Each variant is a full prediction of its own (same equations), so the deltas add up honestly:
+a change that moves a component the step does not wait on shows ~0 %.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ceiling.predict.api import Prediction, PredictRequest, WhatIf, variant
+from ceiling.spec.hardware import list_links, load_gpu, load_link
+
+
+def _p2p_twin(link_name: str) -> str | None:
+    """The same link with P2P toggled, if the catalog has it."""
+    names = {lk.name for lk in list_links()}
+    if link_name.endswith("-nop2p"):
+        base = link_name[: -len("-nop2p")]
+        return base if base in names else None
+    twin = f"{link_name}-nop2p"
+    if twin in names:
+        return twin
+    gen = link_name[:5]
+    alt = f"{gen}-nop2p"
+    return alt if alt in names else None
+
+
+def _format_bytes(req: PredictRequest, fmt: str) -> float:
+    from ceiling.predict.api import _model
+
+    return float(_model(req.model, fmt).weight_bytes())
+
+
+def _variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str, Any], str]]:
+    out: list[tuple[str, dict[str, Any], str]] = []
+    gpu = load_gpu(req.gpu)
+    link = load_link(pred.hardware["link"])
+    impl = pred.deployment["allreduce_impl"]
+    if req.tp > 1:
+        if impl == "nccl" and link.oneshot is not None:
+            out.append(("one-shot custom allreduce instead of NCCL", {"allreduce": "oneshot"}, ""))
+        if impl == "oneshot":
+            out.append(("NCCL allreduce instead of one-shot", {"allreduce": "nccl"}, ""))
+        twin = _p2p_twin(link.name)
+        if twin:
+            label = "P2P off" if link.p2p else "P2P on"
+            out.append((f"{label} ({twin})", {"link": twin}, ""))
+        if link.kind != "nvlink":
+            nv = gpu.nvlink or "nvlink4"
+            note = "" if gpu.nvlink else f"hypothetical: {gpu.name} has no NVLink"
+            out.append((f"NVLink ({nv}) instead of {link.name}", {"link": nv}, note))
+    out.append(
+        (
+            "CUDA graphs off" if req.cuda_graphs else "CUDA graphs on",
+            {"cuda_graphs": not req.cuda_graphs},
+            "",
+        )
+    )
+    is_moe = pred.model["experts"] > 0
+    if is_moe and req.tp > 1 and req.ep == 1:
+        out.append((f"EP={req.tp} for experts (instead of TP-sharded experts)", {"ep": req.tp}, ""))
+    if is_moe and req.ep > 1:
+        out.append(("TP-sharded experts (EP=1)", {"ep": 1}, ""))
+    current = req.weight_format or "native"
+    for f in ("fp8", "nvfp4" if "fp4" in gpu.tflops else "int4-g128"):
+        # only formats that shrink the weights: a bigger format is never a what-if worth showing
+        if f != current and _format_bytes(req, f) < pred.model["weight_GB"] * 1e9:
+            out.append((f"all linear weights {f}", {"weight_format": f}, ""))
+    if req.kv_dtype in ("auto", "bf16", "fp16"):
+        out.append(("KV cache fp8", {"kv_dtype": "fp8"}, ""))
+    if req.tp >= 2:
+        fewer = req.tp // 2
+        out.append(
+            (f"fewer GPUs: TP={fewer}", {"tp": fewer, "gpus": None, "ep": min(req.ep, fewer)}, "")
+        )
+    if req.tp <= 4 and req.pp == 1:
+        more = req.tp * 2
+        out.append((f"more GPUs: TP={more}", {"tp": more, "gpus": None}, ""))
+    if req.engine != "generic":
+        for eng in ("vllm", "sglang", "trtllm"):
+            if eng != req.engine:
+                out.append(
+                    (
+                        f"engine {eng}",
+                        {"engine": eng},
+                        "engine rules only (host overhead, allreduce rule)",
+                    )
+                )
+    return out
+
+
+def what_ifs(req: PredictRequest, pred: Prediction) -> list[WhatIf]:
+    """Every one-knob variant that can run, ranked by predicted tok/s (non-fitting ones last)."""
+    base = pred.decode_tok_s_per_stream
+    rows: list[WhatIf] = []
+    for change, patch, note in _variants(req, pred):
+        data = {**req.model_dump(), **patch, "what_if": False}
+        tok_s, ms, fits, why = variant(PredictRequest.model_validate(data))
+        if why:
+            note = (note + "; " if note else "") + f"cannot run: {why}"
+        rows.append(
+            WhatIf(
+                change=change,
+                decode_tok_s_per_stream=tok_s,
+                delta_pct=round((tok_s / base - 1) * 100, 1),
+                decode_ms_per_token=ms,
+                fits_in_memory=fits,
+                note=note
+                if fits or why
+                else (note + "; " if note else "") + "does not fit in memory",
+            )
+        )
+    rows.sort(key=lambda w: (not w.fits_in_memory, -w.decode_tok_s_per_stream))
+    return rows

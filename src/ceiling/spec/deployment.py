@@ -1,0 +1,113 @@
+"""Deployment: how the model is served (engine, parallel layout, dtypes, graphs, allreduce).
+
+The engine-specific rules that change the prediction (when the custom one-shot allreduce is
+used, host overhead per step, memory utilization) come from ``data/predict/engines.yaml``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from ceiling.errors import CeilingError
+from ceiling.spec._data import load_yaml
+from ceiling.spec.hardware import Link
+
+KV_DTYPE_BYTES = {
+    "auto": None,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+}
+
+
+class EngineRules(BaseModel):
+    name: str
+    world_sizes: list[int]
+    pcie_max_world: int
+    requires_p2p: bool
+    rule: str
+    host_ms: float
+    kernels: str
+    gpu_memory_utilization: float
+    activation_reserve_GiB: float
+
+
+def engine_rules(engine: str) -> EngineRules:
+    table = load_yaml("predict/engines.yaml")
+    if engine not in table:
+        raise CeilingError(f"unknown engine '{engine}'", fix="one of: " + ", ".join(table))
+    e = table[engine]
+    ar = e["custom_allreduce"]
+    return EngineRules(
+        name=engine,
+        world_sizes=ar["world_sizes"],
+        pcie_max_world=ar["pcie_max_world"],
+        requires_p2p=ar["requires_p2p"],
+        rule=ar["rule"],
+        host_ms=e["host_ms"],
+        kernels=e["kernels"],
+        gpu_memory_utilization=e["gpu_memory_utilization"],
+        activation_reserve_GiB=e["activation_reserve_GiB"],
+    )
+
+
+class Deployment(BaseModel):
+    """The serving layout. ``ep`` > 1 shards routed experts over EP ranks instead of TP."""
+
+    engine: Literal["vllm", "sglang", "trtllm", "generic"] = "vllm"
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    dp: int = Field(1, ge=1)
+    kv_dtype: str = "auto"
+    cuda_graphs: bool = True
+    allreduce: Literal["auto", "nccl", "oneshot"] = "auto"
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    def resolve_allreduce(self, link: Link) -> tuple[str, str]:
+        """(implementation, reason) for the per-layer TP allreduce on this link."""
+        rules = engine_rules(self.engine)
+        if self.tp == 1:
+            return "none", "TP=1: no tensor-parallel allreduce"
+        if self.allreduce == "nccl":
+            return "nccl", "--allreduce nccl"
+        if self.allreduce == "oneshot":
+            if link.oneshot is None:
+                raise CeilingError(
+                    f"one-shot allreduce needs P2P, and link '{link.name}' has none",
+                    fix="use --allreduce nccl or a link with P2P",
+                )
+            return "oneshot", "--allreduce oneshot (forced)"
+        # auto: the engine's rule
+        if link.oneshot is None or (rules.requires_p2p and not link.p2p):
+            return "nccl", f"{self.engine}: custom allreduce off without P2P"
+        if self.tp not in rules.world_sizes:
+            return "nccl", f"{self.engine}: custom allreduce does not support world size {self.tp}"
+        if link.custom_ar_class == "pcie" and self.tp > rules.pcie_max_world:
+            return "nccl", f"{self.engine}: {rules.rule}"
+        return (
+            "oneshot",
+            f"{self.engine}: custom one-shot allreduce enabled ({link.custom_ar_class})",
+        )
+
+    def kv_elem_bytes(self, checkpoint_kv: str | None) -> tuple[float, str]:
+        """Bytes per KV element and what decided it (``auto`` = model dtype, as vLLM does)."""
+        if self.kv_dtype not in KV_DTYPE_BYTES:
+            raise CeilingError(
+                f"unknown KV dtype '{self.kv_dtype}'", fix="one of: " + ", ".join(KV_DTYPE_BYTES)
+            )
+        b = KV_DTYPE_BYTES[self.kv_dtype]
+        if b is None:
+            return 2.0, "kv cache bf16 (--kv-dtype auto = model dtype)" + (
+                "; the checkpoint ships FP8 KV scales: --kv-dtype fp8 would halve KV reads"
+                if checkpoint_kv == "fp8"
+                else ""
+            )
+        return b, f"kv cache {self.kv_dtype} ({b:g} byte/element)"
