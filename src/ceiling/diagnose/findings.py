@@ -64,18 +64,19 @@ def derive_findings(facts: EngineFacts, concurrency: int | None = None) -> list[
             )
         )
 
-    if (
-        facts.quantization == "compressed-tensors"
-        and _is_int4(facts)
-        and not any((facts.fusion_passes or {}).values())
-    ):
+    fusions_on = any(
+        on
+        for name, on in (facts.fusion_passes or {}).items()
+        if name.startswith("fuse_") or name in ("enable_fusion", "enable_attn_fusion")
+    )
+    if facts.quantization == "compressed-tensors" and _is_int4(facts) and not fusions_on:
         out.append(
             Finding(
                 id="int4-without-fusion",
                 title="INT4 compressed-tensors path runs without fusion passes",
                 severity="warning",
                 evidence=ev.get("linear_kernel", []) + ev.get("compilation", []),
-                fix="keep torch.compile on (-O2/-O3 or -cc.mode=VLLM_COMPILE) so the fusion passes run",
+                fix="turn the fusion passes on: -O2/-O3 sets them for quantized models, or -cc.pass_config.fuse_norm_quant=true -cc.pass_config.fuse_act_quant=true (needs -cc.mode=VLLM_COMPILE)",
                 kind="configurable",
                 predicted_effect="unfused norm/activation/quant kernels add launches and memory "
                 "round-trips every layer (throughput-killers B3)",

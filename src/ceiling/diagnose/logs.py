@@ -175,7 +175,11 @@ def parse_config_repr(text: str) -> Any:
     except ValueError:
         pass
     cleaned = _ENUM_REPR.sub(lambda m: repr(m.group(2)), text)
-    cleaned = re.sub(r"\b\w+\.(\w+)\b(?=[,}\]])", lambda m: repr(m.group(1)), cleaned)
+    cleaned = re.sub(
+        r"(?<![\w.'\"])([A-Za-z_]\w*)\.([A-Za-z_]\w*)(?=[,}\]])",
+        lambda m: repr(m.group(2)),
+        cleaned,
+    )
     try:
         return ast.literal_eval(cleaned)
     except (ValueError, SyntaxError):
@@ -297,7 +301,6 @@ _V_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     ("unknown_env", re.compile(r"Unknown vLLM environment variable detected: (\S+)")),
     ("ready", re.compile(r"Application startup complete")),
-    ("ep", re.compile(r"EP rank (\d+)|expert parallel(?:ism)? size[:=] ?(\d+)", re.I)),
 ]
 
 
@@ -332,7 +335,9 @@ def _parse_vllm(lines: list[str], facts: EngineFacts) -> None:
 
 def _apply_vllm(key: str, hit: re.Match[str], line: str, facts: EngineFacts) -> None:
     g = hit.groups()
-    if (key == "version_banner" and "█" in line and facts.version is None) or (key == "version_api" and facts.version is None):
+    if (key == "version_banner" and "█" in line and facts.version is None) or (
+        key == "version_api" and facts.version is None
+    ):
         facts.version = g[0]
     elif key == "engine_config":
         facts.v1 = bool(g[0]) or facts.v1
@@ -425,8 +430,6 @@ def _apply_vllm(key: str, hit: re.Match[str], line: str, facts: EngineFacts) -> 
         facts.add_evidence("unknown_env", line)
     elif key == "ready":
         facts.ready = True
-    elif key == "ep":
-        facts.expert_parallel = True
 
 
 def _apply_engine_config(text: str, line: str, facts: EngineFacts) -> None:
@@ -450,6 +453,8 @@ def _apply_engine_config(text: str, line: str, facts: EngineFacts) -> None:
         facts.custom_allreduce_disabled = True
         facts.custom_allreduce_reason = "disable_custom_all_reduce=True in the engine config"
         facts.add_evidence("custom_allreduce", _shorten(line, "disable_custom_all_reduce=True"))
+    if _as_bool(kv.get("enable_expert_parallel")):
+        facts.expert_parallel = True
     eager = _as_bool(kv.get("enforce_eager"))
     if eager is not None:
         facts.enforce_eager = eager
@@ -507,6 +512,29 @@ def _shorten(line: str, needle: str, width: int = 160) -> str:
         return line[:width] + " ..."
     start = max(0, idx - 40)
     return ("... " if start else "") + line[start : idx + width] + " ..."
+
+
+_SGLANG_KEY_ARGS = (
+    "tp_size",
+    "dp_size",
+    "ep_size",
+    "pp_size",
+    "quantization",
+    "kv_cache_dtype",
+    "attention_backend",
+    "mem_fraction_static",
+    "cuda_graph_max_bs",
+    "disable_cuda_graph",
+    "chunked_prefill_size",
+    "max_running_requests",
+)
+
+
+def _literal(value: str) -> Any:
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
 
 
 # ---- SGLang ------------------------------------------------------------------------------
@@ -616,26 +644,12 @@ def _apply_sglang(key: str, hit: re.Match[str], line: str, facts: EngineFacts) -
             facts.custom_allreduce_reason = "disable_custom_all_reduce=True in server_args"
             facts.add_evidence("custom_allreduce", _shorten(line, "disable_custom_all_reduce"))
         facts.device = _unquote(kv.get("device")) or facts.device
-        facts.non_default_args = {
-            k: v
-            for k, v in kv.items()
-            if k
-            in (
-                "tp_size",
-                "dp_size",
-                "ep_size",
-                "quantization",
-                "kv_cache_dtype",
-                "attention_backend",
-                "mem_fraction_static",
-                "cuda_graph_max_bs",
-                "disable_cuda_graph",
-            )
-        }
+        # SGLang prints every field; keep the ones that shape performance, as Python values.
+        facts.non_default_args = {k: _literal(v) for k, v in kv.items() if k in _SGLANG_KEY_ARGS}
     elif key == "version":
         facts.version = facts.version or g[0]
     elif key == "weights_end":
-        facts.model_memory_gib = _num(g[1]) * 1e9 / 2**30
+        facts.model_memory_gib = _num(g[1])  # SGLang's "GB" are GiB (bytes / 2**30)
         facts.architecture = g[0] or facts.architecture
         facts.add_evidence("load", line)
     elif key == "weights_time":
@@ -644,7 +658,7 @@ def _apply_sglang(key: str, hit: re.Match[str], line: str, facts: EngineFacts) -
     elif key == "kv_alloc":
         facts.kv_cache_tokens = int(_num(g[0]))
         if g[1]:
-            facts.kv_cache_memory_gib = _num(g[1]) * 1e9 / 2**30
+            facts.kv_cache_memory_gib = _num(g[1])
         facts.add_evidence("kv", line)
     elif key == "max_tokens":
         facts.kv_cache_tokens = int(_num(g[0]))
@@ -656,7 +670,7 @@ def _apply_sglang(key: str, hit: re.Match[str], line: str, facts: EngineFacts) -
         facts.add_evidence("kv", line)
     elif key == "graph_end":
         facts.graph_capture_s = _num(g[0])
-        facts.graph_capture_gib = _num(g[1]) * 1e9 / 2**30
+        facts.graph_capture_gib = _num(g[1])
         facts.add_evidence("graphs", line)
     elif key == "graph_bs":
         facts.cudagraph_capture_sizes = [int(x) for x in g[0].replace(" ", "").split(",") if x]
