@@ -2,8 +2,144 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+
+def _ints(text: str) -> list[int]:
+    if text.strip().lower() in ("", "none", "0"):
+        return []
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        from ceiling.errors import CeilingError
+
+        raise CeilingError(
+            f"--concurrency {text!r} is not a list of integers",
+            fix="e.g. --concurrency 1,2,4 (or none)",
+        ) from None
+
+
+def doctor(
+    url: str = typer.Option(None, "--url", help="A running OpenAI-compatible server to examine."),
+    variant: Path = typer.Option(None, "--variant", help="A variant file: doctor launches it."),
+    log: Path = typer.Option(None, "--log", help="The running server's log file (with --url)."),
+    model_path: str = typer.Option(
+        None, "--model-path", help="Model directory / config.json / catalog name (default: auto)."
+    ),
+    engine: str = typer.Option(None, "--engine", help="Engine of a --url server (default: auto)."),
+    gpu: str = typer.Option(None, "--gpu", help="Catalog GPU name (default: probed)."),
+    tp: int = typer.Option(None, "--tp", help="Tensor-parallel size of a --url server."),
+    max_tokens: int = typer.Option(512, "--max-tokens", help="Single-stream generation length."),
+    input_len: int = typer.Option(64, "--input-len", help="Prompt length in tokens."),
+    repeat: int = typer.Option(3, "--repeat", help="Single-stream repeats (CI across them)."),
+    concurrency: str = typer.Option("1,2,4", "--concurrency", help="Short sweep levels, or none."),
+    concurrency_max_tokens: int = typer.Option(128, "--concurrency-max-tokens"),
+    target: float = typer.Option(None, "--target", help="Target decode tok/s per stream."),
+    no_telemetry: bool = typer.Option(False, "--no-telemetry", help="Do not sample NVML."),
+    no_measure_cpu: bool = typer.Option(
+        False, "--no-measure-cpu", help="On CPU, use the labelled assumed rates."
+    ),
+    launch_timeout: float = typer.Option(1800.0, "--launch-timeout", help="Seconds to be ready."),
+    out: Path = typer.Option(Path("ceiling-out"), "--out", help="Output directory."),
+    json_out: bool = typer.Option(False, "--json", help="Print doctor.json on stdout."),
+) -> None:
+    """Measure a deployment, set it against its predicted ceiling, and write a verdict + report."""
+    from ceiling.console import emit_json
+    from ceiling.console import out as stdout
+    from ceiling.diagnose.doctor import DoctorConfig, run_doctor
+
+    cfg = DoctorConfig(
+        url=url,
+        variant=str(variant) if variant else None,
+        log=str(log) if log else None,
+        model_path=model_path,
+        engine=engine,
+        gpu=gpu,
+        tp=tp,
+        max_tokens=max_tokens,
+        input_len=input_len,
+        repeat=repeat,
+        concurrency=_ints(concurrency),
+        concurrency_max_tokens=concurrency_max_tokens,
+        target_tok_s=target,
+        telemetry=not no_telemetry,
+        measure_cpu=not no_measure_cpu,
+        launch_timeout_s=launch_timeout,
+        out_dir=str(out),
+        progress=not json_out,
+    )
+    res = run_doctor(cfg)
+    if json_out:
+        emit_json(res)
+        return
+    v = res.verdict or {}
+    stdout().print(v.get("headline") or "no verdict")
+    if res.server_died:
+        stdout().print(f"server died {res.server_death}")
+    stdout().print(f"report: {res.files.get('report_html')}  ({res.files.get('report_md')})")
+
+
+def sweep(
+    plan: Path = typer.Argument(..., help="Plan file (YAML) listing the variants."),
+    out: Path = typer.Option(Path("ceiling-out/sweep"), "--out", help="Output directory."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the sweep recorded in --out."),
+    json_out: bool = typer.Option(False, "--json", help="Print sweep.json on stdout."),
+) -> None:
+    """Run every variant of a plan (preflight first), with a durable ledger and early stop."""
+    from ceiling.console import console, emit_json
+    from ceiling.console import out as stdout
+    from ceiling.sweep.runner import run_sweep
+
+    def on_event(name: str, ev: dict) -> None:
+        if not json_out and ev.get("type") == "repeat":
+            console().print(f"{name}: repeat {ev['idx']}: {ev.get('tok_s')} tok/s")
+        elif not json_out and ev.get("type") in ("stopped_early", "failed"):
+            console().print(f"{name}: {ev['type']}: {ev.get('reason') or ev.get('error')}")
+
+    res = run_sweep(plan, out, resume=resume, on_event=on_event)
+    if json_out:
+        emit_json(res)
+        return
+    from rich.table import Table
+
+    t = Table("variant", "status", "repeats", "tok/s per stream", "vs baseline", "verdict")
+    for v in res.variants:
+        delta = f"{v.delta_pct:+.2f} %" if v.delta_pct is not None else "baseline"
+        t.add_row(
+            v.name,
+            v.status,
+            str(v.repeats),
+            f"{v.tok_s:.4g}" if v.tok_s is not None else "–",
+            delta,
+            v.verdict or "",
+        )
+    stdout().print(t)
+    stdout().print(res.verdict.get("headline"))
+    stdout().print(f"report: {out / 'report.html'}")
+
+
+def report(
+    result: Path = typer.Argument(..., help="doctor.json or sweep.json to render."),
+    out: Path = typer.Option(None, "--out", help="Directory (default: beside the file)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the written paths as JSON."),
+) -> None:
+    """Re-render the Markdown and HTML report of a saved doctor or sweep result."""
+    from ceiling.console import emit_json
+    from ceiling.console import out as stdout
+    from ceiling.report import render_file
+
+    paths = render_file(result, out)
+    if json_out:
+        emit_json(paths)
+        return
+    for kind, path in paths.items():
+        stdout().print(f"{kind}: {path}")
 
 
 def register(app: typer.Typer) -> None:
     """Add this group's commands to the app."""
+    app.command("doctor")(doctor)
+    app.command("sweep")(sweep)
+    app.command("report")(report)

@@ -153,25 +153,47 @@ def _concurrency(doc: Doc) -> list[str]:
     pts = concurrency_points((doc.get("bench") or {}).get("concurrency"))
     if not pts:
         return []
-    rows = [
-        [
-            int(p["concurrency"]),
-            fmt(p.get("output_throughput")),
-            fmt(p.get("decode_tok_s_per_stream")),
-            fmt(p.get("mean_tpot_ms"), 3),
-            fmt(p.get("mean_ttft_ms"), 3),
-        ]
-        for p in pts
-    ]
-    return [
+    lv = {int(x["concurrency"]): x for x in doc.get("levels") or []}
+    rows = []
+    for p in pts:
+        c = int(p["concurrency"])
+        a = lv.get(c, {})
+        rows.append(
+            [
+                c,
+                fmt(p.get("output_throughput")),
+                fmt(p.get("decode_tok_s_per_stream")),
+                fmt(p.get("mean_tpot_ms"), 3),
+                fmt(p.get("mean_ttft_ms"), 3),
+                fmt(a.get("predicted_step_ms"), 4),
+                fmt(a.get("unexplained_per_token_ms"), 4),
+            ]
+        )
+    out = [
         "## Throughput vs concurrency",
         "",
         table(
-            ["concurrency", "output tok/s", "tok/s per stream", "mean TPOT ms", "mean TTFT ms"],
+            [
+                "concurrency",
+                "output tok/s",
+                "tok/s per stream",
+                "mean TPOT ms (= step)",
+                "mean TTFT ms",
+                "floors ms per step",
+                "unexplained ms per token",
+            ],
             rows,
         ),
         "",
     ]
+    if lv:
+        out += [
+            "A step serves one token per running stream: when the unexplained time per step "
+            "stays flat as streams are added, it is per-step overhead (host, launch), and its "
+            "share per token falls.",
+            "",
+        ]
+    return out
 
 
 def _latency(doc: Doc) -> list[str]:

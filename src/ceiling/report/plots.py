@@ -34,6 +34,8 @@ def _fmt(value: float) -> str:
     if value == 0:
         return "0"
     a = abs(value)
+    if value == int(value) and a < 1e6:
+        return f"{int(value):,}"
     if a >= 1000:
         return f"{value:,.0f}"
     if a >= 100:
@@ -57,11 +59,9 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
     start = math.floor(lo / step) * step
-    ticks = []
-    v = start
-    while v <= hi + step * 0.5:
-        ticks.append(round(v, 12))
-        v += step
+    ticks = [round(start, 12)]
+    while ticks[-1] < hi - step * 1e-9:
+        ticks.append(round(start + len(ticks) * step, 12))
     return ticks
 
 

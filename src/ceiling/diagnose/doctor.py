@@ -1,0 +1,668 @@
+"""``ceiling doctor``: predict -> preflight -> launch -> bench -> inspect -> attribute -> verdict.
+
+Why one flow: the questions an engineer asks of a slow deployment (what could it do, what does
+it do, where does the difference go, what is worth changing) need all the other modules, in
+this order, with their evidence kept side by side. Every stage records what it did, how long it
+took and whether it failed; a stage that fails does not throw away what earlier stages measured
+(a server that dies mid-doctor leaves a report that says so and keeps every finished number).
+
+Input: a running server (``url``, optionally its ``log`` file) or a ``variant`` file to launch.
+The model comes from ``--model-path``, the variant's model, or the path the server reports in
+``/v1/models`` (``root``); the hardware from ``probe`` (GPUs) or, on a machine without NVIDIA
+GPUs, from a measured description of the CPU (``cpu_host``): the predict catalog describes
+GPUs, so on a CPU the predicted floors are computed from this CPU's measured bandwidth and
+FLOP rate, and the report says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ceiling.errors import CeilingError
+
+SCHEMA_VERSION = 1
+FLAG_HYPOTHESES = ("--num-scheduler-steps",)
+
+
+class DoctorConfig(BaseModel):
+    """Options of one doctor run (see docs/doctor.md)."""
+
+    url: str | None = None
+    variant: str | None = None
+    log: str | None = None
+    model_path: str | None = Field(None, description="model dir / config.json / catalog name")
+    engine: str | None = None
+    gpu: str | None = Field(None, description="catalog GPU name (default: probed)")
+    tp: int | None = None
+    max_tokens: int = 512
+    input_len: int = 64
+    repeat: int = 3
+    warmup: int = 1
+    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4])
+    concurrency_max_tokens: int = 128
+    concurrency_requests: int | None = None
+    target_tok_s: float | None = None
+    telemetry: bool = True
+    measure_cpu: bool = True
+    launch_timeout_s: float = 1800.0
+    out_dir: str = "ceiling-out"
+    flag_hypotheses: list[str] = Field(default_factory=lambda: list(FLAG_HYPOTHESES))
+    progress: bool = True
+
+
+class Stage(BaseModel):
+    name: str
+    status: str = "ok"  # ok | failed | skipped
+    seconds: float = 0.0
+    message: str | None = None
+
+
+class DoctorResult(BaseModel):
+    """The doctor's result document (``doctor.json``); the report renders from it alone."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: str = "doctor"
+    title: str = "ceiling doctor"
+    created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    config: dict[str, Any] = Field(default_factory=dict)
+    target: dict[str, Any] = Field(default_factory=dict)
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    model: dict[str, Any] | None = None
+    prediction: dict[str, Any] | None = None
+    prediction_note: str | None = None
+    preflight: dict[str, Any] | None = None
+    flag_checks: dict[str, str | None] = Field(default_factory=dict)
+    bench: dict[str, Any] = Field(default_factory=dict)
+    facts: dict[str, Any] | None = None
+    findings: list[dict[str, Any]] = Field(default_factory=list)
+    attribution: dict[str, Any] | None = None
+    levels: list[dict[str, Any]] = Field(default_factory=list)
+    verdict: dict[str, Any] | None = None
+    stages: list[Stage] = Field(default_factory=list)
+    server_died: bool = False
+    server_death: str | None = None
+    assumptions: list[str] = Field(default_factory=list)
+    reproduce: list[str] = Field(default_factory=list)
+    files: dict[str, str] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _http_json(url: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.loads(resp.read().decode())
+
+
+def server_alive(url: str) -> bool:
+    """Whether the server still answers (``/health``, else ``/v1/models``)."""
+    for path in ("/health", "/v1/models"):
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + path, timeout=5.0) as resp:
+                if resp.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+    return False
+
+
+def served_models(url: str) -> list[dict[str, Any]]:
+    """``/v1/models`` entries (id, root, owned_by); CeilingError when the server is not there."""
+    try:
+        data = _http_json(url.rstrip("/") + "/v1/models")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise CeilingError(
+            f"no OpenAI-compatible server at {url}: {exc}",
+            fix="start the server, or pass --variant FILE to let doctor launch it",
+        ) from exc
+    return list(data.get("data") or [])
+
+
+class _Recorder:
+    """Records stages into the result; failures are kept, not raised (unless fatal)."""
+
+    def __init__(self, result: DoctorResult, progress: bool) -> None:
+        self.result = result
+        self.progress = progress
+
+    @contextlib.contextmanager
+    def stage(self, name: str, fatal: bool = False) -> Iterator[Stage]:
+        st = Stage(name=name)
+        self.result.stages.append(st)
+        t0 = time.monotonic()
+        if self.progress:
+            from ceiling.console import console
+
+            console().print(f"[bold]doctor[/bold]: {name} ...")
+        try:
+            yield st
+        except CeilingError as exc:
+            st.status, st.message = "failed", exc.message.splitlines()[0]
+            if fatal:
+                raise
+        finally:
+            st.seconds = round(time.monotonic() - t0, 2)
+
+    def skip(self, name: str, why: str) -> None:
+        self.result.stages.append(Stage(name=name, status="skipped", message=why))
+
+
+def _arg_value(variant: Any, *names: str) -> str | None:
+    for a in getattr(variant, "args", []) or []:
+        if a.flag.lstrip("-") in names:
+            return a.values[0] if a.values else "true"
+    return None
+
+
+# ---------------------------------------------------------------------------- stages
+
+
+def _flag_checks(cfg: DoctorConfig, variant: Any, engine: str | None) -> dict[str, str | None]:
+    """For each flag hypothesis: why the installed engine rejects it (None: accepted)."""
+    out: dict[str, str | None] = {}
+    if not cfg.flag_hypotheses:
+        return out
+    if variant is not None:
+        from ceiling.engines.preflight import preflight
+        from ceiling.engines.variant import Arg
+
+        for flag in cfg.flag_hypotheses:
+            trial = variant.model_copy(deep=True)
+            trial.args.append(Arg(flag=flag, values=["8"]))
+            rep = preflight(trial)
+            probs = [p for p in rep.errors if flag.lstrip("-") in (p.subject + p.message)]
+            ver = f" (installed {rep.engine} {rep.engine_version})" if rep.engine_version else ""
+            out[flag] = (probs[0].message + ver) if probs else None
+        return out
+    if engine:
+        from ceiling.engines import engine_names, get_engine
+
+        if engine.lower() not in engine_names():
+            return out
+
+        removed = get_engine(engine).removed_flags()
+        for flag in cfg.flag_hypotheses:
+            info = removed.get(flag.lstrip("-"))
+            if info:
+                out[flag] = (
+                    f"removed in {engine} {info.get('removed_in')}: {info.get('reason')}"
+                    + (f"; instead: {info['replacement']}" if info.get("replacement") else "")
+                )
+    return out
+
+
+def _hardware(cfg: DoctorConfig, res: DoctorResult) -> Any:
+    """Probe GPUs; on a machine without them, describe (and measure) the CPU."""
+    from ceiling.probe.topology import probe
+
+    topo = probe()
+    if topo.gpus and not cfg.gpu:
+        g = topo.gpus[0]
+        res.hardware = {
+            "kind": "gpu",
+            "name": g.catalog_name or g.name,
+            "gpus": len(topo.gpus),
+            "link": topo.link_for([x.index for x in topo.gpus]),
+            "description": f"{len(topo.gpus)} x {g.name}"
+            + (
+                f" (catalog: {g.catalog_name})"
+                if g.catalog_name
+                else " (not in the predict catalog: pass --gpu)"
+            ),
+        }
+        return None
+    if cfg.gpu:
+        res.hardware = {
+            "kind": "gpu",
+            "name": cfg.gpu,
+            "gpus": cfg.tp or 1,
+            "link": None,
+            "description": f"{cfg.gpu} (given with --gpu, not probed)",
+        }
+        return None
+    from ceiling.diagnose.cpu_host import describe_cpu
+
+    host = describe_cpu(measure=cfg.measure_cpu)
+    res.hardware = {
+        "kind": "cpu",
+        "name": host.name,
+        "cores": host.cores,
+        "mem_bw_GBps": host.mem_bw_GBps,
+        "gflops": host.gflops,
+        "measured": host.measured,
+        "source": host.source,
+        "description": host.description,
+        "gpu_probe": topo.reason or "no NVIDIA GPU found",
+    }
+    if not host.measured:
+        res.assumptions.append(f"CPU rates are assumed, not measured: {host.source}")
+    return host
+
+
+def _model_dir(cfg: DoctorConfig, variant: Any, models: list[dict[str, Any]]) -> str | None:
+    if cfg.model_path:
+        return cfg.model_path
+    if variant is not None and variant.model_path() is not None:
+        return str(variant.model_path())
+    for m in models:
+        root = m.get("root")
+        if root and Path(root).exists():
+            return str(root)
+    return models[0].get("root") if models else None
+
+
+def _bench(cfg: DoctorConfig, url: str, model: str, mode: str, out: Path) -> dict[str, Any]:
+    from ceiling.bench.config import BenchConfig
+    from ceiling.bench.runner import run_bench
+
+    if mode == "single":
+        bc = BenchConfig(
+            url=url,
+            model=model,
+            mode="single",
+            max_tokens=cfg.max_tokens,
+            input_len=cfg.input_len,
+            repeat=cfg.repeat,
+            warmup=cfg.warmup,
+            telemetry=cfg.telemetry,
+            save_detailed=True,
+            out=out,
+        )
+    else:
+        bc = BenchConfig(
+            url=url,
+            model=model,
+            mode="concurrency",
+            concurrency=cfg.concurrency,
+            max_tokens=cfg.concurrency_max_tokens,
+            input_len=cfg.input_len,
+            requests=cfg.concurrency_requests,
+            repeat=1,
+            warmup=0,
+            save_detailed=True,
+            out=out,
+        )
+    return run_bench(bc, progress=cfg.progress).model_dump(mode="json")
+
+
+def _predict_gpu(
+    cfg: DoctorConfig,
+    res: DoctorResult,
+    model: str,
+    variant: Any,
+    batch: int = 1,
+    what_if: bool = True,
+) -> dict[str, Any]:
+    from ceiling.predict.api import PredictRequest, predict
+
+    tp = cfg.tp or int(_arg_value(variant, "tensor-parallel-size", "tp") or 1)
+    eager = _arg_value(variant, "enforce-eager") in ("true", "True", "1")
+    req = PredictRequest(
+        model=model,
+        gpu=res.hardware["name"],
+        tp=tp,
+        gpus=max(tp, 1),
+        link=res.hardware.get("link"),
+        engine=(cfg.engine or "vllm")
+        if (cfg.engine or "vllm") in ("vllm", "sglang", "trtllm")
+        else "generic",
+        cuda_graphs=not eager,
+        batch=batch,
+        context=cfg.input_len + cfg.max_tokens // 2,
+        prompt_len=cfg.input_len,
+        what_if=what_if,
+    )
+    return predict(req).model_dump(mode="json")
+
+
+def _measured(single: dict[str, Any] | None) -> tuple[float | None, tuple[float, float] | None]:
+    from ceiling.report.extract import decode_stat
+
+    mean, lo, hi = decode_stat(single)
+    return mean, ((lo, hi) if lo is not None and hi is not None else None)
+
+
+# ---------------------------------------------------------------------------- the flow
+
+
+def run_doctor(cfg: DoctorConfig) -> DoctorResult:
+    """Run the whole flow; write ``doctor.json`` and the report into ``cfg.out_dir``."""
+    if not cfg.url and not cfg.variant:
+        raise CeilingError(
+            "doctor needs a server to examine",
+            fix="pass --url http://HOST:PORT (running) or --variant FILE (launch)",
+        )
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    res = DoctorResult(config=cfg.model_dump(mode="json"))
+    rec = _Recorder(res, cfg.progress)
+    variant = None
+    with contextlib.ExitStack() as stack:
+        if cfg.variant:
+            from ceiling.engines.preflight import preflight
+            from ceiling.engines.variant import load_variant
+
+            variant = load_variant(cfg.variant).with_overrides(log_dir=str(out / "logs"))
+            with rec.stage("preflight", fatal=True) as st:
+                rep = preflight(variant)
+                res.preflight = rep.summary()
+                if not rep.ok:
+                    _finish(res, out, cfg)
+                    msgs = "; ".join(p.message for p in rep.errors)
+                    raise CeilingError(
+                        f"preflight refused {variant.name}: {msgs}",
+                        fix="fix the variant (see preflight.problems in doctor.json)",
+                    )
+                st.message = f"{rep.flags_checked} flags, {rep.env_checked} env checked"
+        server = None
+        if variant is not None:
+            from ceiling.run.launcher import launch
+
+            with rec.stage("launch", fatal=True) as st:
+                server = stack.enter_context(
+                    launch(variant, timeout_s=cfg.launch_timeout_s, progress=cfg.progress)
+                )
+                st.message = f"ready in {server.ready_s or 0:.1f} s at {server.url}"
+            url, log_path = server.url, Path(server.log_path)
+        else:
+            url, log_path = str(cfg.url).rstrip("/"), Path(cfg.log) if cfg.log else None
+        models = served_models(url)
+        served = (server.model if server is not None else None) or (
+            models[0]["id"] if models else None
+        )
+        engine = (
+            cfg.engine
+            or (variant.engine if variant is not None else None)
+            or (models[0].get("owned_by") if models else None)
+        )
+        res.target = {
+            "url": url,
+            "model": served,
+            "variant": cfg.variant,
+            "log_path": str(log_path) if log_path else None,
+            "launched": server is not None,
+            "engine": engine,
+        }
+        with rec.stage("flag hypotheses") as st:
+            res.flag_checks = _flag_checks(cfg, variant, engine)
+            st.message = (
+                ", ".join(
+                    f"{k}: {'rejected' if v else 'accepted'}" for k, v in res.flag_checks.items()
+                )
+                or "engine unknown: none"
+            )
+        with rec.stage("hardware") as st:
+            host = _hardware(cfg, res)
+            st.message = res.hardware.get("description")
+        model_dir = _model_dir(cfg, variant, models)
+        footprint = None
+        with rec.stage("predict") as st:
+            if host is not None:
+                from ceiling.diagnose.cpu_host import cpu_floor_components, model_footprint
+
+                if model_dir is None:
+                    raise CeilingError("cannot find the model's files", fix="pass --model-path")
+                footprint = model_footprint(model_dir)
+                res.model = {
+                    "name": served,
+                    "path": model_dir,
+                    "summary": footprint.summary,
+                    **footprint.model_dump(),
+                }
+                ctx = cfg.input_len + cfg.max_tokens // 2
+                comps = cpu_floor_components(footprint, host, batch=1, context=ctx)
+                res.prediction_note = (
+                    "the predict catalog describes GPUs; on this CPU the floors are the model's "
+                    f"bytes and FLOPs at this CPU's {'measured' if host.measured else 'ASSUMED'} "
+                    "rates; launch/host components are not predicted, so they appear in the "
+                    "unexplained remainder"
+                )
+                res.prediction = {
+                    "kind": "cpu-floors",
+                    "components_ms": comps,
+                    "batch": 1,
+                    "context": ctx,
+                    "what_if": [],
+                }
+                res.assumptions.append(
+                    f"weights are read once per decode step at their on-disk size "
+                    f"({footprint.weight_bytes / 1e6:.3g} MB, {footprint.dtype})"
+                )
+                res.assumptions.append(
+                    f"mean decode context {ctx} tokens (prompt "
+                    f"{cfg.input_len} + half of {cfg.max_tokens} generated)"
+                )
+                st.message = "CPU floors (predict's GPU catalog not applicable)"
+            else:
+                if model_dir is None:
+                    raise CeilingError(
+                        "cannot find the model config",
+                        fix="pass --model-path (dir, config.json or catalog name)",
+                    )
+                res.prediction = _predict_gpu(cfg, res, model_dir, variant)
+                res.model = {
+                    "name": served,
+                    "path": model_dir,
+                    "summary": json.dumps(res.prediction.get("model", {}))[:300],
+                }
+                res.assumptions += list(res.prediction.get("assumptions") or [])
+                st.message = (
+                    f"{res.prediction['decode_tok_s_per_stream']:.4g} tok/s per stream predicted"
+                )
+        alive = lambda: server.alive() if server is not None else server_alive(url)  # noqa: E731
+        for mode, fname in (
+            ("single", "bench-single.json"),
+            ("concurrency", "bench-concurrency.json"),
+        ):
+            if res.server_died:
+                rec.skip(f"bench {mode}", "server died earlier")
+                continue
+            if mode == "concurrency" and not cfg.concurrency:
+                rec.skip("bench concurrency", "no concurrency levels asked")
+                continue
+            with rec.stage(f"bench {mode}") as st:
+                try:
+                    res.bench[mode] = _bench(cfg, url, served or "", mode, out / fname)
+                    res.files[f"bench_{mode}"] = str(out / fname)
+                    b = res.bench[mode]
+                    st.message = f"{b.get('completed')} requests, partial: {b.get('partial')}" + (
+                        f" ({b.get('partial_reason')})" if b.get("partial") else ""
+                    )
+                    if b.get("partial"):
+                        st.status = "failed"
+                finally:
+                    if not alive():
+                        res.server_died = True
+                        res.server_death = _death_text(server, url, mode)
+        if log_path is not None and log_path.exists():
+            with rec.stage("inspect log") as st:
+                _inspect(res, log_path, res.target.get("engine"))
+                st.message = f"{len(res.findings)} findings"
+        else:
+            rec.skip("inspect log", "no log file (pass --log with --url)")
+        with rec.stage("attribute") as st:
+            _attribute(cfg, res, footprint, host, variant)
+            st.message = (res.attribution or {}).get("bound_by") or "no decode measurement"
+        with rec.stage("verdict"):
+            _verdict(cfg, res, footprint, host)
+        res.title = (
+            f"ceiling doctor — {served or 'server'} on "
+            f"{'CPU ' + res.hardware.get('name', '') if host else res.hardware.get('name')}"
+        )
+        _reproduce(cfg, res, url, served)
+    _finish(res, out, cfg)
+    return res
+
+
+def _death_text(server: Any, url: str, stage: str) -> str:
+    if server is not None:
+        d = server.death()
+        ev = ("; log: " + " | ".join(d.evidence[-2:])) if d.evidence else ""
+        return f"during bench {stage}: exit code {d.exit_code}: {d.cause}{ev}"
+    return f"during bench {stage}: {url} stopped answering"
+
+
+def _inspect(res: DoctorResult, log_path: Path, engine: str | None) -> None:
+    from ceiling.diagnose.logs import inspect_log
+
+    facts = inspect_log(log_path, engine=engine)
+    data = facts.model_dump(mode="json")
+    res.findings = list(data.pop("findings", []) or [])
+    res.facts = data
+
+
+def _levels(
+    cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any, variant: Any
+) -> list[Any]:
+    from ceiling.diagnose.attribute import attribute_levels
+    from ceiling.report.extract import concurrency_points
+
+    pts = concurrency_points(res.bench.get("concurrency"))
+    rows = []
+    for p in pts:
+        tpot = p.get("mean_tpot_ms")
+        if not tpot:
+            continue
+        c = int(p["concurrency"])
+        if host is not None and footprint is not None:
+            from ceiling.diagnose.cpu_host import cpu_floor_components
+
+            ctx = cfg.input_len + cfg.concurrency_max_tokens // 2
+            comps = cpu_floor_components(footprint, host, batch=c, context=ctx)
+        elif res.prediction and res.model:
+            try:
+                comps = _predict_gpu(cfg, res, res.model["path"], variant, batch=c, what_if=False)[
+                    "components_ms"
+                ]
+            except CeilingError:
+                comps = {}
+        else:
+            comps = {}
+        rows.append((c, float(tpot), comps, p.get("output_throughput")))
+    return attribute_levels(rows)
+
+
+def _attribute(
+    cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any, variant: Any
+) -> None:
+    from ceiling.diagnose.attribute import attribute, step_ci_ms, step_ms
+
+    mean, ci = _measured(res.bench.get("single"))
+    levels = _levels(cfg, res, footprint, host, variant)
+    res.levels = [lv.model_dump() for lv in levels]
+    if mean is None or not res.prediction:
+        return
+    comps = res.prediction.get("components_ms") or {}
+    if host is not None:
+        basis = (
+            f"CPU floors: weights {footprint.weight_bytes / 1e6:.3g} MB and KV at "
+            f"{host.mem_bw_GBps:.3g} GB/s, {2 * footprint.params / 1e6:.3g} MFLOP per token "
+            f"at {host.gflops:.3g} GFLOP/s ({'measured' if host.measured else 'assumed'})"
+        )
+    else:
+        basis = (
+            f"predict for {res.hardware.get('name')} "
+            f"(TP={res.prediction.get('deployment', {}).get('tp', '?')})"
+        )
+    a = attribute(
+        step_ms(mean),
+        comps,
+        basis=basis,
+        measured_ci_ms=step_ci_ms(*(ci or (None, None))),
+        kinds=res.prediction.get("component_kind"),
+    )
+    res.attribution = a.model_dump()
+
+
+def _verdict(cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any) -> None:
+    from ceiling.diagnose.attribute import Attribution, LevelAttribution
+    from ceiling.diagnose.verdict import VerdictInputs, build_verdict
+
+    mean, ci = _measured(res.bench.get("single"))
+    pred = res.prediction if (res.prediction or {}).get("kind") != "cpu-floors" else None
+    floors = None
+    if host is not None and footprint is not None:
+        floors = (
+            f"{footprint.weight_bytes / 1e6:.3g} MB of weights per step at "
+            f"{host.mem_bw_GBps:.3g} GB/s"
+        )
+    hidden = (
+        footprint.hidden_size
+        if footprint
+        else ((res.prediction or {}).get("model", {}).get("hidden_size"))
+    )
+    tp = int(((res.prediction or {}).get("deployment") or {}).get("tp") or cfg.tp or 1)
+    inp = VerdictInputs(
+        attribution=Attribution(**res.attribution) if res.attribution else None,
+        measured_tok_s=mean,
+        measured_ci=ci,
+        prediction=pred,
+        prediction_note=res.prediction_note,
+        hardware_kind="cpu" if host is not None else "gpu",
+        hardware_name=res.hardware.get("name"),
+        tp=tp,
+        hidden_size=hidden,
+        engine=res.target.get("engine"),
+        findings=res.findings,
+        facts=res.facts,
+        flag_checks=res.flag_checks,
+        levels=[LevelAttribution(**lv) for lv in res.levels],
+        target_tok_s=cfg.target_tok_s,
+        floors_detail=floors,
+    )
+    v = build_verdict(inp)
+    if res.server_died:
+        v.notes.insert(
+            0, f"The server died {res.server_death}; the verdict uses what was measured before."
+        )
+    res.verdict = v.model_dump()
+
+
+def _reproduce(cfg: DoctorConfig, res: DoctorResult, url: str, model: str | None) -> None:
+    target = (
+        f"--variant {cfg.variant}"
+        if cfg.variant
+        else f"--url {url}"
+        + (f" --log {cfg.log}" if cfg.log else "")
+        + (f" --model-path {cfg.model_path}" if cfg.model_path else "")
+    )
+    conc = ",".join(str(c) for c in cfg.concurrency)
+    res.reproduce = [
+        f"ceiling doctor {target} --max-tokens {cfg.max_tokens} --repeat {cfg.repeat} "
+        f"--concurrency {conc or 'none'} --out {cfg.out_dir}",
+        f"ceiling bench --url {url} --model {model} --mode single --max-tokens {cfg.max_tokens} "
+        f"--input-len {cfg.input_len} --repeat {cfg.repeat}",
+    ]
+    if conc:
+        res.reproduce.append(
+            f"ceiling bench --url {url} --model {model} --mode concurrency --concurrency {conc} "
+            f"--max-tokens {cfg.concurrency_max_tokens} --input-len {cfg.input_len}"
+        )
+    if cfg.variant:
+        res.reproduce.insert(0, f"ceiling preflight {cfg.variant}")
+
+
+def _finish(res: DoctorResult, out: Path, cfg: DoctorConfig) -> None:
+    from ceiling.console import dumps
+    from ceiling.report import render
+
+    path = out / "doctor.json"
+    res.files["doctor"] = str(path)
+    res.files.update(
+        {
+            f"report_{k}": v
+            for k, v in {"md": str(out / "report.md"), "html": str(out / "report.html")}.items()
+        }
+    )
+    path.write_text(dumps(res) + "\n", encoding="utf-8")
+    render(res, out)

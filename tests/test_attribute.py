@@ -1,0 +1,90 @@
+"""Attribution math: components keep their predicted values, the remainder is named."""
+
+from __future__ import annotations
+
+import pytest
+
+from ceiling.diagnose.attribute import (
+    UNEXPLAINED_LABEL,
+    attribute,
+    attribute_levels,
+    step_ci_ms,
+    step_ms,
+)
+from ceiling.diagnose.cpu_host import CpuHost, ModelFootprint, cpu_floor_components
+
+
+def test_remainder_is_measured_minus_predicted_and_named():
+    a = attribute(12.0, {"weights": 6.0, "collectives": 3.0, "launch": 1.0}, basis="test")
+    assert a.predicted_step_ms == pytest.approx(10.0)
+    assert a.unexplained_ms == pytest.approx(2.0)
+    assert a.unexplained_pct == pytest.approx(100 * 2 / 12)
+    assert a.unexplained_label == UNEXPLAINED_LABEL
+    assert a.fundamental_ms == pytest.approx(9.0)  # weights + collectives
+    assert a.configurable_ms == pytest.approx(1.0)  # launch
+    shares = {c.name: c.share_pct for c in a.components}
+    assert shares["weights"] == pytest.approx(50.0)
+    assert a.bound_by == "weights"
+    # every millisecond is accounted for exactly once
+    total = sum(c.predicted_ms for c in a.components) + a.unexplained_ms
+    assert total == pytest.approx(a.measured_step_ms)
+
+
+def test_host_bound_when_remainder_dominates():
+    a = attribute(4.0, {"weights": 0.1, "kv": 0.01}, basis="cpu")
+    assert a.bound_by == UNEXPLAINED_LABEL
+    assert a.unexplained_pct > 97
+    assert a.explained_pct == pytest.approx(100 * 0.11 / 4.0)
+
+
+def test_measured_faster_than_predicted_is_reported_not_hidden():
+    a = attribute(5.0, {"weights": 6.0}, basis="test")
+    assert a.unexplained_ms == pytest.approx(-1.0)
+    assert "overestimates" in (a.unexplained_note or "")
+    assert a.explained_pct == pytest.approx(100.0)
+
+
+def test_kind_overrides_and_unknown_components():
+    a = attribute(
+        10.0, {"weights": 5.0, "mystery": 1.0}, basis="t", kinds={"weights": "configurable"}
+    )
+    kinds = {c.name: c.kind for c in a.components}
+    assert kinds == {"weights": "configurable", "mystery": "configurable"}
+
+
+def test_step_conversions():
+    assert step_ms(250.0) == pytest.approx(4.0)
+    lo, hi = step_ci_ms(200.0, 250.0)
+    assert (lo, hi) == (pytest.approx(4.0), pytest.approx(5.0))
+    assert step_ci_ms(None, 3.0) is None
+    with pytest.raises(ValueError):
+        step_ms(0.0)
+
+
+def test_levels_show_per_step_overhead_shared_by_the_batch():
+    lv = attribute_levels([(1, 4.0, {"weights": 0.1}, 250.0), (2, 4.2, {"weights": 0.1}, 470.0)])
+    assert lv[0].unexplained_per_token_ms == pytest.approx(3.9)
+    assert lv[1].unexplained_per_token_ms == pytest.approx(2.05)
+    assert lv[1].predicted_per_token_ms == pytest.approx(0.05)
+
+
+def test_cpu_floors_scale_with_bytes_and_batch():
+    fp = ModelFootprint(
+        name="m",
+        weight_bytes=2_000_000,
+        params=500_000,
+        layers=2,
+        hidden_size=128,
+        kv_bytes_per_token=2048,
+        dtype="float32",
+        source="t",
+    )
+    host = CpuHost(name="c", cores=2, mem_bw_GBps=10.0, gflops=20.0, measured=True, source="t")
+    c1 = cpu_floor_components(fp, host, batch=1, context=100)
+    assert c1["weights"] == pytest.approx(2e6 / 10e9 * 1e3)  # 0.2 ms
+    assert c1["kv"] == pytest.approx(100 * 2048 / 10e9 * 1e3)
+    assert c1["compute"] == pytest.approx(2 * 5e5 / 20e9 * 1e3)
+    c4 = cpu_floor_components(fp, host, batch=4, context=100)
+    assert c4["weights"] == pytest.approx(c1["weights"])  # read once per step
+    assert c4["kv"] == pytest.approx(4 * c1["kv"])
+    assert c4["compute"] == pytest.approx(4 * c1["compute"])

@@ -1,0 +1,132 @@
+"""The doctor flow against a synthetic OpenAI-compatible server (no engine needed).
+
+The synthetic server emits tokens on a schedule we choose (4 ms per token), so the doctor's
+measured step and its attribution can be checked against what really happened; the model
+directory is a real config.json with weight files of known size. A server that dies mid-doctor
+must leave a report that says so and keeps what was measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ceiling.cli import main
+from ceiling.diagnose.doctor import DoctorConfig, run_doctor
+from ceiling.errors import CeilingError
+from sse_server import Plan, SSEServer
+
+ITL_S = 0.004
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "model"
+    d.mkdir()
+    cfg = {
+        "num_hidden_layers": 2,
+        "hidden_size": 128,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "torch_dtype": "float32",
+    }
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "model.safetensors").write_bytes(os.urandom(1_700_000))
+    return d
+
+
+def _cfg(url: str, model_dir: Path, out: Path, **kw) -> DoctorConfig:
+    base = dict(
+        url=url,
+        model_path=str(model_dir),
+        max_tokens=24,
+        repeat=2,
+        warmup=1,
+        concurrency=[1, 2],
+        concurrency_max_tokens=12,
+        concurrency_requests=4,
+        out_dir=str(out),
+        progress=False,
+        telemetry=False,
+    )
+    base.update(kw)
+    return DoctorConfig(**base)
+
+
+def test_doctor_on_a_running_server(model_dir, tmp_path):
+    with SSEServer(Plan(itl_s=ITL_S, ttft_s=0.01)) as srv:
+        res = run_doctor(_cfg(srv.url, model_dir, tmp_path / "out", target_tok_s=1000.0))
+    assert not res.server_died
+    a = res.attribution
+    # the measured step is the server's 4 ms schedule (plus client/transport jitter)
+    assert a["measured_step_ms"] == pytest.approx(ITL_S * 1000, rel=0.25)
+    assert a["bound_by"] == "kernel inefficiency / host overhead"
+    weights = next(c for c in a["components"] if c["name"] == "weights")
+    bw = res.hardware["mem_bw_GBps"]
+    assert weights["predicted_ms"] == pytest.approx(1_700_000 / (bw * 1e9) * 1e3)
+    v = res.verdict
+    assert v["headline"].startswith("Host / launch-overhead-bound, not bandwidth-bound")
+    assert v["target"]["met"] is False
+    assert res.hardware["kind"] == "cpu" and res.prediction["kind"] == "cpu-floors"
+    assert [lv["concurrency"] for lv in res.levels] == [1, 2]
+    stages = {s.name: s.status for s in res.stages}
+    assert stages["bench single"] == "ok" and stages["bench concurrency"] == "ok"
+    assert stages["inspect log"] == "skipped"
+    out = tmp_path / "out"
+    for f in ("doctor.json", "report.md", "report.html", "bench-single.json"):
+        assert (out / f).is_file()
+    saved = json.loads((out / "doctor.json").read_text())
+    assert saved["schema_version"] == 1 and saved["verdict"]["headline"] == v["headline"]
+
+
+def test_server_dying_mid_doctor_keeps_what_was_measured(model_dir, tmp_path):
+    # warm-up 1 + 2 repeats x 5 requests = 11 single-stream requests; die in the sweep.
+    with SSEServer(lambda i, _b: Plan(itl_s=ITL_S, ttft_s=0.01, die=i == 13)) as srv:
+        res = run_doctor(_cfg(srv.url, model_dir, tmp_path / "out"))
+    assert res.server_died
+    assert "concurrency" in res.server_death and "stopped answering" in res.server_death
+    assert res.bench["single"]["completed"] == 10  # everything before the death is kept
+    assert res.attribution is not None
+    assert res.verdict["notes"][0].startswith("The server died")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "The server died during the doctor run" in md
+    assert "bench concurrency" in md
+
+
+def test_doctor_without_a_server(tmp_path, model_dir):
+    with pytest.raises(CeilingError, match="needs a server"):
+        run_doctor(DoctorConfig(out_dir=str(tmp_path)))
+    with pytest.raises(CeilingError, match="no OpenAI-compatible server"):
+        run_doctor(_cfg("http://127.0.0.1:9", model_dir, tmp_path))
+    # the CLI turns it into one line + fix, exit code 2
+    assert main(["doctor", "--url", "http://127.0.0.1:9", "--out", str(tmp_path)]) == 2
+
+
+def test_cli_doctor_json(model_dir, tmp_path, capsys):
+    with SSEServer(Plan(itl_s=ITL_S, ttft_s=0.01)) as srv:
+        rc = main(
+            [
+                "doctor",
+                "--url",
+                srv.url,
+                "--model-path",
+                str(model_dir),
+                "--max-tokens",
+                "16",
+                "--repeat",
+                "2",
+                "--concurrency",
+                "none",
+                "--no-telemetry",
+                "--out",
+                str(tmp_path / "o"),
+                "--json",
+            ]
+        )
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "doctor" and doc["bench"].get("concurrency") is None
+    assert any(s["name"] == "bench concurrency" and s["status"] == "skipped" for s in doc["stages"])

@@ -1,0 +1,192 @@
+"""Reports render from saved result files: verdict first, every section, valid inline SVG."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from ceiling.cli import main
+from ceiling.errors import CeilingError
+from ceiling.report import load_doc, plots, render, render_file
+from ceiling.report.html import render_html
+from ceiling.report.markdown import render_markdown
+
+DATA = Path(__file__).parent / "data" / "report"
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture
+def doc() -> dict:
+    return json.loads((DATA / "doctor-cpu.json").read_text())
+
+
+def test_markdown_verdict_first_and_numbers_from_the_file(doc):
+    md = render_markdown(doc)
+    sections = [line for line in md.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Verdict"
+    assert md.index(doc["verdict"]["headline"]) < md.index("## Where the step time goes")
+    a = doc["attribution"]
+    assert f"{a['measured_step_ms']:.4f}" in md
+    assert "kernel inefficiency / host overhead" in md
+    for title in (
+        "Throughput vs concurrency",
+        "Latency distributions (ms)",
+        "Reproduce",
+        "What ran",
+        "The usual hypotheses",
+    ):
+        assert f"## {title}" in md
+    assert doc["reproduce"][0] in md
+
+
+def test_html_is_self_contained_and_plots_parse(doc):
+    html = render_html(doc)
+    assert "<script" not in html
+    for bad in ("http://", "https://"):
+        # the only URLs allowed are the SVG namespace and the reproduced server URL
+        rest = html.replace("http://www.w3.org/2000/svg", "").replace(doc["target"]["url"], "")
+        assert bad not in rest
+    svgs = [s.split("</svg>")[0] + "</svg>" for s in html.split("<svg")[1:]]
+    assert len(svgs) >= 5  # waterfall, concurrency, TTFT, ITL, telemetry (empty state)
+    kinds = []
+    for s in svgs:
+        root = ET.fromstring("<svg" + s)
+        kinds.append(root.get("class"))
+        assert root.find(f"{SVG_NS}title") is not None
+    assert "plot plot-waterfall" in kinds and "plot plot-histogram" in kinds
+    assert "plot plot-lines" in kinds
+
+
+def test_waterfall_bars_add_up(doc):
+    svg = plots.waterfall([("weights", 1.0, "fundamental"), ("launch", 0.5, "configurable")], 4.0)
+    root = ET.fromstring(svg)
+    bars = [r for r in root.iter(f"{SVG_NS}rect") if "bar" in (r.get("class") or "")]
+    widths = [float(r.get("width")) for r in bars]
+    # weights, launch, predicted total, unexplained, measured
+    assert len(bars) == 5
+    assert widths[0] + widths[1] == pytest.approx(widths[2], rel=1e-3)
+    assert widths[2] + widths[3] == pytest.approx(widths[4], rel=1e-3)
+    assert "kernel inefficiency / host overhead" in svg
+
+
+def test_plots_handle_missing_and_degenerate_data():
+    assert "no samples" in plots.histogram([], "TTFT")
+    assert "no data points" in plots.lines({}, "t", "x", "y")
+    one = plots.histogram([5.0, 5.0, 5.0], "same")
+    ET.fromstring(one)
+    assert plots.nice_ticks(0, 4.01)[-1] >= 4.01
+    ET.fromstring(plots.bars_ci([("a", 10.0, 9.0, 11.0), ("b<&>", 12.0, None, None)], "t", "u"))
+
+
+def test_render_file_rewrites_reports_beside_the_saved_json(doc, tmp_path):
+    src = tmp_path / "doctor.json"
+    src.write_text(json.dumps(doc))
+    paths = render_file(src)
+    assert Path(paths["md"]).read_text().startswith("# ceiling doctor")
+    assert Path(paths["html"]).read_text().startswith("<!DOCTYPE html>")
+    # the CLI does the same and prints the paths as JSON
+    out = tmp_path / "other"
+    assert main(["report", str(src), "--out", str(out), "--json"]) == 0
+    assert (out / "report.html").is_file()
+
+
+def test_server_death_is_stated(doc):
+    doc["server_died"] = True
+    doc["server_death"] = "during bench concurrency: exit code -9: killed"
+    md = render_markdown(doc)
+    assert "The server died during the doctor run" in md
+    assert "exit code -9" in md
+
+
+def test_sweep_report_compares_variants(tmp_path):
+    doc = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "title": "ceiling sweep — t",
+        "verdict": {"headline": "No variant significantly beats the baseline base."},
+        "comparison": [
+            {
+                "label": "base",
+                "tok_s": 100.0,
+                "low": 99.0,
+                "high": 101.0,
+                "delta_pct": None,
+                "verdict": "baseline",
+                "status": "done",
+                "repeats": 5,
+            },
+            {
+                "label": "ll",
+                "tok_s": 100.4,
+                "low": 99.5,
+                "high": 101.3,
+                "delta_pct": 0.4,
+                "verdict": "no significant difference",
+                "status": "stopped_early",
+                "repeats": 3,
+            },
+        ],
+    }
+    paths = render(doc, tmp_path)
+    md = Path(paths["md"]).read_text()
+    assert "| ll | 100 (95 % CI 99.50–101)" in md or "| ll |" in md
+    assert "no significant difference" in md
+    assert "plot-bars" in Path(paths["html"]).read_text()
+
+
+def test_load_doc_errors(tmp_path):
+    with pytest.raises(CeilingError, match="not found"):
+        load_doc(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(CeilingError, match="schema_version"):
+        load_doc(bad)
+
+
+@pytest.mark.browser
+def test_html_report_in_headless_chromium(doc, tmp_path):
+    """The page loads in a real browser, every plot renders with a size, no console errors."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium not installed (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    paths = render(doc, tmp_path)
+    shot = tmp_path / "report.png"
+    messages: list[tuple[str, str]] = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        try:
+            page = browser.new_page()
+            page.on("console", lambda m: messages.append((m.type, m.text)))
+            page.on("pageerror", lambda e: messages.append(("pageerror", str(e))))
+            page.on("requestfailed", lambda r: messages.append(("requestfailed", r.url)))
+            page.goto(Path(paths["html"]).as_uri())
+            assert page.title().startswith("ceiling doctor")
+            plots_ = page.locator("svg.plot")
+            assert plots_.count() >= 5
+            for i in range(plots_.count()):
+                box = plots_.nth(i).bounding_box()
+                assert box is not None and box["width"] > 100 and box["height"] > 50
+            bars = page.locator("svg.plot-waterfall rect.bar")
+            assert bars.count() >= 4
+            assert page.locator("h2").first.inner_text() == "Verdict"
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    errors = [m for m in messages if m[0] in ("error", "pageerror", "requestfailed")]
+    assert errors == []
+    assert shot.stat().st_size > 10_000

@@ -1,0 +1,119 @@
+"""Verdict: statements traceable to numbers; hypotheses answered only with evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from ceiling.diagnose.attribute import attribute, attribute_levels
+from ceiling.diagnose.verdict import VerdictInputs, build_verdict
+
+
+def _gpu_inputs(**kw):
+    a = attribute(
+        12.3,
+        {"weights": 7.0, "kv": 0.5, "collectives": 2.0, "launch": 0.3, "host": 0.2},
+        basis="predict",
+    )
+    pred = {
+        "decode_tok_s_per_stream": 1000 / 10.0,
+        "what_if": [
+            {
+                "change": "custom one-shot allreduce",
+                "decode_tok_s_per_stream": 108.0,
+                "delta_pct": 8.0,
+            },
+            {"change": "NCCL_PROTO=LL", "decode_tok_s_per_stream": 100.5, "delta_pct": 0.5},
+            {"change": "TP=4 + DP=2", "decode_tok_s_per_stream": 95.0, "delta_pct": -5.0},
+        ],
+    }
+    base = dict(
+        attribution=a,
+        measured_tok_s=81.4,
+        measured_ci=(80.9, 81.9),
+        prediction=pred,
+        hardware_kind="gpu",
+        tp=8,
+        hidden_size=7168,
+    )
+    base.update(kw)
+    return VerdictInputs(**base)
+
+
+def test_nccl_hypothesis_is_latency_bound_at_14_kb():
+    v = build_verdict(_gpu_inputs())
+    h = next(h for h in v.hypotheses if h.hypothesis.startswith("NCCL"))
+    assert "latency-bound at 14 KB" in h.answer
+    assert h.predicted_gain_pct == pytest.approx(0.5)
+
+
+def test_changes_ranked_by_gain_and_best_config():
+    v = build_verdict(
+        _gpu_inputs(
+            findings=[
+                {
+                    "id": "B1",
+                    "kind": "configurable",
+                    "fix": "remove --enforce-eager",
+                    "title": "eager",
+                    "predicted_effect": "launch overhead",
+                    "evidence": ["enforce_eager=True"],
+                },
+                {"id": "A9", "kind": "fundamental", "fix": "new fabric", "title": "x"},
+            ]
+        )
+    )
+    assert [c.change for c in v.changes][:2] == ["custom one-shot allreduce", "NCCL_PROTO=LL"]
+    assert all(c.change != "TP=4 + DP=2" for c in v.changes)  # negative gain is not a change
+    assert any(c.source == "finding B1" for c in v.changes)
+    assert not any("new fabric" in c.change for c in v.changes)  # fundamental finding
+    assert v.best_config == {"change": "custom one-shot allreduce", "tok_s": 108.0}
+    assert v.pct_of_predicted == pytest.approx(81.4)
+    assert v.gap["unexplained_ms"] == pytest.approx(2.3)
+
+
+def test_target_met_missed_and_ci_caveat():
+    assert build_verdict(_gpu_inputs(target_tok_s=80.0)).target.met
+    t = build_verdict(_gpu_inputs(target_tok_s=81.0)).target
+    assert t.met and "on the mean only" in t.text
+    t = build_verdict(_gpu_inputs(target_tok_s=120.0)).target
+    assert not t.met and t.margin_pct == pytest.approx(100 * (81.4 / 120 - 1))
+    assert "below the target" in t.text  # predicted 100 < 120: no setting reaches it
+    assert build_verdict(_gpu_inputs()).target is None
+
+
+def test_cpu_host_bound_headline_and_flag_answer():
+    a = attribute(4.0, {"weights": 0.12, "kv": 0.01, "compute": 0.05}, basis="cpu")
+    lv = attribute_levels([(1, 4.0, {"weights": 0.12}, 240.0), (2, 4.1, {"weights": 0.12}, 470.0)])
+    v = build_verdict(
+        VerdictInputs(
+            attribution=a,
+            measured_tok_s=250.0,
+            hardware_kind="cpu",
+            levels=lv,
+            flag_checks={
+                "--num-scheduler-steps": "unrecognized argument",
+                "--async-scheduling": None,
+            },
+        )
+    )
+    assert v.headline.startswith("Host / launch-overhead-bound, not bandwidth-bound")
+    assert "95.5 %" in v.headline
+    hyp = {h.hypothesis: h.answer for h in v.hypotheses}
+    assert hyp["`--num-scheduler-steps`"].startswith("not in the installed engine")
+    assert hyp["`--async-scheduling`"].startswith("accepted")
+    assert "not applicable" in next(a for k, a in hyp.items() if k.startswith("NCCL"))
+    streams = next(h for k, h in zip(hyp, v.hypotheses, strict=True) if "streams" in k)
+    assert streams.predicted_gain_pct == pytest.approx(100 * (470 / 240 - 1))
+
+
+def test_bandwidth_bound_headline():
+    a = attribute(5.0, {"weights": 4.0, "kv": 0.3}, basis="predict")
+    v = build_verdict(VerdictInputs(attribution=a, measured_tok_s=200.0))
+    assert v.headline.startswith("Memory-bandwidth-bound (weight reads)")
+    assert v.bound_by == "memory-bandwidth-bound (weight reads)"
+
+
+def test_no_measurement():
+    v = build_verdict(VerdictInputs())
+    assert "No decode measurement" in v.headline
+    assert v.hypotheses == [] and v.changes == []
