@@ -11,12 +11,10 @@ The fits become :class:`~ceiling.spec.profile.CollectiveFit` entries of a hardwa
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import cache
@@ -33,6 +31,7 @@ from ceiling.probe.fit import (
     human_size,
     interp_latency,
 )
+from ceiling.probe.ranks import run_ranks
 from ceiling.spec.profile import CollectiveFit, HardwareProfile
 
 SCHEMA_VERSION = 1
@@ -49,11 +48,6 @@ def presets() -> dict[str, Any]:
 
     path = Path(__file__).resolve().parents[1] / "data" / "commbench.yaml"
     return yaml.safe_load(path.read_text())
-
-
-def always_env() -> dict[str, str]:
-    """NVLink multicast off in every process we start (see data/commbench.yaml)."""
-    return {k: str(v) for k, v in presets()["always_env"].items()}
 
 
 def resolve_variants(names: list[str], custom: list[str]) -> list[tuple[str, dict[str, str]]]:
@@ -211,12 +205,6 @@ def _torch_facts() -> tuple[bool, int]:
     return bool(cuda), int(n)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def decode_marks(sizes_hidden: dict[str, int], batches: list[int]) -> dict[int, list[str]]:
     """Message bytes -> labels such as 'decode B=1 llama-3.1-70b' (bf16 activations)."""
     marks: dict[int, list[str]] = {}
@@ -325,81 +313,38 @@ def _run_variant(
         }
         spec_path = Path(tmp, "spec.json")
         spec_path.write_text(json.dumps(spec))
-        port = _free_port()
-        procs, logs = [], []
-        src = str(Path(__file__).resolve().parents[2])
-        for rank in range(ws):
-            env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
-            env.update(venv)
-            env.update(always_env())
-            env.update(
-                RANK=str(rank),
-                WORLD_SIZE=str(ws),
-                LOCAL_RANK=str(rank),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                PYTHONPATH=src + os.pathsep + env.get("PYTHONPATH", ""),
-                PYTHONUNBUFFERED="1",
-                OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
-            )
-            log = open(Path(tmp, f"rank{rank}.log"), "w+")  # noqa: SIM115 (closed below)
-            logs.append(log)
-            procs.append(
-                subprocess.Popen(
-                    [cfg.python, "-m", "ceiling.probe.commbench_worker", str(spec_path)],
-                    env=env,
-                    stdout=subprocess.PIPE if rank == 0 else log,
-                    stderr=log,
-                    text=True,
-                    start_new_session=True,
-                )
-            )
-        deadline = time.monotonic() + cfg.timeout_s
-        try:
-            assert procs[0].stdout is not None
-            for line in procs[0].stdout:
-                if line.startswith("PROGRESS") and on_progress is not None:
-                    _, done, total, _size = line.split()
-                    on_progress(label, int(done), int(total))
-                if time.monotonic() > deadline:
-                    break
-            for p in procs:
-                p.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+
+        def on_line(line: str) -> None:
+            if line.startswith("PROGRESS") and on_progress is not None:
+                _, done, total, _size = line.split()
+                on_progress(label, int(done), int(total))
+
+        outcome = run_ranks(
+            [cfg.python, "-m", "ceiling.probe.commbench_worker", str(spec_path)],
+            ws,
+            venv,
+            cfg.timeout_s,
+            on_line,
+        )
         out = Path(spec["out"])
-        codes = [p.returncode for p in procs]
-        if out.is_file() and all(c == 0 for c in codes):
+        if outcome.ok and out.is_file():
             data = json.loads(out.read_text())
             run.device_name = data.get("device_name")
             run.torch_version, run.nccl_version = data.get("torch"), data.get("nccl")
             for row in data["rows"]:
                 t, g = row["time_us"], row.get("graph_time_us")
+                size = row["size_bytes"]
                 run.rows.append(
                     CommRow(
                         **row,
-                        algbw_GBps=algbw_GBps(row["size_bytes"], t),
-                        busbw_GBps=busbw_GBps(row["size_bytes"], t, ws),
-                        graph_algbw_GBps=None if g is None else algbw_GBps(row["size_bytes"], g),
-                        graph_busbw_GBps=None
-                        if g is None
-                        else busbw_GBps(row["size_bytes"], g, ws),
+                        algbw_GBps=algbw_GBps(size, t),
+                        busbw_GBps=busbw_GBps(size, t, ws),
+                        graph_algbw_GBps=None if g is None else algbw_GBps(size, g),
+                        graph_busbw_GBps=None if g is None else busbw_GBps(size, g, ws),
                     )
                 )
         else:
-            tail = []
-            for log in logs:
-                log.seek(0)
-                tail += [ln.rstrip() for ln in log.readlines()[-6:]]
-            why = "timed out" if any(c is None or c < 0 for c in codes) else f"exit codes {codes}"
-            run.error = f"{label}: ranks failed ({why}): " + " | ".join(tail[-8:])
-        for log in logs:
-            log.close()
+            run.error = f"{label}: {outcome.describe()}"
     return run
 
 

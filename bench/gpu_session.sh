@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One-GPU evidence run (issue 5): probe, calibrate (-> profile), the telemetry sampler over known
+# loads, the NCCL + CUDA-graph path of commbench at world size 1 (a code check: no link is
+# crossed), and decode steps of Llama-3.1-8B / Qwen3-32B / Qwen3-30B-A3B shapes at TP=1 beside
+# predict's numbers with the calibrated profile. Run from the repo root on the GPU machine:
+#
+#     bash bench/gpu_session.sh            # results in $OUT (device tool) or bench/results/gpu_session/
+#
+# Carry .whl (pydantic & co., see docs/probe.md) when the machine lacks them.
+set -u
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-bench/results/gpu_session}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+LOG="$OUT/session.log"
+step() { echo; echo "== $*"; }
+{
+  step "machine"; date -u; hostname; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,pcie.link.gen.max --format=csv
+  $PY -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count())"
+  step "probe";      timeout 120 $PY -m ceiling probe --out "$OUT/probe.json"
+  step "calibrate";  timeout 300 $PY -m ceiling calibrate --results "$OUT/calibrate.json" --out "$OUT/profile.json"
+  step "telemetry";  timeout 120 $PY bench/gpu_telemetry_load.py --out "$OUT/telemetry.json"
+  step "commbench world size 1 (NCCL + CUDA graph code path; no link crossed)"
+  timeout 300 $PY -m ceiling commbench --world-sizes 1 --sizes 1K..1M --model llama-3.1-70b --results "$OUT/commbench_ws1.json"
+  step "TP=1 decode steps vs predict (calibrated profile)"
+  timeout 600 $PY bench/tp_decode.py --model llama-3.1-8b,qwen3-32b,qwen3-30b-a3b --tp 1 \
+    --profile "$OUT/profile.json" --gpu h200 --out "$OUT/tp_decode_tp1.json"
+  step "batch 16 Llama-8B shape"
+  timeout 300 $PY bench/tp_decode.py --model llama-3.1-8b --tp 1 --batch 16 \
+    --profile "$OUT/profile.json" --gpu h200 --out "$OUT/tp_decode_tp1_b16.json"
+  step "done"; date -u
+} 2>&1 | tee "$LOG"
