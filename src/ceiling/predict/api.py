@@ -201,7 +201,10 @@ def _kinds(s: Any) -> dict[str, str]:
     }
 
 
-def _core(req: PredictRequest, spec: Any = None, curve: bool = True) -> Prediction:
+def _core(
+    req: PredictRequest, spec: Any = None, curve: bool = True, strict: bool = True
+) -> Prediction:
+    """One prediction; ``strict`` raises when weights + KV do not fit (what-ifs report it)."""
     from ceiling.predict.step import decode_step, prefill_ms
 
     s, gpus = _setup(req, spec)
@@ -215,6 +218,14 @@ def _core(req: PredictRequest, spec: Any = None, curve: bool = True) -> Predicti
     capacity = int(mem["_free"] / mem["_kv_tok"]) if mem["_kv_tok"] > 0 else 10**9
     max_batch = int(mem["_free"] / mem["_per_seq"]) if mem["_per_seq"] > 0 else 10**6
     fits = mem["weights"] + mem["kv"] <= mem["usable"]
+    if not fits and strict:
+        raise CeilingError(
+            f"KV cache does not fit: batch {req.batch} x context {req.context} needs "
+            f"{mem['kv']:.1f} GiB per GPU, {mem['usable'] - mem['weights']:.1f} GiB left after "
+            f"{mem['weights']:.1f} GiB of weights (max batch at this context: {max_batch})",
+            fix=f"use --batch {max(max_batch, 1)} or less, a shorter --context, --kv-dtype fp8, "
+            "or more GPUs",
+        )
     step = decode_step(s, req.batch, req.context)
     ms = step.ms
     per_stream = 1e3 / ms
@@ -350,7 +361,7 @@ def predict(req: PredictRequest) -> Prediction:
 def variant(req: PredictRequest) -> tuple[float, float, bool, str]:
     """(tok/s per stream, ms/token, fits, why-not) for a what-if variant; 0 tok/s if it cannot run."""
     try:
-        p = _core(req, curve=False)
+        p = _core(req, curve=False, strict=False)
     except CeilingError as err:
         return 0.0, 0.0, False, err.message
     return p.decode_tok_s_per_stream, p.decode_ms_per_token, p.fits_in_memory, ""

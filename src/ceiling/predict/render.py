@@ -108,11 +108,20 @@ def print_catalog(gpus: bool, links: bool, models: bool, as_json: bool) -> None:
     from rich.table import Table
 
     con = out()
+    hidden = {"source", "full_name"}
     for key, rows in data.items():
         t = Table(title=key, title_justify="left")
-        cols = [c for c in rows[0] if c != "source"] if rows else []  # type: ignore[index]
+        cols = [c for c in rows[0] if c not in hidden] if rows else []  # type: ignore[index]
         for c in cols:
             t.add_column(c)
         for r in rows:  # type: ignore[attr-defined]
-            t.add_row(*(str(r[c]) for c in cols))
+            t.add_row(*(_cell(r[c]) for c in cols))
         con.print(t)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, dict):
+        return " ".join(f"{k} {v:g}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "-" if value is None else str(value)

@@ -190,7 +190,7 @@ def list_models() -> list[dict[str, str]]:
     for name, path in catalog().items():
         raw = json.loads(path.read_text())
         prov = raw.get("_provenance")
-        hf = prov.get("hf_model", "") if isinstance(prov, dict) else str(prov or "")[:60]
+        hf = raw.get("_hf_model") or (prov.get("hf_model", "") if isinstance(prov, dict) else "")
         rows.append(
             {"name": name, "hf_model": hf, "architecture": (raw.get("architectures") or ["?"])[0]}
         )
