@@ -129,7 +129,7 @@ def test_unsupported_compressed_tensors_scheme():
             "g": {"targets": ["Linear"], "weights": {"num_bits": 6, "type": "float"}}
         },
     }
-    with pytest.raises(CeilingError, match="config_groups.g.weights"):
+    with pytest.raises(CeilingError, match=r"config_groups\.g\.weights"):
         parse_quant(qc, "bfloat16")
 
 
