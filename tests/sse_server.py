@@ -318,8 +318,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--uvloop", action="store_true")
     args = ap.parse_args(argv)
-    plan = Plan(ttft_s=args.ttft, itl_s=args.itl, tokens_per_chunk=args.tokens_per_chunk)
-    server = SSEServer(plan, port=args.port)
+    defaults = {"ttft_s": args.ttft, "itl_s": args.itl, "tokens_per_chunk": args.tokens_per_chunk}
+
+    def scenario(_i: int, body: dict[str, Any]) -> Plan:
+        # A request may override the plan with an "x_plan" object (used by the fidelity bench).
+        extra = body.get("x_plan") if isinstance(body.get("x_plan"), dict) else {}
+        return Plan(**{**defaults, **extra})
+
+    server = SSEServer(scenario, port=args.port)
 
     async def serve() -> None:
         await server._start()

@@ -1,0 +1,95 @@
+"""``ceiling bench`` from the command line: --json, --out, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ceiling.cli import main
+from sse_server import Plan, SSEServer
+
+
+def test_bench_json_and_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run.json"
+    with SSEServer(Plan()) as srv:
+        rc = main(
+            [
+                "bench",
+                "--url",
+                srv.url,
+                "--max-tokens",
+                "8",
+                "--requests",
+                "2",
+                "--warmup",
+                "0",
+                "--json",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["completed"] == 2 and summary["schema_version"] == 1
+    assert "per_request" not in summary
+    assert json.loads(out.read_text())["per_request"]["output_tokens"] == [8, 8]
+
+
+def test_bench_human_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with SSEServer(Plan()) as srv:
+        rc = main(
+            [
+                "bench",
+                "--url",
+                srv.url,
+                "--mode",
+                "concurrency",
+                "--concurrency",
+                "1,2",
+                "--max-tokens",
+                "8",
+                "--requests",
+                "2",
+                "--quiet",
+                "--out",
+                str(tmp_path / "r.json"),
+            ]
+        )
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "c=1" in text and "c=2" in text
+
+
+def test_unreachable_is_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--url", "http://127.0.0.1:9", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot reach") and "fix:" in err and "Traceback" not in err
+
+
+def test_bad_options_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--mode", "rate", "--quiet"]) == 2
+    assert "--rate" in capsys.readouterr().err
+    assert main(["bench", "--mode", "concurrency", "--concurrency", "1,x"]) == 2
+
+
+def test_all_requests_failing_exits_non_zero(tmp_path: Path) -> None:
+    with SSEServer(Plan(status=503)) as srv:
+        rc = main(
+            [
+                "bench",
+                "--url",
+                srv.url,
+                "--requests",
+                "2",
+                "--warmup",
+                "0",
+                "--quiet",
+                "--out",
+                str(tmp_path / "r.json"),
+            ]
+        )
+    assert rc == 1
+    assert json.loads((tmp_path / "r.json").read_text())["errors"] == {"http_5xx": 2}
