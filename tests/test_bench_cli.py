@@ -73,6 +73,10 @@ def test_bad_options_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--mode", "rate", "--quiet"]) == 2
     assert "--rate" in capsys.readouterr().err
     assert main(["bench", "--mode", "concurrency", "--concurrency", "1,x"]) == 2
+    assert main(["bench", "--mode", "sideways", "--quiet"]) == 2
+    assert main(["bench", "--repeat", "0", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "bad --mode" in err and "bad --repeat" in err and "Traceback" not in err
 
 
 def test_all_requests_failing_exits_non_zero(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ceiling.errors import CeilingError
 
@@ -79,3 +79,13 @@ class BenchConfig(BaseModel):
         if self.mode == "concurrency":
             return max(8, 4 * (level or 1))
         return 100
+
+
+def make_config(**options: object) -> BenchConfig:
+    """BenchConfig from CLI options; invalid values become one CeilingError, not a traceback."""
+    try:
+        return BenchConfig(**options)  # type: ignore[arg-type]
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = "--" + str(first["loc"][0]).replace("_", "-") if first.get("loc") else "option"
+        raise CeilingError(f"bad {where}: {first['msg']}", fix="see ceiling bench --help") from err

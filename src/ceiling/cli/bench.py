@@ -71,15 +71,16 @@ def register(app: typer.Typer) -> None:
         """Measure a running OpenAI-compatible server: TTFT, ITL, TPOT, throughput, with CIs."""
         import time
 
+        from ceiling.bench.config import make_config
         from ceiling.bench.render import render_result
         from ceiling.bench.results import summary_dict
-        from ceiling.bench.runner import BenchConfig, run_bench
+        from ceiling.bench.runner import run_bench
         from ceiling.console import console, emit_json
         from ceiling.console import out as stdout
 
         if out is None:
             out = Path("ceiling-out") / time.strftime("bench-%Y%m%d-%H%M%S.json")
-        cfg = BenchConfig(
+        cfg = make_config(
             url=url,
             model=model,
             mode=mode,
