@@ -174,7 +174,30 @@ def kv_bytes_per_token_gpu(s: Setup, context: int) -> tuple[float, float]:
 # ----------------------------------------------------------------------------- kernels
 
 
+# GEMM groups per block that need their input activations quantized first (w8a8 / w4a4
+# formats): attention qkv + o, dense gate_up + down, one for the routed experts' input,
+# shared expert gate_up + down.
+_ACT_QUANT_GROUPS = {
+    "attn": 2,
+    "attn_replicated": 0,
+    "linear_attn": 2,
+    "mlp": 2,
+    "expert": 1,
+    "shared": 2,
+}
+
+
+def _act_quant_groups(spec: ModelSpec) -> int:
+    """Activation-quantization kernels per step: one per GEMM group stored fp8/fp4."""
+    seen: set[tuple[int | None, str]] = set()
+    for m in spec.modules:
+        if m.linear and m.fmt.compute in ("fp8", "fp4") and m.kind in _ACT_QUANT_GROUPS:
+            seen.add((m.layer, m.kind))
+    return sum(_ACT_QUANT_GROUPS[kind] for _, kind in seen)
+
+
 def kernels_per_step(s: Setup) -> int:
+    """Kernels one decode step launches (collectives excluded: they have their own component)."""
     k = s.consts["kernels"][s.rules.kernels]
     n = int(k["per_step"])
     for layer in s.spec.layers:
@@ -189,7 +212,7 @@ def kernels_per_step(s: Setup) -> int:
             n += int(k["moe"]) + (int(k["shared_expert"]) if s.spec.n_shared else 0)
         else:
             n += int(k["mlp_dense"])
-    return n
+    return n + int(k.get("act_quant", 0)) * _act_quant_groups(s.spec)
 
 
 def collectives_per_step(s: Setup, tokens: float) -> tuple[float, dict[str, Any]]:
