@@ -115,7 +115,7 @@ def parse_arg_list(tokens: list[Any], where: str) -> list[Arg]:
             )
         tok = str(raw)
         if tok.startswith("-") and not _NUMBER.match(tok):
-            if tok.startswith("--") and "=" in tok:
+            if "=" in tok:
                 flag, value = tok.split("=", 1)
                 args.append(Arg(flag=flag, values=[value]))
             else:

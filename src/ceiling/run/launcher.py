@@ -55,12 +55,14 @@ class EngineDied(CeilingError):
 
 
 def port_in_use(host: str, port: int) -> bool:
-    """True when something accepts connections on ``host:port`` or the port cannot be bound."""
+    """True when something accepts connections on ``host:port`` or a server could not bind it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
         if s.connect_ex((host if host not in ("0.0.0.0", "") else "127.0.0.1", port)) == 0:
             return True
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # SO_REUSEADDR as servers set it: connections left in TIME_WAIT do not block a restart
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host if host else "127.0.0.1", port))
         except OSError:

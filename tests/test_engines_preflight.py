@@ -1,0 +1,157 @@
+"""preflight's checks against a flag table (offline: the table is built here, as vLLM dumps it).
+
+The real-engine test (tests/engine/) checks the same against the installed vLLM's own parser.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ceiling.engines import get_engine
+from ceiling.engines.base import FlagSpec, FlagTable
+from ceiling.engines.preflight import check_args, check_env
+from ceiling.engines.variant import parse_arg_list, parse_arg_mapping
+from ceiling.errors import CeilingError
+
+
+def spec(*options, kind="value", **kw) -> FlagSpec:
+    dest = options[0].lstrip("-").replace("-", "_")
+    return FlagSpec(options=list(options), dest=dest, kind=kind, **kw)
+
+
+TABLE = FlagTable(
+    engine="vllm",
+    version="0.32.0",
+    source="parser",
+    actions=[
+        spec("--max-model-len", type="human_readable_int"),
+        spec("--tensor-parallel-size", "-tp", type="int"),
+        spec("--gpu-memory-utilization", type="float"),
+        spec("--dtype", choices=["auto", "bfloat16", "float16", "float32"], type="str"),
+        spec("--enforce-eager", "--no-enforce-eager", kind="bool_optional", nargs=0),
+        spec("--trust-remote-code", "--no-trust-remote-code", kind="bool_optional", nargs=0),
+        spec("--headless", kind="flag", nargs=0),
+        spec("--compilation-config", "-cc", type="parse_dataclass"),
+        spec("--optimization-level", type="str"),
+        spec("--async-scheduling", "--no-async-scheduling", kind="bool_optional", nargs=0),
+        spec("--lora-modules", nargs="+"),
+        spec("--old-thing", deprecated=True),
+    ],
+    env=["VLLM_CPU_KVCACHE_SPACE", "VLLM_ATTENTION_BACKEND", "VLLM_NO_USAGE_STATS"],
+)
+VLLM = get_engine("vllm")
+
+
+def problems(tokens):
+    return check_args(parse_arg_list(tokens, "t"), TABLE, VLLM)
+
+
+def test_valid_args_pass():
+    assert (
+        problems(
+            [
+                "--max-model-len",
+                "4k",
+                "-tp",
+                "8",
+                "--dtype",
+                "float32",
+                "--no-enforce-eager",
+                "--max_model_len=512",  # underscores are fine (vLLM accepts both)
+                "-O3",
+                "-cc.mode=VLLM_COMPILE",
+                "--lora-modules",
+                "a=x",
+                "b=y",
+            ]
+        )
+        == [
+            p
+            for p in problems(["--max-model-len", "4k", "--max_model_len=512"])
+            if p.kind == "duplicate_flag"
+        ]
+    )
+
+
+def test_removed_flag_says_why_and_when():
+    [p] = problems(["--num-scheduler-steps", "10"])
+    assert p.level == "error" and p.kind == "removed_flag"
+    assert "0.10.2" in p.message and "V0" in p.message
+    assert "vllm#22779" in (p.fix or "")
+
+
+def test_swap_space_removed_in_0_18():
+    [p] = problems(["--swap-space", "4"])
+    assert p.kind == "removed_flag" and "0.18.0" in p.message
+
+
+def test_unknown_flag_suggests_closest():
+    [p] = problems(["--max-modle-len", "512"])
+    assert p.kind == "unknown_flag" and p.suggestion == "--max-model-len"
+    assert "did you mean --max-model-len" in p.message
+
+
+@pytest.mark.parametrize(
+    "tokens, kind",
+    [
+        (["--dtype", "fp32"], "bad_value"),
+        (["-tp", "eight"], "bad_value"),
+        (["--gpu-memory-utilization", "high"], "bad_value"),
+        (["--max-model-len", "lots"], "bad_value"),
+        (["--enforce-eager", "true"], "unexpected_value"),
+        (["--tensor-parallel-size"], "missing_value"),
+        (["--no-headless"], "bad_flag_form"),
+        (["--compilation-config", "{'mode': 3}"], "bad_value"),  # not JSON
+        (["--compilation-config", '{"level": 3}'], "renamed_config_key"),
+        (["-cc.level=3"], "renamed_config_key"),
+        (
+            ["--compilation-config", '{"pass_config": {"enable_fusion": true}}'],
+            "renamed_config_key",
+        ),
+    ],
+)
+def test_bad_values(tokens, kind):
+    found = problems(tokens)
+    assert [p.kind for p in found] == [kind], found
+    assert all(p.level == "error" for p in found)
+
+
+def test_deprecated_flag_is_a_warning():
+    [p] = problems(["--old-thing", "x"])
+    assert p.level == "warning" and p.kind == "deprecated_flag"
+
+
+def test_mapping_false_gives_no_form_checked():
+    args = [a for a in parse_arg_mapping({"enforce-eager": False}, "t") if not isinstance(a, str)]
+    assert check_args(args, TABLE, VLLM) == []
+
+
+def test_env_nccl_and_vllm():
+    env = {
+        "NCCL_PROTO": "LL,LL128",
+        "NCCL_ALGO": "Ring",
+        "NCCL_P2P_LEVEL": "SYS",
+        "NCCL_NTHREADS": "512",
+        "NCCL_MAX_NCHANNEL": "16",  # typo: NCCL ignores it silently
+        "NCCL_ALGO_X": "1",
+        "VLLM_ATTENTON_BACKEND": "FLASHINFER",  # typo
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+    }
+    found = {p.subject: p for p in check_env(env, TABLE, VLLM)}
+    assert set(found) == {"NCCL_MAX_NCHANNEL", "NCCL_ALGO_X", "VLLM_ATTENTON_BACKEND"}
+    assert all(p.level == "warning" for p in found.values())
+    assert found["NCCL_MAX_NCHANNEL"].suggestion == "NCCL_MAX_NCHANNELS"
+    assert found["VLLM_ATTENTON_BACKEND"].suggestion == "VLLM_ATTENTION_BACKEND"
+
+
+def test_env_bad_nccl_value():
+    [p] = check_env({"NCCL_PROTO": "LL,Fast"}, TABLE, VLLM)
+    assert p.kind == "bad_env_value" and "Fast" in p.message
+    [p] = check_env({"NCCL_NTHREADS": "1000"}, TABLE, VLLM)
+    assert p.kind == "bad_env_value"
+
+
+def test_unknown_engine_is_a_ceiling_error():
+    with pytest.raises(CeilingError, match="unknown engine"):
+        get_engine("tensorrt-llm-9000")
