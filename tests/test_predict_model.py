@@ -170,7 +170,8 @@ def test_profile_overrides_bandwidth_and_collectives(tmp_path):
     prof = HardwareProfile(
         gpu="rtx-pro-6000",
         gemv_bw_GBps={"bf16": 783.0},
-        kernel_launch_us_graph=1.0,
+        kernel_launch_us_graph=0.5,
+        gemm_fixed_us_graph=3.0,
         collectives=[
             CollectiveFit(implementation="nccl", world_size=8, alpha_us=48.0, beta_GBps=20.0)
         ],
@@ -181,6 +182,11 @@ def test_profile_overrides_bandwidth_and_collectives(tmp_path):
     # half the bandwidth of the default 1566 GB/s: weights take twice as long
     assert p.components_ms["weights"] == pytest.approx(2 * base.components_ms["weights"], rel=0.01)
     assert p.details["allreduce_us"] == pytest.approx(48.0 + 14336 / 20e3, rel=1e-3)
+    n_gemm = p.details["gemm_kernels_per_step"]
+    n_other = p.details["kernels_per_step"] - n_gemm
+    assert p.components_ms["launch"] == pytest.approx(
+        (n_gemm * 3.0 + n_other * 0.5) / 1e3, rel=1e-3
+    )
     assert p.components_ms["launch"] < base.components_ms["launch"]
     assert any("profile" in a for a in p.assumptions)
 

@@ -195,7 +195,7 @@ def _kinds(s: Any) -> dict[str, str]:
         "collectives": link_fix if s.dep.tp > 1 or s.dep.pp > 1 or s.dep.ep > 1 else "none",
         "launch": "configurable (enable CUDA graphs)"
         if not s.dep.cuda_graphs
-        else "fundamental (kernel count; fusion could cut it)",
+        else "engine kernels (count x fixed cost; fusion or faster small GEMMs cut it)",
         "host": "configurable (engine overhead, async scheduling)",
         "compute": "fundamental (tensor-core peak)",
     }
@@ -311,12 +311,12 @@ def _assumptions(s: Any, req: PredictRequest, gpus: int, step: Any) -> list[str]
         s.kv_reason,
         f"allreduce: {s.allreduce_impl} ({s.allreduce_reason})",
         f"layout: {gpus} x {s.gpu.name} over {s.link.name}; tp={d.tp} pp={d.pp} ep={d.ep} dp={d.dp}",
-        f"CUDA graphs {'on' if d.cuda_graphs else 'off'}: {step.details['kernels_per_step']} kernels/step x "
-        f"{s.kernel_us(True):.2f} us"
+        f"kernels/step: {step.details['kernels_per_step']} ({step.details['gemm_kernels_per_step']} GEMMs "
+        f"x {s.gemm_kernel_us:.2f} us fixed + others x {s.small_kernel_us:.2f} us in a CUDA graph)"
         + (
             ""
             if d.cuda_graphs
-            else f" (+ CPU launch {s.kernel_us(False):.1f} us/kernel when it exceeds GPU time)"
+            else f"; CUDA graphs off: CPU issue {s.eager_kernel_us:.1f} us/kernel when slower than the GPU"
         ),
         f"host overhead {s.rules.host_ms} ms/step ({d.engine} estimate, data/predict/engines.yaml)",
         f"decode at context {req.context} tokens; batch {req.batch}; activations bf16",

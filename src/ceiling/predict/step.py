@@ -59,15 +59,34 @@ class Setup:
             return d.tp
         return max(1, (d.tp * d.dp) // d.ep)
 
-    def kernel_us(self, graphs: bool) -> float:
+    @property
+    def small_kernel_us(self) -> float:
+        """GPU cost of one non-GEMM kernel in a CUDA graph (profile's launch figure if any)."""
         p = self.profile
-        if graphs:
-            if p and p.kernel_launch_us_graph:
-                return p.kernel_launch_us_graph
-            return float(self.consts["kernel_us_graph"])
+        if p and p.kernel_launch_us_graph:
+            return p.kernel_launch_us_graph
+        return float(self.consts["small_kernel_us_graph"])
+
+    @property
+    def gemm_kernel_us(self) -> float:
+        """Fixed GPU cost of one weight-reading GEMM kernel, on top of bytes / bandwidth."""
+        p = self.profile
+        if p and p.gemm_fixed_us_graph:
+            return p.gemm_fixed_us_graph
+        return float(self.consts["gemm_kernel_us_graph"])
+
+    @property
+    def eager_kernel_us(self) -> float:
+        """CPU cost of issuing one kernel eagerly."""
+        p = self.profile
         if p and p.kernel_launch_us_eager:
             return p.kernel_launch_us_eager
         return float(self.consts["kernel_us_eager"])
+
+    def kernel_ms(self, kernels: tuple[int, int]) -> float:
+        """GPU time of (gemm, other) kernel boundaries in a CUDA graph, milliseconds."""
+        gemm, other = kernels
+        return (gemm * self.gemm_kernel_us + other * self.small_kernel_us) / 1e3
 
 
 @dataclass
@@ -196,23 +215,32 @@ def _act_quant_groups(spec: ModelSpec) -> int:
     return sum(_ACT_QUANT_GROUPS[kind] for _, kind in seen)
 
 
-def kernels_per_step(s: Setup) -> int:
-    """Kernels one decode step launches (collectives excluded: they have their own component)."""
-    k = s.consts["kernels"][s.rules.kernels]
-    n = int(k["per_step"])
+def kernels_per_step(s: Setup) -> tuple[int, int]:
+    """(GEMM kernels, other kernels) of one decode step; collectives have their own component."""
+    table = s.consts["kernels"][s.rules.kernels]
+    counts = {"gemm": 0, "other": 0}
+
+    def add(block: str, times: int = 1) -> None:
+        for key in counts:
+            counts[key] += int(table[block][key]) * times
+
+    add("per_step")
     for layer in s.spec.layers:
-        n += int(
-            k["attn_mla"]
+        add(
+            "attn_mla"
             if layer.attention == "mla"
-            else k["attn_linear"]
+            else "attn_linear"
             if layer.attention == "linear"
-            else k["attn_gqa"]
+            else "attn_gqa"
         )
         if layer.mlp == "moe":
-            n += int(k["moe"]) + (int(k["shared_expert"]) if s.spec.n_shared else 0)
+            add("moe")
+            if s.spec.n_shared:
+                add("shared_expert")
         else:
-            n += int(k["mlp_dense"])
-    return n + int(k.get("act_quant", 0)) * _act_quant_groups(s.spec)
+            add("mlp_dense")
+    add("act_quant", _act_quant_groups(s.spec))
+    return counts["gemm"], counts["other"]
 
 
 def collectives_per_step(s: Setup, tokens: float) -> tuple[float, dict[str, Any]]:
@@ -285,13 +313,13 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
     t_kv = kv_read / (s.bw_GBps * 1e9) * 1e3
     t_coll, coll_info = collectives_per_step(s, tokens)
     n_k = kernels_per_step(s)
-    if graphs:
-        t_launch = n_k * s.kernel_us(True) / 1e3
-    else:
-        gpu_ms = t_weights + t_kv + t_coll + n_k * s.kernel_us(True) / 1e3
-        n_calls = n_k + coll_info.get("allreduces", 0) + coll_info.get("alltoalls", 0)
-        cpu_ms = n_calls * s.kernel_us(False) / 1e3
-        t_launch = n_k * s.kernel_us(True) / 1e3 + max(0.0, cpu_ms - gpu_ms)
+    t_launch = s.kernel_ms(n_k)
+    if not graphs:
+        # eager: the CPU issues every kernel; the step is the slower of CPU and GPU
+        gpu_ms = t_weights + t_kv + t_coll + t_launch
+        n_calls = sum(n_k) + coll_info.get("allreduces", 0) + coll_info.get("alltoalls", 0)
+        cpu_ms = n_calls * s.eager_kernel_us / 1e3
+        t_launch += max(0.0, cpu_ms - gpu_ms)
     flops = flops_per_gpu(s, tokens, context)
     peak = s.gpu.peak_tflops(_compute_dtype(s.spec)) * 1e12 * float(s.consts["compute_efficiency"])
     t_compute = max(0.0, flops / peak * 1e3 - (t_weights + t_kv))
@@ -308,7 +336,8 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
         "weight_bytes_read_per_gpu": int(w_bytes),
         "weight_bytes_read_by_kind": {k: int(v) for k, v in sorted(w_by_kind.items())},
         "kv_bytes_read_per_gpu": int(kv_read),
-        "kernels_per_step": n_k,
+        "kernels_per_step": sum(n_k),
+        "gemm_kernels_per_step": n_k[0],
         "flops_per_gpu": flops,
         **coll_info,
     }
@@ -334,6 +363,6 @@ def prefill_ms(s: Setup, prompt_len: int) -> dict[str, float]:
         t_mem = w_bytes / (s.bw_GBps * 1e9) * 1e3
         t_cmp = flops / peak * 1e3
         t_coll, _ = collectives_per_step(s, n)
-        total += max(t_mem, t_cmp) + t_coll + n_k * s.kernel_us(True) / 1e3
+        total += max(t_mem, t_cmp) + t_coll + s.kernel_ms(n_k)
         done += n
     return {"prefill_ms": total, "ttft_ms": total + s.rules.host_ms}

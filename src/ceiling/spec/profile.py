@@ -55,6 +55,11 @@ class HardwareProfile(BaseModel):
     )
     kernel_launch_us_eager: float | None = None
     kernel_launch_us_graph: float | None = None
+    gemm_fixed_us_graph: float | None = Field(
+        None,
+        description="fixed cost of one small memory-bound GEMM kernel in a CUDA graph: the "
+        "intercept t0 of t = t0 + bytes / bw over GEMV sizes (predict's per-GEMM cost)",
+    )
     collectives: list[CollectiveFit] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
