@@ -70,6 +70,7 @@ def test_doctor_on_a_running_server(model_dir, tmp_path):
     v = res.verdict
     assert v["headline"].startswith("Host / launch-overhead-bound, not bandwidth-bound")
     assert v["target"]["met"] is False
+    assert any("weights at this CPU" in n and "x longer" in n for n in v["notes"])
     assert res.hardware["kind"] == "cpu" and res.prediction["kind"] == "cpu-floors"
     assert [lv["concurrency"] for lv in res.levels] == [1, 2]
     stages = {s.name: s.status for s in res.stages}

@@ -160,7 +160,12 @@ class LevelAttribution(BaseModel):
     unexplained_ms: float
     unexplained_per_token_ms: float
     predicted_per_token_ms: float
-    output_tok_s: float | None = None
+    decode_tok_s_total: float = Field(
+        description="decode rate summed over the streams: concurrency x 1000 / step ms"
+    )
+    output_tok_s: float | None = Field(
+        None, description="end-to-end output tok/s of the level (includes prefill and TTFT)"
+    )
 
 
 def attribute_levels(
@@ -184,6 +189,7 @@ def attribute_levels(
                 unexplained_ms=rest,
                 unexplained_per_token_ms=rest / b,
                 predicted_per_token_ms=predicted / b,
+                decode_tok_s_total=b * 1000.0 / measured,
                 output_tok_s=tok_s,
             )
         )

@@ -201,6 +201,15 @@ def _flag_checks(cfg: DoctorConfig, variant: Any, engine: str | None) -> dict[st
     return out
 
 
+def _flag_stage(
+    rec: _Recorder, res: DoctorResult, cfg: DoctorConfig, variant: Any, engine: str | None
+) -> None:
+    with rec.stage("flag hypotheses") as st:
+        res.flag_checks = _flag_checks(cfg, variant, engine)
+        answers = [f"{k}: {'rejected' if v else 'accepted'}" for k, v in res.flag_checks.items()]
+        st.message = ", ".join(answers) or "engine unknown: none checked"
+
+
 def _hardware(cfg: DoctorConfig, res: DoctorResult) -> Any:
     """Probe GPUs; on a machine without them, describe (and measure) the CPU."""
     from ceiling.probe.topology import probe
@@ -364,6 +373,8 @@ def run_doctor(cfg: DoctorConfig) -> DoctorResult:
                         fix="fix the variant (see preflight.problems in doctor.json)",
                     )
                 st.message = f"{rep.flags_checked} flags, {rep.env_checked} env checked"
+            # before the launch: answering "would flag X help?" must not cost a model load
+            _flag_stage(rec, res, cfg, variant, variant.engine)
         server = None
         if variant is not None:
             from ceiling.run.launcher import launch
@@ -393,14 +404,8 @@ def run_doctor(cfg: DoctorConfig) -> DoctorResult:
             "launched": server is not None,
             "engine": engine,
         }
-        with rec.stage("flag hypotheses") as st:
-            res.flag_checks = _flag_checks(cfg, variant, engine)
-            st.message = (
-                ", ".join(
-                    f"{k}: {'rejected' if v else 'accepted'}" for k, v in res.flag_checks.items()
-                )
-                or "engine unknown: none"
-            )
+        if variant is None:
+            _flag_stage(rec, res, cfg, None, engine)
         with rec.stage("hardware") as st:
             host = _hardware(cfg, res)
             st.message = res.hardware.get("description")
@@ -621,6 +626,17 @@ def _verdict(cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any) ->
         floors_detail=floors,
     )
     v = build_verdict(inp)
+    if host is not None and footprint is not None and res.attribution:
+        w_ms = footprint.weight_bytes / (host.mem_bw_GBps * 1e9) * 1e3
+        m_ms = res.attribution["measured_step_ms"]
+        v.notes.insert(
+            0,
+            f"The numbers that decide it: reading {footprint.weight_bytes / 1e6:.3g} MB of "
+            f"weights at this CPU's {host.mem_bw_GBps:.3g} GB/s takes {w_ms * 1000:.3g} us, "
+            f"while a measured decode step takes {m_ms:.3g} ms ({m_ms / w_ms:.0f}x longer): "
+            "the time goes to the framework (Python, scheduling, per-operator dispatch), "
+            "not to memory traffic.",
+        )
     if res.server_died:
         v.notes.insert(
             0, f"The server died {res.server_death}; the verdict uses what was measured before."

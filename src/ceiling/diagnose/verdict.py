@@ -95,6 +95,11 @@ class VerdictInputs(BaseModel):
     floors_detail: str | None = Field(None, description="e.g. '1.7 MB of weights at 9.8 GB/s'")
 
 
+def _clip(text: str, limit: int = 160) -> str:
+    """Log lines can be kilobytes long (vLLM's config line): keep the start."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _f(v: float, digits: int = 3) -> str:
     return f"{v:.{digits}g}"
 
@@ -251,23 +256,32 @@ def _graph_hypothesis(inp: VerdictInputs, a: Attribution | None) -> Hypothesis |
 
 
 def _streams_hypothesis(levels: Sequence[LevelAttribution]) -> Hypothesis | None:
-    if len(levels) < 2 or not levels[0].output_tok_s:
+    if len(levels) < 2:
         return None
     lo, hi = levels[0], levels[-1]
-    if not hi.output_tok_s:
-        return None
-    gain = 100.0 * (hi.output_tok_s / lo.output_tok_s - 1.0)
+    gain = 100.0 * (hi.decode_tok_s_total / lo.decode_tok_s_total - 1.0)
     step_growth = 100.0 * (hi.measured_step_ms / lo.measured_step_ms - 1.0)
+    e2e = ""
+    if lo.output_tok_s and hi.output_tok_s:
+        e2e = (
+            f"; end-to-end output tok/s (prefill and TTFT included) "
+            f"{100.0 * (hi.output_tok_s / lo.output_tok_s - 1.0):+.3g} %"
+        )
+    shared = (
+        "so the per-step overhead is shared"
+        if hi.unexplained_per_token_ms < lo.unexplained_per_token_ms
+        else "so the overhead grows with the batch: it is not per-step"
+    )
     return Hypothesis(
         hypothesis=f"More concurrent streams ({lo.concurrency} -> {hi.concurrency})",
         predicted_gain_pct=gain,
         answer=(
-            f"measured {gain:+.3g} % total output tok/s; the step grew {step_growth:+.3g} % "
-            f"while serving {hi.concurrency}x the tokens, so the per-step overhead is shared "
+            f"measured {gain:+.3g} % total decode tok/s; the step grew {step_growth:+.3g} % "
+            f"while serving {hi.concurrency // max(lo.concurrency, 1)}x the tokens, {shared} "
             f"({_us_or_ms(lo.unexplained_per_token_ms)} -> "
-            f"{_us_or_ms(hi.unexplained_per_token_ms)} unexplained per token)"
+            f"{_us_or_ms(hi.unexplained_per_token_ms)} unexplained per token){e2e}"
         ),
-        evidence="measured concurrency sweep",
+        evidence="measured concurrency sweep (decode rate = streams x 1000 / mean TPOT)",
     )
 
 
@@ -291,9 +305,9 @@ def _changes(inp: VerdictInputs) -> list[Change]:
             )
         )
     for f in inp.findings:
-        if f.get("kind") != "configurable" or not f.get("fix"):
+        if f.get("kind") != "configurable" or not f.get("fix") or f.get("severity") == "info":
             continue
-        ev = "; ".join(str(x) for x in (f.get("evidence") or [])[:2]) or None
+        ev = "; ".join(_clip(str(x)) for x in (f.get("evidence") or [])[:2]) or None
         out.append(
             Change(
                 change=str(f.get("fix")),
@@ -305,16 +319,19 @@ def _changes(inp: VerdictInputs) -> list[Change]:
             )
         )
     lv = inp.levels
-    if len(lv) >= 2 and lv[0].output_tok_s and lv[-1].output_tok_s:
-        gain = 100.0 * (lv[-1].output_tok_s / lv[0].output_tok_s - 1.0)
+    if len(lv) >= 2:
+        gain = 100.0 * (lv[-1].decode_tok_s_total / lv[0].decode_tok_s_total - 1.0)
         if gain > 0:
             out.append(
                 Change(
                     change=f"serve {lv[-1].concurrency} streams at once (total "
                     "throughput, not per-stream speed)",
                     predicted_gain_pct=gain,
-                    predicted_tok_s=lv[-1].output_tok_s,
+                    predicted_tok_s=lv[-1].decode_tok_s_total,
                     source="measured (concurrency sweep)",
+                    evidence=f"decode tok/s summed over streams: {lv[0].decode_tok_s_total:.4g}"
+                    f" at {lv[0].concurrency}, {lv[-1].decode_tok_s_total:.4g} at "
+                    f"{lv[-1].concurrency}",
                 )
             )
     out.sort(key=lambda c: -(c.predicted_gain_pct if c.predicted_gain_pct is not None else -1e9))

@@ -19,6 +19,13 @@ from ceiling.report.extract import (
     ttft_samples_ms,
 )
 
+# Facts that are bookkeeping or raw log text (shown under the findings that use them).
+_HIDDEN_FACTS = {"findings", "evidence", "source", "schema_version", "warnings"}
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 def _cell(v: Any) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
@@ -237,14 +244,17 @@ def _comparison(doc: Doc) -> list[str]:
 def _findings(doc: Doc) -> list[str]:
     out: list[str] = []
     facts = doc.get("facts") or {}
-    shown = {k: v for k, v in facts.items() if k != "findings" and v not in (None, [], {}, "")}
+    shown = {
+        k: v for k, v in facts.items() if k not in _HIDDEN_FACTS and v not in (None, [], {}, "")
+    }
     if shown:
-        out += [
-            "## Engine facts",
-            "",
-            table(["fact", "value"], [[k, v] for k, v in sorted(shown.items())]),
-            "",
-        ]
+        rows = [[k, _clip(str(v), 200)] for k, v in sorted(shown.items())]
+        out += ["## Engine facts", "", table(["fact", "value"], rows), ""]
+    warns = facts.get("warnings") or []
+    if warns:
+        out += ["Warnings in the engine log:", ""]
+        out += [f"- {_clip(str(w), 240)}" for w in warns]
+        out.append("")
     fs = doc.get("findings") or []
     if fs:
         out += ["## Findings", ""]
@@ -254,7 +264,7 @@ def _findings(doc: Doc) -> list[str]:
                 f"{f.get('predicted_effect') or ''}"
             )
             for line in (f.get("evidence") or [])[:3]:
-                out.append(f"  - `{line}`")
+                out.append(f"  - `{_clip(str(line), 200).replace('`', chr(39))}`")
             if f.get("fix"):
                 out.append(f"  - fix: {f['fix']}")
         out.append("")
