@@ -105,4 +105,7 @@ def vllm_server(cpu_tiny_variant):
     try:
         yield server
     finally:
-        server.stop()
+        result = server.stop()
+    # Teardown is part of the contract: nothing of ours left running, the port free again.
+    assert result["leftover_pids"] == [], f"processes left after teardown: {result}"
+    assert result["port_free"], f"port {server.port} still in use after teardown"
