@@ -183,10 +183,28 @@ def llama_layer(layers: int = 32, ctx: int = 1024, batch: int = 1) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--gemv-cols", type=int, nargs="*", default=[],
+        help="only the GEMV fit, for these input widths (e.g. 2048 7168 16384)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     import torch
 
     res: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    if args.gemv_cols:
+        res["gemv_by_cols"] = {}
+        for cols in args.gemv_cols:
+            g = gemv(cols=cols)
+            res["gemv_by_cols"][str(cols)] = g
+            print(
+                f"cols {cols}: t0 {g['fit_t0_us']:.2f} us, bw {g['fit_bw_GBps']:.0f} GB/s; "
+                + ", ".join(f"{p['MB']:.2f}MB {p['us']:.1f}us" for p in g["points"]),
+                flush=True,
+            )
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(res, f, indent=2)
+        return 0
     res["empty"] = empty_kernels()
     print("empty kernels:", json.dumps(res["empty"]), flush=True)
     res["gemv"] = gemv()
