@@ -9,6 +9,10 @@ on uvloop when installed) timestamps each arrival with the same clock, so per ch
 (loopback + kernel + client event loop; an upper bound on the client's own error), and per
 request the TPOT error = |client TPOT - TPOT from emission stamps| / TPOT from emission stamps.
 
+Beside each load, the same load through a bare asyncio protocol that timestamps in
+``data_received`` and parses nothing: the floor that the machine (scheduler, loopback, the
+server sharing the cores) allows any Python client. Client error above that floor is ours.
+
 Two arrival patterns: ``staggered`` (each stream's tokens at its own phase, like independent
 requests) and ``synchronized`` (every stream emits at the same instants, like one batched
 decode step fanned out to all streams: the hardest case for a single-threaded client).
@@ -26,6 +30,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -110,6 +115,68 @@ async def one_load(url: str, streams: int, tokens: int, itl: float, synced: bool
         "ts_err_max_ms": float(arr.max()),
         "tpot_err_pct_mean": float(np.mean(tpot_err)) if tpot_err else None,
         "tpot_err_pct_max": float(np.max(tpot_err)) if tpot_err else None,
+    }
+
+
+class _FloorProtocol(asyncio.Protocol):
+    """Bare asyncio protocol: timestamp in data_received, no HTTP parsing (the machine's floor)."""
+
+    def __init__(self, done: asyncio.Future[None]) -> None:
+        self.done = done
+        self.errors: list[float] = []
+
+    def data_received(self, data: bytes) -> None:
+        t = time.perf_counter_ns()
+        for m in _EMIT.finditer(data):
+            self.errors.append((t - int(m.group(1))) / 1e6)
+        if b"[DONE]" in data and not self.done.done():
+            self.done.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+_EMIT = re.compile(rb'"t_emit_ns": (\d+)')
+
+
+async def floor_load(
+    url: str, streams: int, tokens: int, itl: float, synced: bool
+) -> dict[str, Any]:
+    """The same load through the bare protocol: what the box allows any Python client."""
+    host, port = url.split("//")[1].split(":")
+    golden = 0.6180339887498949
+    loop = asyncio.get_running_loop()
+
+    async def req(i: int) -> list[float]:
+        phase = 0.0 if synced else ((i * golden) % 1.0) * itl
+        body = json.dumps(
+            {
+                "model": "synthetic",
+                "prompt": "x",
+                "max_tokens": tokens,
+                "stream": True,
+                "x_plan": {"ttft_s": 0.05 + phase, "itl_s": itl},
+            }
+        )
+        done: asyncio.Future[None] = loop.create_future()
+        transport, proto = await loop.create_connection(
+            lambda: _FloorProtocol(done), host, int(port)
+        )
+        head = (
+            f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: "
+            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        transport.write(head.encode() + body.encode())
+        await done
+        transport.close()
+        return proto.errors
+
+    errs = [e for lst in await asyncio.gather(*(req(i) for i in range(streams))) for e in lst]
+    arr = np.asarray(errs) if errs else np.asarray([np.nan])
+    return {
+        "floor_ts_err_p50_ms": float(np.percentile(arr, 50)),
+        "floor_ts_err_p99_ms": float(np.percentile(arr, 99)),
     }
 
 
@@ -212,6 +279,14 @@ async def ours_summary(url: str, tokens: int, streams: int, itl: float) -> dict[
     }
 
 
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.platform()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--itl", type=float, default=0.02, help="server inter-token gap, s")
@@ -232,13 +307,15 @@ def main() -> None:
             for synced in (False, True):
                 for n in [int(x) for x in args.streams.split(",")]:
                     row = runner.run(one_load(url, n, args.tokens, args.itl, synced))
+                    row.update(runner.run(floor_load(url, n, args.tokens, args.itl, synced)))
                     rows.append(row)
                     print(
                         f"{row['pattern']:>12} streams {n:4d}  chunks/s {row['chunk_rate_per_s'] or 0:8.0f}  "
                         f"ts err p50 {row['ts_err_p50_ms']:.3f} p99 {row['ts_err_p99_ms']:.3f} "
                         f"max {row['ts_err_max_ms']:.2f} ms  TPOT err mean "
                         f"{row['tpot_err_pct_mean'] or 0:.3f}% max {row['tpot_err_pct_max'] or 0:.3f}%"
-                        f"  failed {row['failed']}",
+                        f"  failed {row['failed']}  | bare-protocol floor p50 "
+                        f"{row['floor_ts_err_p50_ms']:.3f} p99 {row['floor_ts_err_p99_ms']:.3f} ms",
                         flush=True,
                     )
             side = None
@@ -280,8 +357,7 @@ def main() -> None:
     if args.save:
         meta = {
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, "
-            f"{platform.processor() or platform.platform()}",
+            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, {_cpu_model()}",
             "python": platform.python_version(),
             "uvloop": runner_factory is not None,
             "itl_s": args.itl,

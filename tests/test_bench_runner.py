@@ -34,6 +34,7 @@ def test_single_mode_numbers_match_the_schedule(tmp_path: Path) -> None:
         assert srv.n_requests == 4  # warm-up + 3
     assert res.completed == 3 and res.failed == 0 and not res.partial
     assert res.model_id == "synthetic" and res.total_output_tokens == 48
+    assert res.timestamp_source == "socket"
     # TPOT is the ITL the server used (10 ms) and is consistent with E2E and TTFT.
     assert res.mean_tpot_ms == pytest.approx(10.0, rel=0.1)
     assert res.mean_e2el_ms == pytest.approx(res.mean_ttft_ms + 15 * res.mean_tpot_ms, rel=0.01)

@@ -14,11 +14,21 @@ from ceiling.bench.sse import SSESplitter
 def test_splitter_handles_partial_reads_crlf_comments_and_multiline() -> None:
     sp = SSESplitter()
     assert sp.feed(b'data: {"a"') == []
-    assert sp.feed(b": 1}\n\n") == [b'{"a": 1}']
-    assert sp.feed(b": keep-alive\n\ndata: x\r\n\r\ndata:y\n\n") == [b"x", b"y"]
-    assert sp.feed(b"event: message\ndata: line1\ndata: line2\n\n") == [b"line1\nline2"]
-    assert sp.feed(b"data: [DONE]\n\ndata: tail") == [b"[DONE]"]
+    assert sp.feed(b": 1}\n\n") == [(b'{"a": 1}', 16)]
+    got = sp.feed(b": keep-alive\n\ndata: x\r\n\r\ndata:y\n\n")
+    assert got == [(b"x", 16 + 14 + 11), (b"y", 16 + 14 + 11 + 8)]
+    assert sp.feed(b"event: message\ndata: line1\ndata: line2\n\n")[0][0] == b"line1\nline2"
+    assert [p for p, _ in sp.feed(b"data: [DONE]\n\ndata: tail")] == [b"[DONE]"]
     assert sp.leftover() == b"data: tail"
+
+
+def test_splitter_offsets_point_just_past_each_event() -> None:
+    stream = b"data: a\n\ndata: bb\r\n\r\n: c\n\ndata: ccc\n\n"
+    sp = SSESplitter()
+    events = [e for i in range(len(stream)) for e in sp.feed(stream[i : i + 1])]
+    assert [p for p, _ in events] == [b"a", b"bb", b"ccc"]
+    for payload, end in events:
+        assert stream[:end].endswith((b"\n\n", b"\r\n\r\n")) and payload in stream[:end]
 
 
 def _chunk(

@@ -43,6 +43,7 @@ async def _streams(url: str, n: int, tokens: int):
         {"model": "synthetic", "prompt": "a b c", "max_tokens": tokens, "stream": True}
     ).encode()
     async with Client(url, timeout_s=60) as client:
+        assert client.timestamp_source == "socket"
         return await asyncio.gather(*(client.stream("/v1/completions", body) for _ in range(n)))
 
 

@@ -1,13 +1,18 @@
 """HTTP side of the benchmark: one shared aiohttp pool, preflight, tokenizer, streaming request.
 
 Timing rule: ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux, comparable across
-processes) is read immediately after each socket read returns, before any parsing. The request
-body is serialized before the send timestamp. Everything after the stream ends (JSON parsing,
+processes) is read in the connection protocol's ``data_received``, the moment the event loop
+hands over the socket's bytes, before any HTTP or SSE parsing; each SSE event gets the time of
+the read that completed it. (Where aiohttp's internals do not allow that, the time the reading
+task wakes up is used: ``timestamp_source`` says which.) The request body is serialized before
+the send timestamp. Everything after the stream ends (JSON parsing,
 token counting) lives in :mod:`ceiling.bench.metrics`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import os
 import time
@@ -22,6 +27,43 @@ from ceiling.errors import CeilingError
 API_KEY_ENV = ("CEILING_API_KEY", "OPENAI_API_KEY")
 #: Connecting (and the preflight) must fail fast: a wrong URL is an error in seconds, not minutes.
 CONNECT_TIMEOUT_S = 4.0
+
+try:  # aiohttp's connection protocol: subclassed to timestamp bytes as the socket delivers them
+    from aiohttp.client_proto import ResponseHandler as _ResponseHandler
+except ImportError:  # pragma: no cover - a future aiohttp; we fall back to read-time stamps
+    _ResponseHandler = None  # type: ignore[assignment,misc]
+
+
+if _ResponseHandler is not None:
+
+    class TimedResponseHandler(_ResponseHandler):  # type: ignore[misc,valid-type]
+        """aiohttp's protocol, plus an arrival log: (time, payload bytes so far) per socket read.
+
+        ``data_received`` is the earliest point Python sees the bytes; the reading task wakes
+        up later (one loop iteration, or many when a burst of streams arrives together). The log
+        lets the reader give each SSE event the time of the socket read that completed it.
+        """
+
+        timing_payload: Any = None
+        timing_log: list[tuple[int, int]] | None = None
+
+        def data_received(self, data: bytes) -> None:
+            t = time.perf_counter_ns()
+            super().data_received(data)
+            log = self.timing_log
+            if log is not None:
+                log.append((t, self.timing_payload.total_bytes))
+
+
+def _connector() -> tuple[aiohttp.TCPConnector, str]:
+    """The shared pool, with socket-time stamps when this aiohttp allows ("socket"), else
+    stamps taken when the reading task wakes up ("reader")."""
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+    if _ResponseHandler is not None and hasattr(connector, "_factory"):
+        loop = asyncio.get_running_loop()
+        connector._factory = functools.partial(TimedResponseHandler, loop=loop)
+        return connector, "socket"
+    return connector, "reader"
 
 
 def api_key() -> str | None:
@@ -50,7 +92,11 @@ def redact(text: str) -> str:
 
 
 class RawStream:
-    """What one request produced on the wire: timestamps and raw payloads, nothing parsed."""
+    """What one request produced on the wire: timestamps and raw payloads, nothing parsed.
+
+    ``events`` holds ``(arrival ns, payload)``; arrival is the socket read that completed the
+    event (see :class:`TimedResponseHandler`).
+    """
 
     __slots__ = (
         "error",
@@ -87,9 +133,10 @@ class Client:
             headers["Authorization"] = f"Bearer {key}"
         self._headers = headers
         self._session: aiohttp.ClientSession | None = None
+        self.timestamp_source = "reader"
 
     async def __aenter__(self) -> Client:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+        connector, self.timestamp_source = _connector()
         self._session = aiohttp.ClientSession(
             connector=connector,
             headers=self._headers,
@@ -216,15 +263,34 @@ class Client:
                     raw.error = redact(f"HTTP {resp.status}: {text.strip()}")
                     return raw
                 content = resp.content
-                while True:
-                    data = await content.readany()
-                    t = perf()
-                    if not data:
-                        break
-                    if not raw.t_first_byte_ns:
-                        raw.t_first_byte_ns = t
-                    for payload in splitter.feed(data):
-                        events.append((t, payload))
+                conn = resp.connection
+                proto = conn.protocol if conn is not None else None
+                log: list[tuple[int, int]] | None = None
+                if _ResponseHandler is not None and isinstance(proto, TimedResponseHandler):
+                    log = []
+                    proto.timing_payload, proto.timing_log = content, log
+                # Bytes already buffered before the log was attached get the read time.
+                attached = content.total_bytes
+                li = 0
+                try:
+                    while True:
+                        data = await content.readany()
+                        t_read = perf()
+                        if not data:
+                            break
+                        if not raw.t_first_byte_ns:
+                            raw.t_first_byte_ns = log[0][0] if log else t_read
+                        for payload, end in splitter.feed(data):
+                            t = t_read
+                            if log and end > attached:
+                                while li < len(log) and log[li][1] < end:
+                                    li += 1
+                                if li < len(log):
+                                    t = log[li][0]
+                            events.append((t, payload))
+                finally:
+                    if log is not None:
+                        proto.timing_payload, proto.timing_log = None, None  # type: ignore[union-attr]
         except TimeoutError:
             raw.error_kind = "timeout"
             raw.error = f"no data for {self.stall_s:g} s or over {self.timeout_s:g} s in total"

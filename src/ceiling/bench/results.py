@@ -103,6 +103,7 @@ class RunResult(LevelResult):
     mode: str = ""
     config: dict[str, Any] = Field(default_factory=dict)
     input_len_source: str | None = None
+    timestamp_source: str = "socket"
     partial: bool = False
     partial_reason: str | None = None
     cancelled_in_flight: int = 0

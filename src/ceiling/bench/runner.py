@@ -436,6 +436,7 @@ def _assemble(
         mode=cfg.mode,
         config=config,
         input_len_source=len_source,
+        timestamp_source=state.client.timestamp_source,
         partial=state.stopped,
         partial_reason=state.reason,
         cancelled_in_flight=state.cancelled,
