@@ -123,11 +123,13 @@ def worker(spec_path: str) -> int:
     lm = w(V // tp, H)
     x_in = torch.randn(B, H, dtype=dt, device=dev)
     gathered = torch.empty(tp * B, V // tp, dtype=dt, device=dev)
-    moe_impl = "grouped_mm" if hasattr(torch, "_grouped_mm") else "loop"
+    moe_impl = spec.get("moe_impl", "auto")
+    if moe_impl == "auto":
+        moe_impl = "grouped_mm" if hasattr(torch, "_grouped_mm") else "loop"
+    attn_impl = spec.get("attn_impl", "sdpa")
 
     def rms(x, g):
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dt) * g
+        return torch.nn.functional.rms_norm(x, (H,), g, 1e-6)
 
     def ar(x):
         if tp > 1:
@@ -135,7 +137,17 @@ def worker(spec_path: str) -> int:
         return x
 
     def attention(a, d):
+        nonlocal attn_impl
         qkv = a @ d["wqkv"].t()
+        if attn_impl == "sdpa":
+            try:
+                q = qkv[:, : hq * hd].reshape(B, hq, 1, hd)
+                o = torch.nn.functional.scaled_dot_product_attention(
+                    q, d["k"], d["v"], enable_gqa=True
+                ).reshape(B, hq * hd)
+                return o @ d["wo"].t()
+            except (RuntimeError, TypeError):
+                attn_impl = "manual"
         q = qkv[:, : hq * hd].reshape(B, hkv, hq // hkv, hd)
         s = torch.matmul(q, d["k"].transpose(-1, -2)) * (hd**-0.5)
         p = torch.softmax(s.float(), dim=-1).to(dt)
@@ -256,6 +268,7 @@ def worker(spec_path: str) -> int:
                     "allreduces_per_step": (2 * L + 1) if tp > 1 else 0,
                     "layers": L,
                     "moe_impl": moe_impl if E else None,
+                    "attn_impl": attn_impl,
                     "finite": finite,
                     "ranks_consistent": consistent,
                     "device_name": torch.cuda.get_device_name(dev) if cuda else "cpu",
@@ -303,6 +316,8 @@ def main() -> int:
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--no-graph", action="store_true")
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--moe-impl", default="auto", help="auto | grouped_mm | loop")
+    ap.add_argument("--attn-impl", default="sdpa", help="sdpa | manual")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--profile", help="hardware profile for predict's number (calibrate+commbench)")
     ap.add_argument(
@@ -341,6 +356,8 @@ def main() -> int:
                         "batch": args.batch,
                         "context": args.context,
                         "layers": args.layers,
+                        "moe_impl": args.moe_impl,
+                        "attn_impl": args.attn_impl,
                         "warmup": 3,
                         "eager": not args.no_eager,
                         "graph": not args.no_graph,

@@ -118,6 +118,9 @@ class VariantRun(BaseModel):
     torch_version: str | None = None
     nccl_version: str | None = None
     link: str | None = None
+    env_seen: dict[str, str] = Field(
+        default_factory=dict, description="NCCL_*/GLOO_*/multicast settings the ranks ran with"
+    )
     rows: list[CommRow] = Field(default_factory=list)
     fits: list[CollectiveFit] = Field(default_factory=list)
     error: str | None = None
@@ -185,16 +188,14 @@ def model_dims(name: str) -> tuple[str, int, int]:
 # --------------------------------------------------------------------------- running
 
 
-def _torch_facts() -> tuple[bool, int]:
+def _torch_facts(python: str) -> tuple[bool, int]:
     """(cuda available, GPU count) in a child process: the parent never imports torch/CUDA."""
     code = (
         "import torch,json;"
         "print(json.dumps([torch.cuda.is_available(), torch.cuda.device_count()]))"
     )
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-        )
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired as exc:
         raise CeilingError("importing torch took over 2 minutes", fix="check the install") from exc
     if proc.returncode != 0:
@@ -218,7 +219,7 @@ def run_commbench(
     cfg: CommbenchConfig, on_progress: Callable[[str, int, int], None] | None = None
 ) -> CommbenchResult:
     """Run every (variant, world size); return the tables, fits and per-token costs."""
-    cuda, n_gpus = _torch_facts()
+    cuda, n_gpus = _torch_facts(cfg.python)
     backend = cfg.backend
     if backend == "auto":
         backend = "nccl" if cuda and n_gpus >= 1 else "gloo"
@@ -330,6 +331,7 @@ def _run_variant(
         if outcome.ok and out.is_file():
             data = json.loads(out.read_text())
             run.device_name = data.get("device_name")
+            run.env_seen = data.get("env_seen", {})
             run.torch_version, run.nccl_version = data.get("torch"), data.get("nccl")
             for row in data["rows"]:
                 t, g = row["time_us"], row.get("graph_time_us")

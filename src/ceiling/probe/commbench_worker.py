@@ -128,6 +128,11 @@ def main(spec_path: str) -> int:
             "world_size": world,
             "backend": spec["backend"],
             "device_name": torch.cuda.get_device_name(dev) if cuda else "cpu",
+            "env_seen": {
+                k: v
+                for k, v in os.environ.items()
+                if k.startswith(("NCCL_", "GLOO_", "TORCH_SYMM", "NVSHMEM_"))
+            },
         }
         with open(spec["out"], "w") as f:
             json.dump(info, f)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 
 
 def algbw_GBps(size_bytes: int, time_us: float) -> float:
@@ -47,8 +48,8 @@ def fit_alpha_beta(points: list[tuple[int, float]]) -> tuple[float, float]:
     if alpha < 0:  # refit through the origin
         alpha = 0.0
         slope = sxy / sxx
-    if slope <= 0:
-        return max(alpha, min(t for _, t in pts)), math.inf
+    if slope <= 0:  # flat (latency-bound everywhere measured): alpha is the typical time
+        return statistics.median(t for _, t in pts), math.inf
     return alpha, 1.0 / (slope * 1e3)
 
 

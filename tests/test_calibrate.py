@@ -1,0 +1,86 @@
+"""calibrate: refuses without a GPU (with the --cpu way out), measures the CPU when asked,
+labels such a profile as CPU, and profiles round-trip into predict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ceiling.errors import CeilingError
+from ceiling.spec.profile import HardwareProfile, load_profile, save_profile
+
+torch = pytest.importorskip("torch")
+
+from ceiling.probe.calibrate import CalibrateConfig, run_calibrate, to_profile  # noqa: E402
+
+RESULTS = Path(__file__).parents[1] / "bench" / "results"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_no_gpu_is_a_clear_error_naming_the_cpu_option():
+    with pytest.raises(CeilingError) as err:
+        run_calibrate(CalibrateConfig())
+    assert "no CUDA GPU" in err.value.message and "--cpu" in err.value.fix
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cli_calibrate_without_gpu_exits_nonzero(capsys):
+    from ceiling.cli import main
+
+    assert main(["calibrate"]) != 0
+    assert "--cpu" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def cpu_result():
+    return run_calibrate(CalibrateConfig(device="cpu", scale=0.05, reps=2, batches=[1, 4]))
+
+
+def test_cpu_measurement_is_measured_and_labelled(cpu_result):
+    r = cpu_result
+    assert r.device == "cpu" and r.device_name.startswith("CPU")
+    assert r.mem_read_GBps > 0 and r.copy_GBps > 0
+    assert r.launch_us_eager > 0 and r.launch_us_graph is None
+    assert {(p.dtype, p.batch) for p in r.gemv} == {("bf16", 1), ("bf16", 4)}
+    assert all(p.bw_GBps > 0 and p.weight_bytes > 0 for p in r.gemv)
+    assert any("CPU measurement" in n for n in r.notes)
+    prof = to_profile(r)
+    assert prof.device == "cpu" and prof.gpu is None
+    assert "CPU measurement" in prof.machine
+    assert prof.gemv_bw_GBps["bf16"] == r.gemv_bw()["bf16"]
+
+
+def test_unavailable_dtype_is_skipped_with_its_reason():
+    r = run_calibrate(
+        CalibrateConfig(device="cpu", scale=0.02, reps=1, batches=[1], dtypes=["bf16", "fp4x"])
+    )
+    assert "fp4x" in r.skipped and "unknown dtype" in r.skipped["fp4x"]
+    assert "gemv fp4x not measured" in " ".join(to_profile(r).notes)
+
+
+def test_profile_round_trip_and_merge(cpu_result, tmp_path):
+    prof = to_profile(cpu_result)
+    path = save_profile(prof, tmp_path / "cal.json")
+    assert load_profile(path) == prof
+    merged = prof.merge(HardwareProfile(kernel_launch_us_graph=1.5, notes=["commbench"]))
+    assert merged.kernel_launch_us_graph == 1.5
+    assert merged.mem_bw_GBps == prof.mem_bw_GBps
+    assert "commbench" in merged.notes
+
+
+def test_recorded_h200_profile_drives_predict():
+    """The profile calibrate wrote on the H200 (bench/results) changes predict's numbers."""
+    from ceiling.predict.api import PredictRequest, predict
+
+    path = RESULTS / "2026-11-29_h200-1gpu_session1" / "profile.json"
+    prof = load_profile(path)
+    assert prof.gpu == "h200" and prof.device == "cuda"
+    base = predict(PredictRequest(model="llama-3.1-8b", gpu="h200")).model_dump()
+    with_prof = predict(
+        PredictRequest(model="llama-3.1-8b", gpu="h200", profile=str(path))
+    ).model_dump()
+    assert with_prof["decode_ms_per_token"] != base["decode_ms_per_token"]
+    weights_gb = with_prof["components_ms"]["weights"] * max(prof.gemv_bw_GBps.values()) / 1e3
+    assert 14 < weights_gb < 17  # ~15 GB of Llama-8B weights read at the measured bandwidth
+    assert any("profile" in a for a in with_prof["assumptions"])

@@ -1,0 +1,213 @@
+"""probe: topology parsing (nvidia-smi text), the NVML path (with a fake NVML), the no-GPU path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ceiling.probe import nvml, topology
+from ceiling.probe.topology import (
+    GpuInfo,
+    cpu_info,
+    link_kind,
+    parse_smi_query,
+    parse_topo_matrix,
+    pcie_GBps,
+    topology_from_smi_text,
+)
+from ceiling.spec.hardware import list_links
+
+FIX = Path(__file__).parent / "fixtures" / "probe"
+
+
+def _read(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def test_real_h200_single_gpu_topo_has_no_pairs_and_keeps_affinity():
+    parsed = parse_topo_matrix(_read("topo_m_h200_1gpu.txt"))
+    assert parsed["devices"] == ["GPU0"]
+    assert parsed["matrix"][("GPU0", "GPU0")] == "X"
+    assert parsed["affinity"]["GPU0"]["CPU Affinity"] == "0-15"
+    assert parsed["affinity"]["GPU0"]["NUMA Affinity"] == "0"
+
+
+def test_pcie_box_pairs_links_and_p2p():
+    gpus = parse_smi_query(_read("smi_query_8x_pcie.csv"))
+    assert len(gpus) == 8
+    assert gpus[0].catalog_name == "rtx-pro-6000"
+    assert gpus[0].pcie_gen_current == 1 and gpus[0].pcie_gen_max == 5
+    assert gpus[0].pcie_GBps_per_direction == pytest.approx(63.02, abs=0.01)
+    topo = topology_from_smi_text(
+        gpus, _read("topo_m_8x_pcie.txt"), _read("topo_p2p_r_8x_pcie.txt"), driver="580.95.05"
+    )
+    assert topo.source == "nvidia-smi"
+    assert len(topo.pairs) == 28  # 8 choose 2; the NIC row/column is not a GPU pair
+    by = {(p.a, p.b): p for p in topo.pairs}
+    assert by[(0, 1)].connection == "PIX" and by[(0, 1)].link == "pcie5-switch"
+    assert by[(0, 2)].connection == "NODE" and by[(0, 2)].link == "pcie5-host"
+    assert by[(3, 4)].connection == "SYS" and by[(3, 4)].p2p is False
+    assert by[(0, 1)].p2p is True
+    assert topo.gpus[5].numa_node == 1 and topo.gpus[5].cpu_affinity == "32-63,96-127"
+    # a ring over GPUs 0-3 crosses host bridges; over all 8 it crosses the sockets
+    assert topo.link_for([0, 1]) == "pcie5-switch"
+    assert topo.link_for([0, 1, 2, 3]) == "pcie5-host"
+    assert topo.link_for(list(range(8))).startswith("pcie5-cross-socket")
+
+
+def test_nvlink_box_maps_to_the_gpus_nvlink_generation():
+    gpus = parse_smi_query(_read("smi_query_8x_h100.csv"))
+    topo = topology_from_smi_text(gpus, _read("topo_m_8x_nvlink.txt"), None)
+    assert {p.connection for p in topo.pairs} == {"NV18"}
+    assert {p.link for p in topo.pairs} == {"nvlink4"}
+    assert all(p.nvlinks == 18 for p in topo.pairs)
+    assert topo.gpus[0].nvlink_active_links == 18
+    assert all(p.p2p is None for p in topo.pairs)  # no p2p matrix given: unknown, not "yes"
+
+
+def test_link_names_exist_in_predicts_catalog():
+    known = {link.name for link in list_links()}
+    for code in ("PIX", "PXB", "PHB", "NODE", "SYS"):
+        assert link_kind(code, 5) in known
+        assert link_kind(code, 4) in known
+    assert link_kind("PIX", 5, p2p=False) == "pcie5-switch-nop2p"
+    for gen in (4, 5):  # with P2P off, the catalog's -nop2p kind of that generation
+        nop2p = link_kind("PIX", gen, p2p=False)
+        assert nop2p in known and "nop2p" in nop2p
+
+
+def test_pcie_bandwidth_from_data_file():
+    assert pcie_GBps(4, 16) == pytest.approx(31.51, abs=0.01)
+    assert pcie_GBps(5, 8) == pytest.approx(31.51, abs=0.01)
+    assert pcie_GBps(None, 16) is None
+    assert pcie_GBps(99, 16) is None
+
+
+def test_cpu_info_from_a_sysfs_tree(tmp_path):
+    for n, cpus in ((0, "0-3"), (1, "4-7")):
+        d = tmp_path / f"devices/system/node/node{n}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+    for c in range(8):
+        d = tmp_path / f"devices/system/cpu/cpu{c}/topology"
+        d.mkdir(parents=True)
+        (d / "physical_package_id").write_text(str(c // 4))
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Test CPU 9000\n")
+    info = cpu_info(str(tmp_path), str(cpuinfo))
+    assert info.sockets == 2
+    assert [(n.node, n.cpus) for n in info.numa_nodes] == [(0, "0-3"), (1, "4-7")]
+    assert info.model == "Test CPU 9000"
+
+
+@pytest.fixture
+def no_nvml(monkeypatch):
+    nvml.reset_for_tests()
+    monkeypatch.setattr(nvml, "open_nvml", lambda: (None, "NVML not here (test)"))
+    monkeypatch.setattr(topology.shutil, "which", lambda _name: None)
+    yield
+    nvml.reset_for_tests()
+
+
+def test_probe_without_gpus_is_a_cpu_only_description(no_nvml):
+    topo = topology.probe()
+    assert topo.gpus == [] and topo.pairs == []
+    assert topo.source == "none"
+    assert "NVML not here" in topo.reason and "nvidia-smi not found" in topo.reason
+    assert topo.cpu.logical_cpus
+
+
+def test_cli_probe_json_without_gpus_exits_zero():
+    """In a fresh process on this GPU-less machine: exit 0, gpus: []."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "ceiling", "probe", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if "NVIDIA" in proc.stdout and '"gpus": []' not in proc.stdout:
+        pytest.skip("this machine has an NVIDIA GPU")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["gpus"] == [] and data["schema_version"] == 1
+
+
+class FakeNVML:
+    """Two GPUs behind one PCIe switch (PIX), P2P OK, no NVLink; one GPU's power query fails."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+    NVML_P2P_CAPS_INDEX_READ = 0
+    NVML_P2P_STATUS_OK = 0
+    NVML_NVLINK_MAX_LINKS = 4
+
+    def nvmlSystemGetDriverVersion(self):
+        return b"580.1"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 13000
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetName(self, h):
+        return "NVIDIA H200"
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-{h}"
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(total=141 * 2**30)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return 5
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return 16
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return 1
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return 16
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(busId=f"00000000:{h + 1:02d}:00.0".encode())
+
+    def nvmlDeviceGetMaxClockInfo(self, h, which):
+        return 1980 if which == 1 else 3201
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        raise RuntimeError("Not Supported")
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        return 10  # NVML_TOPOLOGY_SINGLE = PIX
+
+    def nvmlDeviceGetP2PStatus(self, a, b, idx):
+        return 0
+
+
+def test_nvml_path_with_a_fake_library(monkeypatch):
+    nvml.reset_for_tests()
+    monkeypatch.setattr(nvml, "open_nvml", lambda: (FakeNVML(), None))
+    topo = topology.probe()
+    nvml.reset_for_tests()
+    assert topo.source == "nvml" and topo.driver_version == "580.1"
+    assert topo.cuda_driver_version == "13.0"
+    assert [g.catalog_name for g in topo.gpus] == ["h200", "h200"]
+    assert all(g.nvlink_active_links is None for g in topo.gpus)  # "Not Supported" -> None
+    assert topo.gpus[0].pcie_GBps_per_direction == pytest.approx(63.02, abs=0.01)
+    (pair,) = topo.pairs
+    assert (pair.connection, pair.p2p, pair.link) == ("PIX", True, "pcie5-switch")
+
+
+def test_gpu_info_is_plain_json():
+    g = GpuInfo(index=0, name="x")
+    assert json.loads(g.model_dump_json())["name"] == "x"
