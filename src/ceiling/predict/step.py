@@ -251,7 +251,11 @@ def collectives_per_step(s: Setup, tokens: float) -> tuple[float, dict[str, Any]
     total_us = 0.0
     if d.tp > 1:
         n_ar = 2 * spec.num_layers + 2  # attention + MLP per layer, embedding, logits gather
-        one = allreduce_us(link, s.allreduce_impl, d.tp, act_bytes, s.profile)
+        impl = s.allreduce_impl
+        if impl == "oneshot" and act_bytes > s.rules.custom_ar_max_bytes:
+            impl = "nccl"  # engines fall back to NCCL above their custom-allreduce buffer
+            info["allreduce_impl"] = "nccl (message above the custom-allreduce buffer)"
+        one = allreduce_us(link, impl, d.tp, act_bytes, s.profile)
         total_us += n_ar * one
         info.update(allreduces=n_ar, allreduce_bytes=int(act_bytes), allreduce_us=round(one, 2))
     if d.ep > 1 and d.dp > 1:

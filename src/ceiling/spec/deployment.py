@@ -30,6 +30,7 @@ class EngineRules(BaseModel):
     pcie_max_world: int
     requires_p2p: bool
     rule: str
+    custom_ar_max_bytes: int
     host_ms: float
     kernels: str
     gpu_memory_utilization: float
@@ -48,6 +49,7 @@ def engine_rules(engine: str) -> EngineRules:
         pcie_max_world=ar["pcie_max_world"],
         requires_p2p=ar["requires_p2p"],
         rule=ar["rule"],
+        custom_ar_max_bytes=int(ar.get("max_bytes", 8 * 2**20)),
         host_ms=e["host_ms"],
         kernels=e["kernels"],
         gpu_memory_utilization=e["gpu_memory_utilization"],
