@@ -131,3 +131,41 @@ def test_cli_doctor_json(model_dir, tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["kind"] == "doctor" and doc["bench"].get("concurrency") is None
     assert any(s["name"] == "bench concurrency" and s["status"] == "skipped" for s in doc["stages"])
+
+
+def test_doctor_gpu_path_uses_predict_and_answers_the_nccl_hypothesis(tmp_path):
+    """The story's deployment (Kimi-K2.5, 8 GPUs over PCIe, TP=8) served at ~12 ms per token:
+    the measurement lands near predict's ceiling, and NCCL tuning is answered as latency-bound
+    at 14 KB per allreduce (hidden 7168 x 2 bytes)."""
+    with SSEServer(Plan(itl_s=0.012, ttft_s=0.01)) as srv:
+        res = run_doctor(
+            DoctorConfig(
+                url=srv.url,
+                model_path="kimi-k2.5",
+                gpu="rtx-pro-6000",
+                tp=8,
+                max_tokens=24,
+                repeat=2,
+                concurrency=[],
+                out_dir=str(tmp_path),
+                progress=False,
+                telemetry=False,
+                target_tok_s=100.0,
+            )
+        )
+    assert res.hardware["kind"] == "gpu"
+    pred = res.prediction
+    names = {c["name"] for c in res.attribution["components"]}
+    assert {"weights", "collectives", "launch"} <= names
+    assert res.attribution["predicted_step_ms"] == pytest.approx(
+        pred["decode_ms_per_token"], rel=0.02
+    )
+    v = res.verdict
+    assert v["predicted_tok_s"] == pred["decode_tok_s_per_stream"]
+    nccl = next(h for h in v["hypotheses"] if h["hypothesis"].startswith("NCCL"))
+    assert "latency-bound at 14 KB" in nccl["answer"]
+    assert nccl["predicted_gain_pct"] < 2.0
+    assert v["changes"] and v["changes"][0]["source"] == "predict what-if"
+    gains = [c["predicted_gain_pct"] for c in v["changes"]]
+    assert gains == sorted(gains, reverse=True)
+    assert v["target"]["met"] is False

@@ -110,8 +110,16 @@ def attribute(
     """
     if measured_step_ms <= 0:
         raise ValueError("measured step time must be positive")
-    kind_of = {**COMPONENT_KINDS, **(kinds or {})}
+    kind_of: dict[str, Kind] = dict(COMPONENT_KINDS)
     note_of = {**COMPONENT_NOTES, **(notes or {})}
+    for name, text in (kinds or {}).items():
+        # predict says e.g. "fundamental (bandwidth x weight format)" or "configurable (enable
+        # CUDA graphs)"; a text that is neither keeps our default kind and becomes the note.
+        word = str(text).split(" ", 1)[0].strip().lower()
+        if word in ("fundamental", "configurable"):
+            kind_of[name] = word  # type: ignore[assignment]
+        if str(text).strip() and str(text) not in ("fundamental", "configurable", "none"):
+            note_of[name] = str(text)
     shares = [
         ComponentShare(
             name=name,

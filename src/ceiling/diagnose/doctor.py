@@ -607,7 +607,18 @@ def _verdict(cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any) ->
         else ((res.prediction or {}).get("model", {}).get("hidden_size"))
     )
     tp = int(((res.prediction or {}).get("deployment") or {}).get("tp") or cfg.tp or 1)
+    details = (pred or {}).get("details") or {}
+    link_bw = None
+    link_name = ((pred or {}).get("hardware") or {}).get("link")
+    if link_name:
+        from ceiling.spec.hardware import load_link
+
+        with contextlib.suppress(CeilingError):
+            link_bw = load_link(link_name).bw_GBps
     inp = VerdictInputs(
+        allreduce_bytes=details.get("allreduce_bytes"),
+        allreduces_per_step=details.get("allreduces"),
+        link_bw_GBps=link_bw,
         attribution=Attribution(**res.attribution) if res.attribution else None,
         measured_tok_s=mean,
         measured_ci=ci,

@@ -83,6 +83,9 @@ class VerdictInputs(BaseModel):
     tp: int = 1
     hidden_size: int | None = None
     activation_bytes: int = 2
+    allreduce_bytes: int | None = Field(None, description="bytes per decode allreduce call")
+    allreduces_per_step: int | None = None
+    link_bw_GBps: float | None = Field(None, description="per-direction link bandwidth")
     engine: str | None = None
     findings: list[dict[str, Any]] = Field(default_factory=list)
     facts: dict[str, Any] | None = None
@@ -162,25 +165,45 @@ def _nccl_hypothesis(inp: VerdictInputs, a: Attribution | None) -> Hypothesis | 
         )
     if coll is None:
         return None
-    msg = None
-    if inp.hidden_size:
+    msg = inp.allreduce_bytes
+    if msg is None and inp.hidden_size:
         msg = inp.hidden_size * inp.activation_bytes * max(a.batch, 1)
-    wi = [
+    tuning = [
         w
         for w in (inp.prediction or {}).get("what_if") or []
-        if any(k in str(w.get("change", "")).lower() for k in ("nccl", "proto", "algo"))
+        if any(k in str(w.get("change", "")) for k in ("NCCL_", "protocol", "algorithm"))
     ]
-    if wi:
-        best = max(wi, key=lambda w: w.get("delta_pct") or 0.0)
+    calls = inp.allreduces_per_step
+    if tuning:
+        best = max(tuning, key=lambda w: w.get("delta_pct") or 0.0)
         gain = float(best.get("delta_pct") or 0.0)
         ans = f"predicted {gain:+.2g} % ({best.get('change')})"
+    elif msg is not None and calls and inp.link_bw_GBps:
+        # A ring allreduce moves ~2x the message over the link; NCCL's protocol, channel and
+        # buffer settings change how fast those bytes move, not the per-hop latency.
+        bw_ms = calls * 2.0 * msg / (inp.link_bw_GBps * 1e9) * 1e3
+        gain = 100.0 * bw_ms / a.measured_step_ms
+        ans = (
+            f"predicted <= {gain:.2g} %: the bandwidth part of {calls} allreduces per step is "
+            f"{_us_or_ms(bw_ms)} of the {_us_or_ms(a.measured_step_ms)} step"
+        )
     else:
         gain = coll.share_pct
         ans = f"predicted <= {gain:.2g} % even if the allreduce cost vanished"
     if msg is not None and msg < LATENCY_BOUND_BYTES:
         ans += (
-            f": allreduce here is latency-bound at {msg / 1024:.3g} KB per call, so protocol, "
+            f"; allreduce here is latency-bound at {msg / 1024:.3g} KB per call, so protocol, "
             "channel and buffer settings move bandwidth that is not the limit"
+        )
+    other = [
+        w
+        for w in (inp.prediction or {}).get("what_if") or []
+        if "allreduce" in str(w.get("change", "")).lower() and (w.get("delta_pct") or 0) > 0
+    ]
+    if other:
+        w = max(other, key=lambda w: w.get("delta_pct") or 0.0)
+        ans += f" (a different implementation is another matter: {w['change']}: " + (
+            f"predicted {float(w['delta_pct']):+.3g} %)"
         )
     return Hypothesis(
         hypothesis=name,
@@ -247,10 +270,17 @@ def _graph_hypothesis(inp: VerdictInputs, a: Attribution | None) -> Hypothesis |
     ]
     if wi:
         w = max(wi, key=lambda w: w.get("delta_pct") or 0.0)
+        d = float(w.get("delta_pct") or 0.0)
+        if d < 0:
+            return Hypothesis(
+                hypothesis="CUDA graphs",
+                predicted_gain_pct=0.0,
+                answer=f"already on; turning them off is predicted to cost {-d:.3g} %",
+            )
         return Hypothesis(
             hypothesis="CUDA graphs",
-            predicted_gain_pct=w.get("delta_pct"),
-            answer=f"predicted {float(w.get('delta_pct') or 0):+.3g} % ({w.get('change')})",
+            predicted_gain_pct=d,
+            answer=f"predicted {d:+.3g} % ({w.get('change')})",
         )
     return None
 
@@ -397,6 +427,9 @@ def build_verdict(inp: VerdictInputs) -> Verdict:
         notes.append(
             f"Measured rate is {pct:.3g} % of the predicted ceiling for this configuration."
         )
+    target = _target(inp)
+    if target and not target.met and best and best["tok_s"] >= target.target_tok_s:
+        target.text += f"; {best['change']} is predicted to reach {best['tok_s']:.4g} tok/s"
     return Verdict(
         headline=headline,
         bound_by=bound,
@@ -410,7 +443,7 @@ def build_verdict(inp: VerdictInputs) -> Verdict:
         gap=gap,
         changes=_changes(inp),
         hypotheses=hyps,
-        target=_target(inp),
+        target=target,
         notes=notes,
     )
 
