@@ -54,12 +54,15 @@ def launch_cmd(
 def inspect_cmd(
     log: Path = typer.Argument(..., help="Engine log file (vLLM or SGLang)."),
     engine: str | None = typer.Option(None, "--engine", help="vllm | sglang (default: detect)."),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", help="Streams you intend to serve (checked against KV capacity)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print EngineFacts as JSON."),
 ) -> None:
     """Parse an engine start-up log into facts and findings."""
     from ceiling.diagnose.logs import run_inspect
 
-    raise typer.Exit(run_inspect(log, engine=engine, json_out=json_out))
+    raise typer.Exit(run_inspect(log, engine=engine, concurrency=concurrency, json_out=json_out))
 
 
 def shm_cmd(

@@ -93,7 +93,8 @@ class EngineFacts(BaseModel):
     ready: bool = False
     warnings: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
-    evidence: dict[str, list[str]] = Field(default_factory=dict, exclude=False)
+    # per-fact source lines, for findings to quote (kept out of JSON: findings carry their own)
+    evidence: dict[str, list[str]] = Field(default_factory=dict, exclude=True)
     findings: list[Finding] = Field(default_factory=list)
 
     def add_evidence(self, key: str, line: str) -> None:
@@ -736,13 +737,15 @@ def inspect_log(
     return facts
 
 
-def run_inspect(path: Path, engine: str | None = None, json_out: bool = False) -> int:
+def run_inspect(
+    path: Path, engine: str | None = None, concurrency: int | None = None, json_out: bool = False
+) -> int:
     """``ceiling inspect``: print the facts and findings."""
     from rich.markup import escape
 
     from ceiling.console import emit_json, out
 
-    facts = inspect_log(path, engine=engine)
+    facts = inspect_log(path, engine=engine, concurrency=concurrency)
     if json_out:
         emit_json(facts)
         return 0
