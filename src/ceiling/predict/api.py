@@ -48,6 +48,7 @@ class WhatIf(BaseModel):
     delta_pct: float
     decode_ms_per_token: float
     fits_in_memory: bool
+    moved: str = Field("", description="the component that moves most, 'name a -> b ms'")
     note: str = ""
 
 
@@ -358,10 +359,9 @@ def predict(req: PredictRequest) -> Prediction:
     return pred
 
 
-def variant(req: PredictRequest) -> tuple[float, float, bool, str]:
-    """(tok/s per stream, ms/token, fits, why-not) for a what-if variant; 0 tok/s if it cannot run."""
+def variant(req: PredictRequest) -> tuple[Prediction | None, str]:
+    """A what-if variant's prediction (no batch curve), or None and why it cannot run."""
     try:
-        p = _core(req, curve=False, strict=False)
+        return _core(req, curve=False, strict=False), ""
     except CeilingError as err:
-        return 0.0, 0.0, False, err.message
-    return p.decode_tok_s_per_stream, p.decode_ms_per_token, p.fits_in_memory, ""
+        return None, err.message

@@ -64,16 +64,18 @@ def print_prediction(p: Prediction) -> None:
         wt.add_column("change")
         wt.add_column("tok/s", justify="right")
         wt.add_column("delta", justify="right")
+        wt.add_column("what moves")
         wt.add_column("note")
         for w in p.what_if:
             if w.decode_tok_s_per_stream <= 0:
-                wt.add_row(w.change, "-", "-", w.note)
+                wt.add_row(w.change, "-", "-", "", w.note)
                 continue
             style = "green" if w.delta_pct > 0.5 else ("red" if w.delta_pct < -0.5 else "")
             wt.add_row(
                 w.change,
                 f"{w.decode_tok_s_per_stream:.1f}",
                 f"[{style}]{w.delta_pct:+.1f} %[/{style}]" if style else f"{w.delta_pct:+.1f} %",
+                w.moved,
                 w.note,
             )
         con.print(wt)
