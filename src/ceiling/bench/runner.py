@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ceiling.bench import server_metrics
-from ceiling.bench.client import Client, redact
+from ceiling.bench.client import Client, RawStream, redact
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.looplag import LoopLagMonitor
 from ceiling.bench.metrics import RequestRecord, errors_by_kind, process, summarize
@@ -51,6 +51,27 @@ DEAD_SERVER_STREAK = 3
 LAG_WARN_SHARE = 0.10
 #: Prompt pool when the request count is open (``--duration``); reused cyclically beyond it.
 OPEN_POOL = 512
+
+
+@dataclass
+class _Sent:
+    """A finished request, not parsed yet."""
+
+    raw: RawStream
+    index: int
+    repeat: int
+    max_tokens: int
+    expected_tokens: int | None
+
+    def record(self) -> RequestRecord:
+        rec = process(
+            self.raw,
+            self.index,
+            max_tokens=self.max_tokens,
+            prompt_tokens_expected=self.expected_tokens,
+        )
+        rec.repeat = self.repeat
+        return rec
 
 
 @dataclass
@@ -87,8 +108,8 @@ class _State:
         for task in list(self.tasks):
             task.cancel()
 
-    async def observe(self, rec: RequestRecord) -> None:
-        if rec.error_kind != "connection":
+    async def observe(self, raw: RawStream) -> None:
+        if raw.error_kind != "connection":
             self.conn_streak = 0
             return
         self.conn_streak += 1
@@ -102,7 +123,7 @@ class _State:
         if alive:
             self.conn_streak = 0
         else:
-            self.stop(f"server stopped answering ({rec.error})")
+            self.stop(f"server stopped answering ({raw.error})")
 
 
 class _Prompts:
@@ -155,6 +176,8 @@ def _progress(enabled: bool) -> Any:
         TimeElapsedColumn(),
         console=console(),
         disable=not enabled,
+        # Rendering runs in a thread and takes the GIL from the event loop: keep it rare.
+        refresh_per_second=2,
         transient=False,
     )
 
@@ -228,7 +251,9 @@ async def _send(
     index: int,
     repeat: int,
     state: _State,
-) -> RequestRecord:
+) -> _Sent:
+    """Send one request. Parsing is deferred to the end of the measurement: JSON work while
+    other streams are live would hold up the event loop and with it their timestamps."""
     max_t = prompt.max_tokens or cfg.effective_max_tokens
     body = request_body(
         prompt,
@@ -246,10 +271,8 @@ async def _send(
         raise
     finally:
         state.in_flight -= 1
-    rec = process(raw, index, max_tokens=max_t, prompt_tokens_expected=prompt.expected_tokens)
-    rec.repeat = repeat
-    await state.observe(rec)
-    return rec
+    await state.observe(raw)
+    return _Sent(raw, index, repeat, max_t, prompt.expected_tokens)
 
 
 async def _warmup(cfg, client, model, path, prompts, state, prog) -> None:  # type: ignore[no-untyped-def]
@@ -281,11 +304,10 @@ async def _measure(cfg, client, model, path, prompts, state, prog, rep, level) -
         label += f" repeat {rep + 1}/{cfg.repeat}"
     task = prog.add_task(label, total=n)
     before = await client.get_text("/metrics")
-    records: list[RequestRecord] = []
+    sent: list[_Sent] = []
 
     async def send(i: int) -> None:
-        rec = await _send(cfg, client, model, path, prompts.next(), i, rep, state)
-        records.append(rec)
+        sent.append(await _send(cfg, client, model, path, prompts.next(), i, rep, state))
         prog.advance(task)
 
     t0 = time.perf_counter()
@@ -322,6 +344,7 @@ async def _measure(cfg, client, model, path, prompts, state, prog, rep, level) -
     state.tasks.difference_update(jobs)
     duration = time.perf_counter() - t0
     after = await client.get_text("/metrics") if not state.stopped else None
+    records = [item.record() for item in sent]
     return _Measurement(rep, level, records, duration, server_metrics.delta(before, after))
 
 
