@@ -136,3 +136,26 @@ def test_unsupported_compressed_tensors_scheme():
 def test_unknown_modelopt_algo():
     with pytest.raises(CeilingError, match="quant_algo"):
         parse_quant(None, "bfloat16", {"quantization": {"quant_algo": "W4A8_AWQ"}})
+
+
+def test_awq_gptq_and_ct_fp8_configs_parse():
+    awq_cfg = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True,
+               "modules_to_not_convert": ["mlp.gate"]}  # fmt: skip
+    s = parse_quant(awq_cfg, "float16")
+    assert s.format_for("model.layers.0.self_attn.q_proj", "attn", True).name == "awq-int4-g128"
+    assert s.format_for("model.layers.0.mlp.gate", "router", True).name == "fp16"
+    g = parse_quant(
+        {"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": True}, "bfloat16"
+    )
+    fmt = g.format_for("model.layers.0.mlp.down_proj", "mlp", True)
+    # 4096 x 4096 g32: 8,388,608 + 524,288 groups * 2.5 B + 4096 cols * 4 B g_idx
+    assert fmt.nbytes(4096, 4096) == 8_388_608 + 1_310_720 + 16_384
+    ct = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"g": {"targets": ["re:.*mlp.*"],
+                                "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}},
+        "ignore": ["lm_head"],
+    }  # fmt: skip
+    c = parse_quant(ct, "bfloat16")
+    assert c.format_for("model.layers.0.mlp.up_proj", "mlp", True).name == "fp8-channel"
+    assert c.format_for("model.layers.0.self_attn.q_proj", "attn", True).name == "bf16"
