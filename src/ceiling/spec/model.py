@@ -120,6 +120,12 @@ class ModelSpec:
 
     def active_params(self) -> int:
         """Parameters touched per token (top-k routed experts, not all of them; no embedding)."""
+        cached = self.__dict__.get("_active")
+        if cached is None:
+            cached = self.__dict__["_active"] = self._active_params()
+        return cached
+
+    def _active_params(self) -> int:
         total = 0
         for m in self.modules:
             if m.kind == "embed":
