@@ -113,3 +113,14 @@ def test_bad_flag_death_is_classified_as_argparse(cpu_tiny_variant, tmp_path):
     assert any("--num-scheduler-steps" in ln for ln in died.evidence)
     server_pid = json.loads(next(tmp_path.glob("*.launch.json")).read_text())["pid"]
     assert _group_members(server_pid) == []
+
+
+def test_cli_preflight_json_on_the_story(vllm_python, capsys):
+    from ceiling.cli import main
+
+    paths = [str(EXAMPLES / f"{n}.yaml") for n in ("baseline", "tuned", "v3")]
+    assert main(["preflight", "--json", *paths]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is False
+    assert [r["ok"] for r in data["reports"]] == [True, True, False]
+    assert data["reports"][2]["problems"][0]["kind"] == "removed_flag"

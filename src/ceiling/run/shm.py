@@ -29,7 +29,6 @@ PATTERNS = (
     "mp-*",
     "wnsm_*",
     "sglang*",
-    "cuda.shm.*",
     "__KMP_REGISTERED_LIB_*",
 )
 
