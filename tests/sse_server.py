@@ -286,7 +286,10 @@ class SSEServer:
             loop.run_until_complete(self._start())
             self._ready.set()
             loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())  # type: ignore[union-attr]
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
 
         self._thread = threading.Thread(target=run, daemon=True)
@@ -298,6 +301,10 @@ class SSEServer:
         if self._loop is not None and self._thread is not None:
             for tr in list(self._transports):
                 self._loop.call_soon_threadsafe(tr.abort)
+            if self._runner is not None:
+                fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+                with contextlib.suppress(Exception):
+                    fut.result(5)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
             self._thread = None

@@ -294,7 +294,7 @@ class Client:
         except TimeoutError:
             raw.error_kind = "timeout"
             raw.error = f"no data for {self.stall_s:g} s or over {self.timeout_s:g} s in total"
-        except aiohttp.ClientError as err:
+        except (aiohttp.ClientError, OSError) as err:
             raw.error_kind = "connection"
             raw.error = redact(f"{type(err).__name__}: {err}")[:300]
         finally:

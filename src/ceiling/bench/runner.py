@@ -126,6 +126,13 @@ class _State:
             self.stop(f"server stopped answering ({raw.error})")
 
 
+def _on_sigint(state: _State, loop: asyncio.AbstractEventLoop) -> None:
+    """First Ctrl-C: stop and keep what was measured. A second one interrupts for real."""
+    state.stop("interrupted (Ctrl-C)")
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.remove_signal_handler(signal.SIGINT)
+
+
 class _Prompts:
     """Hands out prompts in order; cycles (and says so) when the pool runs out."""
 
@@ -190,7 +197,7 @@ async def _run(cfg: BenchConfig, show_progress: bool) -> RunResult:
         state = _State(client=client)
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signal.SIGINT, state.stop, "interrupted (Ctrl-C)")
+            loop.add_signal_handler(signal.SIGINT, _on_sigint, state, loop)
         try:
             prompts, len_source = await _prompts(cfg, client, model)
             telemetry = Telemetry() if cfg.telemetry else None
