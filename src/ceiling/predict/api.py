@@ -130,10 +130,17 @@ def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
             )
         if spec.n_experts % req.ep:
             raise CeilingError(f"{spec.n_experts} experts do not split over --ep {req.ep}")
-    link_name = req.link
-    if link_name is None:
-        link_name = gpu.nvlink or f"pcie{gpu.pcie_gen}-switch"
-    link = load_link(link_name)
+    default_link = gpu.nvlink or f"pcie{gpu.pcie_gen}-switch"
+    talks = req.tp * req.pp > 1 or (req.ep > 1 and dp > 1)
+    if req.link is None or (not talks and req.link in ("self", "none", "")):
+        link = load_link(default_link)
+    else:
+        try:
+            link = load_link(req.link)
+        except CeilingError:
+            if talks:
+                raise
+            link = load_link(default_link)  # one GPU per replica: the link is never used
     dep = Deployment(
         engine=req.engine,
         tp=req.tp,
