@@ -196,3 +196,25 @@ def test_bad_layouts():
         predict(PredictRequest(**{**FOUNDING, "gpus": 6}))
     with pytest.raises(CeilingError, match="dense model"):
         predict(PredictRequest(model="llama-3.1-8b", gpu="h200", tp=2, ep=2))
+
+
+def test_pipeline_and_dp_ep_layouts():
+    tp8 = predict(PredictRequest(model="deepseek-v3", gpu="h200", tp=8))
+    pp2 = predict(PredictRequest(model="deepseek-v3", gpu="h200", tp=8, pp=2))
+    assert pp2.details["pp_sends"] == 1
+    # half the layers per GPU, but a token still passes all of them
+    assert pp2.memory_GiB_per_gpu["weights"] == pytest.approx(
+        tp8.memory_GiB_per_gpu["weights"] / 2, abs=0.01
+    )
+    assert pp2.components_ms["weights"] == pytest.approx(tp8.components_ms["weights"], rel=1e-3)
+    dpep = predict(PredictRequest(model="deepseek-v3", gpu="b200", gpus=8, tp=1, dp=8, ep=8))
+    assert dpep.details["alltoalls"] == 2 * 58  # dispatch + combine per MoE layer
+    assert dpep.aggregate_tok_s == pytest.approx(8 * dpep.decode_tok_s_per_stream, rel=1e-3)
+
+
+def test_weight_format_override_changes_weights_time():
+    base = predict(PredictRequest(model="qwen3-32b", gpu="h100-sxm"))
+    fp8 = predict(PredictRequest(model="qwen3-32b", gpu="h100-sxm", weight_format="fp8"))
+    assert fp8.components_ms["weights"] < 0.55 * base.components_ms["weights"]
+    with pytest.raises(CeilingError, match="unknown weight format"):
+        predict(PredictRequest(model="qwen3-32b", gpu="h100-sxm", weight_format="int5"))
