@@ -190,3 +190,28 @@ def test_html_report_in_headless_chromium(doc, tmp_path):
     errors = [m for m in messages if m[0] in ("error", "pageerror", "requestfailed")]
     assert errors == []
     assert shot.stat().st_size > 10_000
+
+
+def test_telemetry_timeline_from_samples(doc):
+    samples = [
+        {
+            "t": 1000.0 + 0.05 * i,
+            "gpu": g,
+            "sm_util_pct": 40.0 + g + (i % 5),
+            "pcie_tx_GBps": 0.8,
+            "pcie_rx_GBps": 0.7,
+        }
+        for i in range(40)
+        for g in (0, 1)
+    ]
+    doc["telemetry"] = {
+        "available": True,
+        "samples": samples,
+        "summary": {"verdict": "PCIe under 2 % of the link"},
+    }
+    html = render_html(doc)
+    assert "Telemetry: SM utilisation" in html and "Telemetry: PCIe transmit" in html
+    assert "gpu0" in html and "gpu1" in html
+    assert "PCIe under 2 % of the link" in render_markdown(doc)
+    doc["telemetry"] = {"available": False, "reason": "NVML not found", "samples": []}
+    assert "no telemetry: NVML not found" in render_html(doc)

@@ -83,6 +83,9 @@ class DoctorResult(BaseModel):
     preflight: dict[str, Any] | None = None
     flag_checks: dict[str, str | None] = Field(default_factory=dict)
     bench: dict[str, Any] = Field(default_factory=dict)
+    telemetry: dict[str, Any] | None = Field(
+        None, description="probe's TelemetrySeries during the single-stream bench (+ summary)"
+    )
     facts: dict[str, Any] | None = None
     findings: list[dict[str, Any]] = Field(default_factory=list)
     attribution: dict[str, Any] | None = None
@@ -283,7 +286,7 @@ def _bench(cfg: DoctorConfig, url: str, model: str, mode: str, out: Path) -> dic
             input_len=cfg.input_len,
             repeat=cfg.repeat,
             warmup=cfg.warmup,
-            telemetry=cfg.telemetry,
+            telemetry=False,  # the doctor samples itself and keeps the series
             save_detailed=True,
             out=out,
         )
@@ -476,6 +479,7 @@ def run_doctor(cfg: DoctorConfig) -> DoctorResult:
                 rec.skip("bench concurrency", "no concurrency levels asked")
                 continue
             with rec.stage(f"bench {mode}") as st:
+                sampler = _start_telemetry() if (cfg.telemetry and mode == "single") else None
                 try:
                     res.bench[mode] = _bench(cfg, url, served or "", mode, out / fname)
                     res.files[f"bench_{mode}"] = str(out / fname)
@@ -486,6 +490,8 @@ def run_doctor(cfg: DoctorConfig) -> DoctorResult:
                     if b.get("partial"):
                         st.status = "failed"
                 finally:
+                    if sampler is not None:
+                        res.telemetry = _stop_telemetry(sampler)
                     if not alive():
                         res.server_died = True
                         res.server_death = _death_text(server, url, mode)
@@ -507,6 +513,22 @@ def run_doctor(cfg: DoctorConfig) -> DoctorResult:
         _reproduce(cfg, res, url, served)
     _finish(res, out, cfg)
     return res
+
+
+def _start_telemetry() -> Any:
+    """NVML sampling during the single-stream bench (never raises: no NVML -> unavailable)."""
+    from ceiling.probe.telemetry import TelemetrySampler
+
+    sampler = TelemetrySampler(interval_s=0.05)
+    sampler.start()
+    return sampler
+
+
+def _stop_telemetry(sampler: Any) -> dict[str, Any]:
+    series = sampler.stop()
+    data = series.model_dump(mode="json")
+    data["summary"] = series.summary(label="the single-stream bench")
+    return data
 
 
 def _death_text(server: Any, url: str, stage: str) -> str:

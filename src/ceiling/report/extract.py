@@ -122,27 +122,16 @@ def itl_samples_ms(*runs: Doc | None) -> list[float]:
     return out
 
 
-def telemetry_series(tel: Doc | None) -> tuple[list[float], dict[str, list[float]], str]:
-    """(times in s, name -> values, unit label) from a TelemetrySeries dict, or empty."""
+def telemetry_points(tel: Doc | None, key: str) -> dict[str, list[tuple[float, float]]]:
+    """Per-GPU (seconds since start, value) points of one TelemetrySample field, e.g.
+    ``sm_util_pct`` or ``pcie_tx_GBps``; empty when telemetry was unavailable."""
     if not tel or not tel.get("available") or not tel.get("samples"):
-        return [], {}, ""
+        return {}
     samples = tel["samples"]
-    t0 = num(samples[0].get("t")) or 0.0
-    times: list[float] = []
-    series: dict[str, list[float]] = {}
+    t0 = min(num(s.get("t")) or 0.0 for s in samples)
+    out: dict[str, list[tuple[float, float]]] = {}
     for s in samples:
-        times.append((num(s.get("t")) or 0.0) - t0)
-        gpus = s.get("gpus")
-        flat: dict[str, Any] = {}
-        if isinstance(gpus, list):
-            for i, g in enumerate(gpus):
-                for k, v in (g or {}).items():
-                    flat[f"gpu{g.get('index', i)} {k}"] = v
-        else:
-            flat = {k: v for k, v in s.items() if k != "t"}
-        for k, v in flat.items():
-            if "util" in k and num(v) is not None:
-                series.setdefault(k, []).append(num(v))  # type: ignore[arg-type]
-    n = len(times)
-    series = {k: v for k, v in series.items() if len(v) == n}
-    return times, series, "%"
+        v, t = num(s.get(key)), num(s.get("t"))
+        if v is not None and t is not None:
+            out.setdefault(f"gpu{s.get('gpu', 0)}", []).append((t - t0, v))
+    return out

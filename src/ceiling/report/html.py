@@ -17,7 +17,7 @@ from ceiling.report.extract import (
     concurrency_points,
     itl_samples_ms,
     num,
-    telemetry_series,
+    telemetry_points,
     ttft_samples_ms,
 )
 from ceiling.report.markdown import render_markdown
@@ -158,15 +158,24 @@ def build_plots(doc: Doc) -> dict[str, list[str]]:
         out["Variant comparison"] = [
             plots.bars_ci(items, "Decode tok/s per stream, 95 % CI", "tok/s per stream")
         ]
-    tel = (bench.get("single") or {}).get("telemetry") or doc.get("telemetry")
-    t, series, unit = telemetry_series(tel)
-    reason = (tel or {}).get("reason") or "telemetry not recorded"
-    tel_svg = (
-        plots.timeline(t, series, "Telemetry during the single-stream run", unit)
-        if series
-        else plots.empty_plot("Telemetry", f"no telemetry: {reason}")
-    )
-    out.setdefault("Deployment", []).append(tel_svg)
+    tel = doc.get("telemetry")
+    tel_svgs = []
+    for key, label, unit in (
+        ("sm_util_pct", "SM utilisation", "%"),
+        ("pcie_tx_GBps", "PCIe transmit", "GB/s"),
+        ("pcie_rx_GBps", "PCIe receive", "GB/s"),
+    ):
+        pts = telemetry_points(tel, key)
+        if pts:
+            tel_svgs.append(
+                plots.lines(
+                    pts, f"Telemetry: {label} during the single-stream run", "time (s)", unit
+                )
+            )
+    if not tel_svgs:
+        reason = (tel or {}).get("reason") or "telemetry not recorded"
+        tel_svgs = [plots.empty_plot("Telemetry", f"no telemetry: {reason}")]
+    out.setdefault("Deployment", []).extend(tel_svgs)
     return out
 
 

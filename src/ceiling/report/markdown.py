@@ -296,6 +296,10 @@ def _hardware(doc: Doc) -> list[str]:
         out.append(f"- Hardware: {hw.get('description') or hw.get('name')}")
     if model:
         out.append(f"- Model: {model.get('name')} — {model.get('summary') or ''}")
+    tel = doc.get("telemetry") or {}
+    if tel:
+        verdict = (tel.get("summary") or {}).get("verdict") or tel.get("reason")
+        out.append(f"- Telemetry (NVML): {verdict or 'recorded'}")
     for a in doc.get("assumptions") or []:
         out.append(f"- Assumption: {a}")
     return [*out, ""]

@@ -337,19 +337,3 @@ def bars_ci(
     parts.append(f'<text x="{(x0 + x1) / 2}" y="{y + 30}" text-anchor="middle">{_t(unit)}</text>')
     parts.append("</svg>")
     return "\n".join(parts)
-
-
-def timeline(
-    t_s: Sequence[float], series: dict[str, Sequence[float]], title: str, ylabel: str
-) -> str:
-    """Telemetry over time (utilisation, PCIe GB/s, clocks): one line per series."""
-    data = {
-        name: [
-            (t, v) for t, v in zip(t_s, vals, strict=False) if v is not None and math.isfinite(v)
-        ]
-        for name, vals in series.items()
-    }
-    data = {k: v for k, v in data.items() if v}
-    if not data:
-        return empty_plot(title, "no telemetry samples")
-    return lines(data, title, "time (s)", ylabel)
