@@ -203,7 +203,7 @@ def _kinds(s: Any) -> dict[str, str]:
         "collectives": link_fix if s.dep.tp > 1 or s.dep.pp > 1 or s.dep.ep > 1 else "none",
         "launch": "configurable (enable CUDA graphs)"
         if not s.dep.cuda_graphs
-        else "engine kernels (count x fixed cost; fusion or faster small GEMMs cut it)",
+        else "fundamental for these kernels (count x fixed cost; fusion or faster small GEMMs cut it)",
         "host": "configurable (engine overhead, async scheduling)",
         "compute": "fundamental (tensor-core peak)",
     }
