@@ -189,6 +189,19 @@ def _progress(enabled: bool) -> Any:
     )
 
 
+@dataclass
+class _Ctx:
+    """Everything a measurement needs, passed as one object."""
+
+    cfg: BenchConfig
+    client: Client
+    model: str
+    path: str
+    prompts: _Prompts
+    state: _State
+    prog: Any  # rich.progress.Progress (imported lazily)
+
+
 async def _run(cfg: BenchConfig, show_progress: bool) -> RunResult:
     started = datetime.now(UTC)
     async with Client(cfg.url, timeout_s=cfg.timeout, stall_s=cfg.stall_timeout) as client:
@@ -207,34 +220,19 @@ async def _run(cfg: BenchConfig, show_progress: bool) -> RunResult:
             lag.start()
             measurements: list[_Measurement] = []
             with _progress(show_progress) as prog:
-                await _warmup(cfg, client, model, path, prompts, state, prog)
+                ctx = _Ctx(cfg, client, model, path, prompts, state, prog)
+                await _warmup(ctx)
                 for rep in range(cfg.repeat):
                     for level in cfg.levels():
                         if state.stopped:
                             break
-                        measurements.append(
-                            await _measure(
-                                cfg, client, model, path, prompts, state, prog, rep, level
-                            )
-                        )
+                        measurements.append(await _measure(ctx, rep, level))
             lag_ms = await lag.stop()
             tele = telemetry.stop() if telemetry else None
         finally:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(signal.SIGINT)
-    return _assemble(
-        cfg,
-        started,
-        client.base,
-        path,
-        model,
-        len_source,
-        prompts,
-        state,
-        measurements,
-        lag_ms,
-        tele,
-    )
+    return _assemble(ctx, started, len_source, measurements, lag_ms, tele)
 
 
 async def _prompts(cfg: BenchConfig, client: Client, model: str) -> tuple[_Prompts, str]:
@@ -249,22 +247,15 @@ async def _prompts(cfg: BenchConfig, client: Client, model: str) -> tuple[_Promp
     return _Prompts(prompts, reusable=False), source
 
 
-async def _send(
-    cfg: BenchConfig,
-    client: Client,
-    model: str,
-    path: str,
-    prompt: Prompt,
-    index: int,
-    repeat: int,
-    state: _State,
-) -> _Sent:
+async def _send(ctx: _Ctx, index: int, repeat: int) -> _Sent:
     """Send one request. Parsing is deferred to the end of the measurement: JSON work while
     other streams are live would hold up the event loop and with it their timestamps."""
+    cfg, state = ctx.cfg, ctx.state
+    prompt = ctx.prompts.next()
     max_t = prompt.max_tokens or cfg.effective_max_tokens
     body = request_body(
         prompt,
-        model=model,
+        model=ctx.model,
         chat=cfg.chat,
         max_tokens=max_t,
         ignore_eos=cfg.ignore_eos,
@@ -272,7 +263,7 @@ async def _send(
     )
     state.in_flight += 1
     try:
-        raw = await client.stream(path, body)
+        raw = await ctx.client.stream(ctx.path, body)
     except asyncio.CancelledError:
         state.cancelled += 1
         raise
@@ -282,19 +273,19 @@ async def _send(
     return _Sent(raw, index, repeat, max_t, prompt.expected_tokens)
 
 
-async def _warmup(cfg, client, model, path, prompts, state, prog) -> None:  # type: ignore[no-untyped-def]
+async def _warmup(ctx: _Ctx) -> None:
     """Warm-up requests (excluded from every number) at the first level's concurrency."""
+    cfg, state = ctx.cfg, ctx.state
     if cfg.warmup <= 0:
         return
-    task = prog.add_task("warm-up", total=cfg.warmup)
-    par = max(1, min(cfg.warmup, cfg.levels()[0] or 1))
-    sem = asyncio.Semaphore(par)
+    task = ctx.prog.add_task("warm-up", total=cfg.warmup)
+    sem = asyncio.Semaphore(max(1, min(cfg.warmup, cfg.levels()[0] or 1)))
 
     async def one(i: int) -> None:
         async with sem:
             if not state.stopped:
-                await _send(cfg, client, model, path, prompts.next(), i, -1, state)
-                prog.advance(task)
+                await _send(ctx, i, -1)
+                ctx.prog.advance(task)
 
     jobs = [asyncio.ensure_future(one(i)) for i in range(cfg.warmup)]
     state.tasks.update(jobs)
@@ -303,19 +294,20 @@ async def _warmup(cfg, client, model, path, prompts, state, prog) -> None:  # ty
     state.cancelled = 0  # warm-up requests are not part of the measurement
 
 
-async def _measure(cfg, client, model, path, prompts, state, prog, rep, level) -> _Measurement:  # type: ignore[no-untyped-def]
+async def _measure(ctx: _Ctx, rep: int, level: int | None) -> _Measurement:
     """One level of one repeat, between two /metrics scrapes."""
+    cfg, state = ctx.cfg, ctx.state
     n = cfg.requests_for(level)
     label = f"c={level}" if level is not None else f"rate={cfg.rate:g}/s"
     if cfg.repeat > 1:
         label += f" repeat {rep + 1}/{cfg.repeat}"
-    task = prog.add_task(label, total=n)
-    before = await client.get_text("/metrics")
+    task = ctx.prog.add_task(label, total=n)
+    before = await ctx.client.get_text("/metrics")
     sent: list[_Sent] = []
 
     async def send(i: int) -> None:
-        sent.append(await _send(cfg, client, model, path, prompts.next(), i, rep, state))
-        prog.advance(task)
+        sent.append(await _send(ctx, i, rep))
+        ctx.prog.advance(task)
 
     t0 = time.perf_counter()
     deadline = t0 + cfg.duration if cfg.duration else math.inf
@@ -350,7 +342,7 @@ async def _measure(cfg, client, model, path, prompts, state, prog, rep, level) -
     await asyncio.gather(*jobs, return_exceptions=True)
     state.tasks.difference_update(jobs)
     duration = time.perf_counter() - t0
-    after = await client.get_text("/metrics") if not state.stopped else None
+    after = await ctx.client.get_text("/metrics") if not state.stopped else None
     records = [item.record() for item in sent]
     return _Measurement(rep, level, records, duration, server_metrics.delta(before, after))
 
@@ -439,10 +431,16 @@ def _warnings(
 
 
 def _assemble(
-    cfg, started, base, path, model, len_source, prompts, state, measurements, lag_ms, tele
-) -> RunResult:  # type: ignore[no-untyped-def]
+    ctx: _Ctx,
+    started: datetime,
+    len_source: str,
+    measurements: list[_Measurement],
+    lag_ms: dict[str, float | None],
+    tele: dict[str, Any] | None,
+) -> RunResult:
     from ceiling import __version__
 
+    cfg = ctx.cfg
     levels: list[LevelResult] = []
     for level in cfg.levels():
         ms = [m for m in measurements if m.level == level]
@@ -460,21 +458,21 @@ def _assemble(
         **head,
         date=started.isoformat(timespec="seconds"),
         ceiling_version=__version__,
-        url=redact(base),
-        endpoint=path,
-        model_id=model,
+        url=redact(ctx.client.base),
+        endpoint=ctx.path,
+        model_id=ctx.model,
         mode=cfg.mode,
         config=config,
         input_len_source=len_source,
-        timestamp_source=state.client.timestamp_source,
-        partial=state.stopped,
-        partial_reason=state.reason,
-        cancelled_in_flight=state.cancelled,
+        timestamp_source=ctx.client.timestamp_source,
+        partial=ctx.state.stopped,
+        partial_reason=ctx.state.reason,
+        cancelled_in_flight=ctx.state.cancelled,
         loop_lag_ms=lag_ms,
         telemetry=tele,
         levels=levels,
     )
-    result.warnings = _warnings(levels, lag_ms, prompts, len_source)
-    if state.stopped:
-        result.warnings.insert(0, f"partial result: {state.reason}")
+    result.warnings = _warnings(levels, lag_ms, ctx.prompts, len_source)
+    if ctx.state.stopped:
+        result.warnings.insert(0, f"partial result: {ctx.state.reason}")
     return result
