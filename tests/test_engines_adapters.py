@@ -142,3 +142,47 @@ def test_engine_not_installed_names_the_fix(tmp_path):
     with pytest.raises(CeilingError, match="not installed") as err:
         get_engine("sglang").locate(v)
     assert "sglang" in (err.value.fix or "")
+
+
+HELP_SAMPLE = """usage: vllm serve [model_tag] [options]
+
+options:
+  --api-server-count API_SERVER_COUNT, -asc API_SERVER_COUNT
+                        How many API server processes to run. (default: None)
+  --headless            Run in headless mode. (default: False)
+  --enforce-eager, --no-enforce-eager
+                        Always use eager-mode PyTorch. (default: False)
+  --dtype {auto,bfloat16,float16,float32}
+                        Data type for model weights. (default: auto)
+  --lora-modules LORA_MODULES [LORA_MODULES ...]
+                        LoRA module configurations. (default: None)
+  --old-knob OLD_KNOB   This flag is deprecated. (default: None)
+  -h, --help            show this help message and exit
+"""
+
+
+def test_parse_help_text():
+    from ceiling.engines.base import parse_help_text
+
+    specs = {s.options[0]: s for s in parse_help_text(HELP_SAMPLE)}
+    assert specs["--api-server-count"].options == ["--api-server-count", "-asc"]
+    assert specs["--api-server-count"].kind == "value" and specs["--api-server-count"].nargs is None
+    assert specs["--headless"].kind == "flag"
+    assert specs["--enforce-eager"].kind == "bool_optional"
+    assert specs["--dtype"].choices == ["auto", "bfloat16", "float16", "float32"]
+    assert specs["--lora-modules"].nargs == "+"
+    assert specs["--old-knob"].deprecated is True
+    assert specs["-h"].kind == "help"
+
+
+def test_vllm_flags_fall_back_to_help_all(tmp_path):
+    """With no importable parser (here: no python), `serve --help=all` text is parsed instead."""
+    fake = tmp_path / "fake_vllm.py"
+    fake.write_text(
+        "import sys\nassert sys.argv[1:] == ['serve', '--help=all'], sys.argv\n"
+        f"print({HELP_SAMPLE * 3!r})\n"
+    )
+    install = EngineInstall(python=None, command=[sys.executable, str(fake)], version="0.9.9")
+    table = get_engine("vllm").dump_flags(install)
+    assert table.source == "help" and table.version == "0.9.9"
+    assert "--no-enforce-eager" in table.lookup()

@@ -256,3 +256,57 @@ def load_data(name: str) -> dict[str, Any]:
     if not path.exists():
         return {}
     return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+_HELP_OPT = re.compile(r"^  (-{1,2}[A-Za-z0-9][^\s,]*)(.*)$")
+
+
+def parse_help_text(text: str) -> list[FlagSpec]:
+    """Flags from argparse ``--help`` output (the fallback when the parser cannot be imported).
+
+    Reads option lines such as ``  --dtype {auto,float32}``, ``  --enforce-eager,
+    --no-enforce-eager`` or ``  --api-server-count API_SERVER_COUNT, -asc API_SERVER_COUNT``.
+    Types are unknown from help text, so only presence, arity and choices are checked.
+    """
+    specs: list[FlagSpec] = []
+    for line in text.splitlines():
+        m = _HELP_OPT.match(line)
+        if not m:
+            continue
+        head = (m.group(1) + m.group(2)).split("  ")[0].strip()
+        options: list[str] = []
+        metavar = ""
+        for part in head.split(", "):
+            tokens = part.split(" ", 1)
+            if not tokens[0].startswith("-"):
+                break
+            options.append(tokens[0])
+            if len(tokens) > 1:
+                metavar = tokens[1]
+        if not options:
+            continue
+        choices = None
+        if metavar.startswith("{"):
+            choices = metavar[1 : metavar.find("}")].split(",")
+        negated = any(o.startswith("--no-") for o in options)
+        if negated:
+            kind, nargs = "bool_optional", 0
+        elif not metavar:
+            kind, nargs = "flag", 0
+        else:
+            kind = "value"
+            nargs = "+" if "..." in metavar and not metavar.startswith("[") else None
+            if metavar.startswith("["):
+                nargs = "*" if "..." in metavar else "?"
+        help_line = line[len(m.group(0)) - len(m.group(2)) :].strip()
+        specs.append(
+            FlagSpec(
+                options=options,
+                dest=options[0].lstrip("-").replace("-", "_"),
+                kind="help" if "--help" in options else kind,
+                nargs=nargs,
+                choices=choices,
+                deprecated="deprecated" in help_line.lower(),
+            )
+        )
+    return specs

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ceiling.engines.base import Engine, EngineInstall, FlagTable, LaunchPlan
+from ceiling.engines.base import Engine, EngineInstall, FlagTable, LaunchPlan, parse_help_text
 from ceiling.errors import CeilingError
 
 if TYPE_CHECKING:
@@ -117,28 +117,48 @@ class VllmEngine(Engine):
         return LaunchPlan(argv=argv, env={}, notes=list(install.notes))
 
     def dump_flags(self, install: EngineInstall) -> FlagTable:
-        if install.python is None:
+        """vLLM's own parser (imported in its Python); ``serve --help=all`` text as fallback."""
+        if install.python is None and not install.command:
             raise CeilingError(
                 "cannot ask vLLM for its flags without its Python",
                 fix="set `python:` in the variant to the environment that has vLLM",
             )
+        first_error = "no python to import the parser with"
+        if install.python is not None:
+            proc = subprocess.run(
+                [str(install.python), str(DUMP_SCRIPT), "vllm"],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+                env=_quiet_env(),
+            )
+            if proc.returncode == 0:
+                data = json.loads(proc.stdout)
+                data["version"] = install.version or data.get("version", "unknown")
+                return FlagTable.model_validate(data)
+            first_error = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return self._flags_from_help(install, first_error)
+
+    def _flags_from_help(self, install: EngineInstall, why: str) -> FlagTable:
         proc = subprocess.run(
-            [str(install.python), str(DUMP_SCRIPT), "vllm"],
+            [*self._cli(install), "serve", "--help=all"],
             capture_output=True,
             text=True,
             timeout=600,
             check=False,
             env=_quiet_env(),
         )
-        if proc.returncode != 0:
+        actions = parse_help_text(proc.stdout)
+        if proc.returncode != 0 or len(actions) < 10:
             tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise CeilingError(
-                f"could not read vLLM's flags from {install.python}: {tail}",
-                fix="check that `import vllm` works in that environment",
+                f"could not read vLLM's flags (parser: {why}; --help=all: {tail})",
+                fix="check that `import vllm` works in the engine's environment",
             )
-        data = json.loads(proc.stdout)
-        data["version"] = install.version or data.get("version", "unknown")
-        return FlagTable.model_validate(data)
+        return FlagTable(
+            engine=self.name, version=install.version or "unknown", source="help", actions=actions
+        )
 
     def phase_of(self, line: str) -> str | None:
         m = _SHARDS.search(line)

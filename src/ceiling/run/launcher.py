@@ -135,20 +135,22 @@ class Server:
         except OSError:
             return []
 
-    def _read_new(self) -> list[str]:
+    def _read_new(self) -> tuple[list[str], str]:
+        """Complete new log lines, and the unfinished last one (tqdm redraws it with \r)."""
         try:
             with self.log_path.open("rb") as fh:
                 fh.seek(self._log_pos)
                 data = fh.read()
         except OSError:
-            return []
+            return [], ""
         cut = data.rfind(b"\n")
+        partial = data[cut + 1 :].decode("utf-8", errors="replace").split("\r")[-1]
         if cut < 0:
-            return []
+            return [], partial
         self._log_pos += cut + 1
         text = data[: cut + 1].decode("utf-8", errors="replace")
         # progress bars rewrite one line with \r: keep each state
-        return [p for ln in text.splitlines() for p in ln.split("\r") if p.strip()]
+        return [p for ln in text.splitlines() for p in ln.split("\r") if p.strip()], partial
 
     def _http_ok(self, path: str) -> bytes | None:
         try:
@@ -187,8 +189,9 @@ class Server:
         try:
             last_http = 0.0
             while True:
-                for line in self._read_new():
-                    phase = self.engine.phase_of(line)
+                lines, partial = self._read_new()
+                for line in [*lines, partial]:
+                    phase = self.engine.phase_of(line) if line.strip() else None
                     if phase:
                         self.phase = phase
                     if self.engine.ready_line and self.engine.ready_line in line:

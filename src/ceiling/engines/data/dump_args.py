@@ -61,7 +61,10 @@ def _vllm_env() -> list:
 
 
 def _make_parser():
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # vLLM <= 0.10 kept it in vllm.utils
+        from vllm.utils import FlexibleArgumentParser
 
     for mod in (
         "vllm.entrypoints.launchers.cli_args",
