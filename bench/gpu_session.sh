@@ -5,10 +5,14 @@
 # predict's numbers with the calibrated profile. Run from the repo root on the GPU machine:
 #
 #     bash bench/gpu_session.sh            # results in $OUT (device tool) or bench/results/gpu_session/
+#     bash bench/gpu_session.sh check-multi
+#         second stage: bench/multi_gpu_session.sh (both parts) at WORLD_SIZES=1 as a path check of
+#         issue 7's scripts, TP=1 decode steps again (sdpa + fused rms_norm; MoE both ways), all
+#         packed into $OUT/session2.tgz plus the logs (the device tool returns at most 8 files).
 #
 # Carry .whl (pydantic & co., see docs/probe.md) when the machine lacks them.
 set -u
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export COLUMNS=${COLUMNS:-160} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-bench/results/gpu_session}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
@@ -17,6 +21,24 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+if [ "${1:-}" = check-multi ]; then
+  W=/tmp/session2; rm -rf "$W"; mkdir -p "$W"
+  {
+    OUT=$W/mg WORLD_SIZES=1 bash bench/multi_gpu_session.sh comm
+    OUT=$W/mg WORLD_SIZES=1 LAYERS=40 bash bench/multi_gpu_session.sh tp "$W/mg/profile.json"
+    echo "== TP=1 dense decode steps (sdpa, fused rms_norm) vs predict"
+    timeout 300 $PY bench/tp_decode.py --model llama-3.1-8b,qwen3-32b --tp 1 --profile "$W/mg/profile.json" \
+      --gpu h200 --out "$W/tp1_dense.json"
+    echo "== TP=1 MoE: grouped_mm vs a loop over the active experts"
+    for impl in grouped_mm loop; do
+      timeout 200 $PY bench/tp_decode.py --model qwen3-30b-a3b --tp 1 --moe-impl $impl \
+        --profile "$W/mg/profile.json" --gpu h200 --out "$W/tp1_moe_$impl.json"
+    done
+  } 2>&1 | tee "$W/session2.log"
+  tar czf "$OUT/session2.tgz" -C "$W" .
+  cp "$W/session2.log" "$OUT/"
+  exit 0
+fi
 LOG="$OUT/session.log"
 step() { echo; echo "== $*"; }
 {

@@ -15,7 +15,7 @@
 # NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 # NVSHMEM_DISABLE_NVLS=1): the device README says why. Carry .whl (pydantic & co.) if needed.
 set -u
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export COLUMNS=${COLUMNS:-160} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PART=${1:-comm}
 OUT=${OUT:-bench/results/multi_gpu_session}
 mkdir -p "$OUT"
@@ -41,14 +41,16 @@ step() { echo; echo "== $*"; }
     step "probe"; timeout 120 $PY -m ceiling probe --out "$OUT/probe.json"
     step "calibrate (GPU 0)"; timeout 240 $PY -m ceiling calibrate --results "$OUT/calibrate.json" --out "$OUT/profile_calibrate.json"
     step "commbench"
-    timeout 420 $PY -m ceiling commbench --world-sizes "$WS" --sizes 1K..64M --variant issue7 \
-      --model llama-3.1-70b --budget-ms 8 --reps 5 --timeout 120 \
+    # results and profile are rewritten after every (variant, world size): a cut-off keeps them
+    timeout 480 $PY -m ceiling commbench --world-sizes "$WS" --sizes 1K..64M --variant issue7 \
+      --model llama-3.1-70b --budget-ms 5 --reps 3 --timeout 120 \
       --merge "$OUT/profile_calibrate.json" --out "$OUT/profile.json" --results "$OUT/commbench.json"
   elif [ "$PART" = tp ]; then
     PROFILE=${2:-$OUT/profile.json}
+    LAYERS_ARG=${LAYERS:+--layers $LAYERS}   # LAYERS=40: a 70B shape that fits one GPU (path check)
     step "TP decode, dense (Llama-3.1-70B shape)"
     timeout 300 $PY bench/tp_decode.py --model llama-3.1-70b --tp "$WS" --variant default,p2p-off \
-      --iters 20 --timeout 120 --profile "$PROFILE" --out "$OUT/tp_decode_dense.json"
+      --iters 20 --timeout 120 $LAYERS_ARG --profile "$PROFILE" --out "$OUT/tp_decode_dense.json"
     step "TP decode, MoE (Qwen3-30B-A3B shape)"
     timeout 240 $PY bench/tp_decode.py --model qwen3-30b-a3b --tp "$WS" --variant default,p2p-off \
       --iters 20 --timeout 120 --profile "$PROFILE" --out "$OUT/tp_decode_moe.json"

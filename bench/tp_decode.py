@@ -392,7 +392,11 @@ def main() -> int:
                         row.update(json.loads(Path(spec["out"]).read_text()))
                     else:
                         row["error"] = res.describe()
-                if not args.tiny and "error" not in row:
+                if args.layers:
+                    row["predicted_error"] = (
+                        "--layers overrides the depth: predict is for the full model"
+                    )
+                elif not args.tiny and "error" not in row:
                     row.update(_predicted(model, tp, args, link))
                 rows.append(row)
                 print(_line(row), flush=True)

@@ -78,14 +78,20 @@ def commbench_command(
                 tasks[label] = prog.add_task(f"allreduce {label}", total=total)
             prog.update(tasks[label], completed=done)
 
-        res = run_commbench(cfg, on_progress)
-    _write(results, res)
-    if out is not None:
-        prof = to_profile(res)
-        if base is not None:
-            prof = base.merge(prof)
-        save_profile(prof, out)
-        console().print(f"wrote profile {out}")
+        def checkpoint(partial: Any, final: bool = False) -> None:
+            if results is not None:
+                results.parent.mkdir(parents=True, exist_ok=True)
+                results.write_text(dumps(partial) + "\n")
+            if out is not None:
+                prof = to_profile(partial)
+                save_profile(base.merge(prof) if base is not None else prof, out)
+            if final:
+                for p in (results, out):
+                    if p is not None:
+                        console().print(f"wrote {p}")
+
+        res = run_commbench(cfg, on_progress, checkpoint)
+    checkpoint(res, final=True)
     if as_json:
         emit_json(res)
     else:

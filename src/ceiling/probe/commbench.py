@@ -216,9 +216,15 @@ def decode_marks(sizes_hidden: dict[str, int], batches: list[int]) -> dict[int, 
 
 
 def run_commbench(
-    cfg: CommbenchConfig, on_progress: Callable[[str, int, int], None] | None = None
+    cfg: CommbenchConfig,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    on_run: Callable[[CommbenchResult], None] | None = None,
 ) -> CommbenchResult:
-    """Run every (variant, world size); return the tables, fits and per-token costs."""
+    """Run every (variant, world size); return the tables, fits and per-token costs.
+
+    ``on_run`` sees the result so far after each (variant, world size), so that a caller can
+    checkpoint it: a long sweep cut short by a time limit keeps what it measured.
+    """
     cuda, n_gpus = _torch_facts(cfg.python)
     backend = cfg.backend
     if backend == "auto":
@@ -277,6 +283,11 @@ def run_commbench(
             result.runs.append(run)
             if run.error is None and result.torch_version is None:
                 result.torch_version, result.nccl_version = run.torch_version, run.nccl_version
+            if model is not None:
+                model.rows = _token_costs(result, model, cfg.batch)
+                result.model_cost = model
+            if on_run is not None:
+                on_run(result)
     if model is not None:
         model.rows = _token_costs(result, model, cfg.batch)
         result.model_cost = model
