@@ -215,3 +215,20 @@ def test_telemetry_timeline_from_samples(doc):
     assert "PCIe under 2 % of the link" in render_markdown(doc)
     doc["telemetry"] = {"available": False, "reason": "NVML not found", "samples": []}
     assert "no telemetry: NVML not found" in render_html(doc)
+
+
+def test_server_view_table(doc):
+    doc["bench"]["single"]["server_metrics"] = {
+        "available": True,
+        "quantities": {
+            "itl": {
+                "metric": "vllm:inter_token_latency_seconds",
+                "server_mean_ms": 5.308,
+                "client_mean_ms": 4.89,
+                "overhead_ms": -0.418,
+            }
+        },
+    }
+    md = render_markdown(doc)
+    assert "## Server view (/metrics) vs client" in md
+    assert "| itl | `vllm:inter_token_latency_seconds` | 5.308 | 4.890 | -0.418 |" in md

@@ -120,3 +120,17 @@ def test_no_measurement():
     v = build_verdict(VerdictInputs())
     assert "No decode measurement" in v.headline
     assert v.hypotheses == [] and v.changes == []
+
+
+def test_client_hypothesis_from_server_metrics():
+    a = attribute(5.0, {"weights": 0.1}, basis="cpu")
+
+    def answer(srv, cli):
+        v = build_verdict(
+            VerdictInputs(attribution=a, measured_tok_s=200.0, server_itl_ms=srv, client_itl_ms=cli)
+        )
+        return next((h.answer for h in v.hypotheses if h.hypothesis.startswith("The client")), None)
+
+    assert answer(5.31, 4.89).startswith("no: the engine's own inter-token latency")
+    assert answer(4.0, 6.0).startswith("partly: the client sees 6 ms")
+    assert answer(None, 4.9) is None

@@ -637,7 +637,12 @@ def _verdict(cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any) ->
 
         with contextlib.suppress(CeilingError):
             link_bw = load_link(link_name).bw_GBps
+    itl = (
+        (((res.bench.get("single") or {}).get("server_metrics") or {}).get("quantities")) or {}
+    ).get("itl") or {}
     inp = VerdictInputs(
+        server_itl_ms=itl.get("server_mean_ms"),
+        client_itl_ms=itl.get("client_mean_ms"),
         allreduce_bytes=details.get("allreduce_bytes"),
         allreduces_per_step=details.get("allreduces"),
         link_bw_GBps=link_bw,

@@ -24,6 +24,8 @@ HOST_BOUND_SHARE_PCT = 50.0
 # Allreduce messages below this size are latency-bound on any interconnect (alpha >> bytes/beta
 # for PCIe and NVLink alike; see throughput-killers.md §2).
 LATENCY_BOUND_BYTES = 64 * 1024
+# Client and engine per-token latencies within this much are "the same measurement".
+CLIENT_AGREEMENT_PCT = 10.0
 
 
 class Hypothesis(BaseModel):
@@ -94,6 +96,8 @@ class VerdictInputs(BaseModel):
         description="flag -> why the installed engine rejects it (None: accepted), from preflight",
     )
     levels: list[LevelAttribution] = Field(default_factory=list)
+    server_itl_ms: float | None = Field(None, description="engine's own mean ITL (/metrics)")
+    client_itl_ms: float | None = None
     target_tok_s: float | None = None
     floors_detail: str | None = Field(None, description="e.g. '1.7 MB of weights at 9.8 GB/s'")
 
@@ -315,6 +319,34 @@ def _streams_hypothesis(levels: Sequence[LevelAttribution]) -> Hypothesis | None
     )
 
 
+def _client_hypothesis(inp: VerdictInputs) -> Hypothesis | None:
+    """H1: is the slowness in the client/measurement rather than in the server?"""
+    srv, cli = inp.server_itl_ms, inp.client_itl_ms
+    if not srv or not cli:
+        return None
+    diff = 100.0 * (cli - srv) / srv
+    if abs(diff) <= CLIENT_AGREEMENT_PCT:
+        ans = (
+            f"no: the engine's own inter-token latency ({srv:.3g} ms, from /metrics) agrees "
+            f"with the client's ({cli:.3g} ms, {diff:+.2g} %)"
+        )
+    elif diff > 0:
+        ans = (
+            f"partly: the client sees {cli:.3g} ms per token, the engine reports {srv:.3g} ms "
+            f"({diff:+.2g} %): streaming, detokenization or the client add the difference"
+        )
+    else:
+        ans = (
+            f"no: the engine reports a longer inter-token latency ({srv:.3g} ms) than the "
+            f"client measures ({cli:.3g} ms; chunks may carry several tokens)"
+        )
+    return Hypothesis(
+        hypothesis="The client or the measurement, not the server, is slow",
+        answer=ans,
+        evidence="bench server_metrics (vllm:inter_token_latency_seconds)",
+    )
+
+
 def _changes(inp: VerdictInputs) -> list[Change]:
     out: list[Change] = []
     base = (inp.prediction or {}).get("decode_tok_s_per_stream")
@@ -417,6 +449,7 @@ def build_verdict(inp: VerdictInputs) -> Verdict:
             _memory_hypothesis(inp, a),
             _graph_hypothesis(inp, a),
             _streams_hypothesis(inp.levels),
+            _client_hypothesis(inp),
         )
         if h is not None
     ]

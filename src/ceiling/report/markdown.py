@@ -203,6 +203,32 @@ def _concurrency(doc: Doc) -> list[str]:
     return out
 
 
+def _server_view(doc: Doc) -> list[str]:
+    sm = ((doc.get("bench") or {}).get("single") or {}).get("server_metrics") or {}
+    q = sm.get("quantities") or {}
+    if not sm.get("available") or not q:
+        return []
+    rows = [
+        [
+            name,
+            f"`{v.get('metric')}`",
+            fmt(v.get("server_mean_ms"), 3),
+            fmt(v.get("client_mean_ms"), 3),
+            fmt(v.get("overhead_ms"), 3),
+        ]
+        for name, v in q.items()
+    ]
+    return [
+        "## Server view (/metrics) vs client, single-stream run",
+        "",
+        table(
+            ["quantity", "engine metric", "server mean ms", "client mean ms", "client - server ms"],
+            rows,
+        ),
+        "",
+    ]
+
+
 def _latency(doc: Doc) -> list[str]:
     b = doc.get("bench") or {}
     runs = (b.get("single"), b.get("concurrency"))
@@ -323,6 +349,7 @@ def render_markdown(doc: Doc) -> str:
     parts += _comparison(doc)
     parts += _concurrency(doc)
     parts += _latency(doc)
+    parts += _server_view(doc)
     parts += _hardware(doc)
     parts += _findings(doc)
     parts += _stages(doc)

@@ -78,6 +78,17 @@ def execute_trial(spec: TrialSpec) -> Iterator[Event]:
                     }
                 )
                 res = run_bench(cfg, progress=False)
+                if res.partial:
+                    # A partial repeat is not a measurement. A live server means the user
+                    # interrupted (Ctrl-C): leave the trial resumable. A dead one is a failure.
+                    if server.alive():
+                        raise KeyboardInterrupt(res.partial_reason or "interrupted")
+                    yield {
+                        "type": "failed",
+                        "log_path": str(server.log_path),
+                        "error": f"server died during repeat {idx}: {res.partial_reason}",
+                    }
+                    return
                 tok = res.decode_tok_s_per_stream
                 yield {
                     "type": "repeat",
@@ -86,13 +97,6 @@ def execute_trial(spec: TrialSpec) -> Iterator[Event]:
                     "result": res.model_dump(mode="json"),
                     "result_path": str(out),
                 }
-                if res.partial or not server.alive():
-                    yield {
-                        "type": "failed",
-                        "log_path": str(server.log_path),
-                        "error": res.partial_reason or "server died during the bench",
-                    }
-                    return
                 if tok is not None:
                     samples.append(tok)
                 if spec.baseline_samples is not None:
@@ -291,7 +295,7 @@ def _preflight_all(paths: dict[str, Path]) -> dict[str, str]:
     for name, path in paths.items():
         report = preflight(load_variant(path))
         if not report.ok:
-            probs = [getattr(p, "message", None) or str(p) for p in report.problems]
+            probs = [p.message for p in report.errors]
             bad[name] = "; ".join(probs) or "preflight failed"
     return bad
 
