@@ -100,6 +100,16 @@ def test_profile_round_trip(gloo_result, tmp_path):
     assert load_profile(path) == prof
 
 
+def test_world_size_one_stays_out_of_the_profile(gloo_result):
+    res, _ = gloo_result
+    one = res.model_copy(deep=True)
+    for run in one.runs:
+        run.world_size = 1
+    prof = to_profile(one)
+    assert prof.collectives == []
+    assert any("world size 1" in n for n in prof.notes)
+
+
 def test_fit_recovers_alpha_and_beta():
     pts = [(s, 10 + s / (50 * 1e3)) for s in (1024 * 2**i for i in range(17))]
     alpha, beta = fit_alpha_beta(pts)

@@ -424,14 +424,21 @@ def _token_costs(result: CommbenchResult, model: ModelCost, batches: list[int]) 
 
 
 def to_profile(result: CommbenchResult, machine: str | None = None) -> HardwareProfile:
-    """The collective part of a hardware profile (merge it with calibrate's)."""
+    """The collective part of a hardware profile (merge it with calibrate's).
+
+    World-size-1 runs are left out: they cross no link, and predict would otherwise rescale
+    them to larger world sizes as if they were a link's measurement.
+    """
     name = next((r.device_name for r in result.runs if r.device_name), None)
+    notes = [f"commbench {result.backend} on {result.device}", *result.notes]
+    if any(r.world_size < 2 for r in result.runs):
+        notes.append("world size 1 runs are in the results file only, not in this profile")
     return HardwareProfile(
         machine=machine or f"{result.host} ({name or result.device}), {result.created[:10]}",
         created=result.created,
         gpu_name_raw=name if result.device == "cuda" else None,
-        collectives=[f for run in result.runs for f in run.fits],
-        notes=[f"commbench {result.backend} on {result.device}", *result.notes],
+        collectives=[f for run in result.runs if run.world_size >= 2 for f in run.fits],
+        notes=notes,
     )
 
 
