@@ -11,6 +11,12 @@
 #       TP decode steps (Llama-3.1-70B at TP 2/4/8, Qwen3-30B-A3B MoE stack at TP 2/4/8), CUDA
 #       graph and eager, default and NCCL_P2P_DISABLE=1, each beside predict's number with
 #       PROFILE.json (the profile.json the `comm` call brought back, committed under bench/results/).
+# Each part ends with bench/multi_gpu_report.py's Markdown summary (report_<part>.md); at most 7
+# files come back per part (the device tool returns 8).
+# Device tool: run(kind="nvidia-h200-x8", carry=[".whl"], command="bash bench/multi_gpu_session.sh comm")
+#              then commit $OUT's files under bench/results/<date>_h200-x8/ and
+#              run(kind="nvidia-h200-x8", carry=[".whl"],
+#                  command="bash bench/multi_gpu_session.sh tp bench/results/<date>_h200-x8/profile.json")
 #
 # NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 # NVSHMEM_DISABLE_NVLS=1): the device README says why. Carry .whl (pydantic & co.) if needed.
@@ -45,6 +51,7 @@ step() { echo; echo "== $*"; }
     timeout 480 $PY -m ceiling commbench --world-sizes "$WS" --sizes 1K..64M --variant issue7 \
       --model llama-3.1-70b --budget-ms 5 --reps 3 --timeout 120 \
       --merge "$OUT/profile_calibrate.json" --out "$OUT/profile.json" --results "$OUT/commbench.json"
+    $PY bench/multi_gpu_report.py "$OUT/commbench.json" > "$OUT/report_comm.md"
   elif [ "$PART" = tp ]; then
     PROFILE=${2:-$OUT/profile.json}
     LAYERS_ARG=${LAYERS:+--layers $LAYERS}   # LAYERS=40: a 70B shape that fits one GPU (path check)
@@ -54,6 +61,7 @@ step() { echo; echo "== $*"; }
     step "TP decode, MoE (Qwen3-30B-A3B shape)"
     timeout 240 $PY bench/tp_decode.py --model qwen3-30b-a3b --tp "$WS" --variant default,p2p-off \
       --iters 20 --timeout 120 --profile "$PROFILE" --out "$OUT/tp_decode_moe.json"
+    $PY bench/multi_gpu_report.py "$OUT"/tp_decode_*.json > "$OUT/report_tp.md"
   else
     echo "usage: multi_gpu_session.sh comm | tp PROFILE.json" >&2
   fi
