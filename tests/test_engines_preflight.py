@@ -48,8 +48,16 @@ def problems(tokens):
 
 def test_valid_args_pass():
     tokens = ["--max-model-len", "4k", "-tp", "8", "--dtype", "float32", "--no-enforce-eager"]
-    tokens += ["-O3", "-cc.mode=VLLM_COMPILE", "--lora-modules", "a=x", "b=y"]
+    tokens += ["-cc.mode=VLLM_COMPILE", "--lora-modules", "a=x", "b=y"]
     assert problems(tokens) == []
+
+
+def test_o_level_meaning_changed_is_a_warning():
+    [p] = problems(["-O3"])
+    assert p.level == "warning" and p.kind == "semantics_changed"
+    assert "optimization level" in p.message and "-cc.mode" in (p.fix or "")
+    old = TABLE.model_copy(update={"version": "0.11.0"})
+    assert check_args(parse_arg_list(["-O", "3"], "t"), old, VLLM) == []
 
 
 def test_duplicate_flag_across_spellings_is_a_warning():

@@ -120,6 +120,8 @@ def check_args(args: list[Arg], table: FlagTable, engine: Engine) -> list[Proble
     seen: dict[str, str] = {}
     for arg in args:
         flag, values = _canonical(arg, lookup)
+        if flag == "--optimization-level" and arg.flag.startswith("-O"):
+            problems.extend(_o_semantics(arg, engine, table.version))
         base, _, dotted = flag.partition(".")
         spec = lookup.get(base)
         negated = False
@@ -180,6 +182,27 @@ def _canonical(arg: Arg, lookup: dict[str, FlagSpec]) -> tuple[str, list[str]]:
         head, dot, tail = flag[2:].partition(".")
         return "--" + head.replace("_", "-") + dot + tail, arg.values
     return flag, arg.values
+
+
+def _o_semantics(arg: Arg, engine: Engine, version: str) -> list[Problem]:
+    """``-O<n>`` changed meaning (compilation level -> optimization level): say which applies."""
+    info = engine.renamed_config_keys().get("O-level")
+    if not info or _version_tuple(version) < _version_tuple(str(info.get("removed_in", "0"))):
+        return []
+    return [
+        Problem(
+            level="warning",
+            kind="semantics_changed",
+            subject=arg.flag,
+            message=f"{arg.flag} in {engine.name} {version}: {info.get('reason')}",
+            fix=f"keep it if you mean the optimization level; else {info.get('replacement')}",
+        )
+    ]
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = re.findall(r"\d+", version.split("+")[0])[:3]
+    return tuple(int(p) for p in parts) if parts else (0,)
 
 
 def _unknown_flag(

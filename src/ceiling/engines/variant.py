@@ -143,13 +143,14 @@ def parse_arg_mapping(mapping: dict[str, Any], where: str) -> list[Arg | str]:
         elif value is False:
             out.append(Arg(flag="--no-" + name))
         elif isinstance(value, list):
-            out.append(Arg(flag=flag, values=[_scalar(v, where, name) for v in value]))
+            out.append(Arg(flag=flag, values=[_scalar(v) for v in value]))
         else:
-            out.append(Arg(flag=flag, values=[_scalar(value, where, name)]))
+            out.append(Arg(flag=flag, values=[_scalar(value)]))
     return out
 
 
-def _scalar(value: Any, where: str, name: str) -> str:
+def _scalar(value: Any) -> str:
+    """A YAML/TOML value as a command-line string (mappings as compact JSON)."""
     if isinstance(value, dict):
         import json
 
@@ -264,7 +265,7 @@ def _raw_merged(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], lis
         if value is None:
             env.pop(str(name), None)
         else:
-            env[str(name)] = _scalar(value, where, str(name))
+            env[str(name)] = _scalar(value)
     merged["env"] = env
     merged["name"] = data.get("name") or path.stem
     return merged, [*chain, path]
