@@ -46,6 +46,7 @@ def test_real_cpu_eager_log():
     # eager on CPU is only informative; custom allreduce at TP=1 on CPU is not a finding
     eager = next(x for x in f.findings if x.id == "eager-mode")
     assert eager.severity == "info" and eager.evidence
+    assert eager.fix is None and eager.kind == "fundamental"  # no CUDA graphs on a CPU
     assert "custom-allreduce-off" not in ids(f)
 
 

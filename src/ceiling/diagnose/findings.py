@@ -92,15 +92,14 @@ def derive_findings(facts: EngineFacts, concurrency: int | None = None) -> list[
                 title="CUDA graphs are off (eager mode / cudagraph_mode NONE)",
                 severity="warning" if on_gpu else "info",
                 evidence=ev.get("eager", []) + ev.get("compilation", [])[:1],
-                fix="remove --enforce-eager (and -cc.cudagraph_mode=NONE)"
-                if on_gpu
-                else "nothing to do on CPU: CUDA graphs do not exist there",
-                kind="configurable",
+                # on CPU there are no CUDA graphs: a platform fact, nothing to change
+                fix="remove --enforce-eager (and -cc.cudagraph_mode=NONE)" if on_gpu else None,
+                kind="configurable" if on_gpu else "fundamental",
                 predicted_effect=(
                     "decode step 9.71 -> 4.75 ms with a CUDA graph for a Llama-8B shape on one "
                     "H200 (design.md probe); less for large models"
                     if on_gpu
-                    else "none on CPU"
+                    else "none: CUDA graphs do not exist on CPU"
                 ),
                 ref="B1",
             )

@@ -175,7 +175,7 @@ class Engine:
                 pass  # corrupt cache: rebuild it
         table = self.dump_flags(install)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(table.model_dump_json())
         tmp.replace(path)
         table.cache_path, table.cache_hit = str(path), False
