@@ -254,3 +254,17 @@ def test_jsonl_dataset_prompts_and_per_prompt_lengths(tmp_path: Path) -> None:
         run_bench(_cfg(srv.url, dataset=bad), progress=False)
     with pytest.raises(CeilingError, match="not found"):
         _cfg("http://127.0.0.1:9", dataset=tmp_path / "missing.jsonl")
+
+
+def test_burst_delivery_is_flagged() -> None:
+    # A starved frontend flushes its backlog at once: here the server writes all chunks back to
+    # back (no gap), each its own SSE event, so most arrive in the same socket read.
+    with SSEServer(Plan(itl_s=0.0, ttft_s=0.01)) as srv:
+        res = run_bench(_cfg(srv.url, requests=2, max_tokens=64), progress=False)
+    extra = res.model_extra or {}
+    assert extra["burst_chunk_share"] is not None and extra["burst_chunk_share"] > 0.2
+    assert any("delivered in bursts" in w for w in res.warnings)
+    with SSEServer(Plan(itl_s=0.01)) as srv:
+        calm = run_bench(_cfg(srv.url, requests=1, max_tokens=16), progress=False)
+    assert (calm.model_extra or {})["burst_chunk_share"] < 0.2
+    assert not any("delivered in bursts" in w for w in calm.warnings)

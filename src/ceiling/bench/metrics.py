@@ -23,6 +23,9 @@ from pydantic import BaseModel, Field
 from ceiling.bench.client import RawStream
 from ceiling.bench.stats import describe
 
+#: An inter-chunk gap below this (ms) means two chunks were delivered together.
+BURST_ITL_MS = 0.05
+
 
 class RequestRecord(BaseModel):
     """One request, measured. Times in ms relative to the send (``t_send_s`` is absolute)."""
@@ -270,6 +273,12 @@ def summarize(
             out[f"{stat}_{name}_ms"] = d[stat]
     mean_tpot = out["mean_tpot_ms"]
     out["decode_tok_s_per_stream"] = 1000.0 / mean_tpot if mean_tpot else None
+    itls = series["itl"]
+    # Chunks that arrived (almost) together with the previous one: burst delivery by a
+    # starved server frontend or client, which makes client-side TPOT understate the step.
+    out["burst_chunk_share"] = (
+        sum(1 for x in itls if x < BURST_ITL_MS) / len(itls) if itls else None
+    )
     chunks = sum(r.chunks for r in ok)
     out["tokens_per_chunk"] = total_out / chunks if chunks else None
     out["usage_mismatches"] = sum(1 for r in ok if r.usage_mismatch)

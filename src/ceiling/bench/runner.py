@@ -47,8 +47,10 @@ __all__ = ["BenchConfig", "RunResult", "run_bench"]
 
 #: Consecutive connection failures after which we check whether the server is still there.
 DEAD_SERVER_STREAK = 3
-#: Loop lag (p99) above this share of the median ITL gets a warning.
+#: Loop lag (p99) above this share of the mean ITL gets a warning.
 LAG_WARN_SHARE = 0.10
+#: Share of chunks delivered in bursts above which we warn.
+BURST_WARN_SHARE = 0.2
 #: Prompt pool when the request count is open (``--duration``); reused cyclically beyond it.
 OPEN_POOL = 512
 
@@ -413,12 +415,21 @@ def _warnings(
         if lv.failed:
             kinds = ", ".join(f"{k} {v}" for k, v in lv.errors.items())
             out.append(f"{tag}{lv.failed} failed requests ({kinds})")
-    itls = [lv.median_itl_ms for lv in levels if lv.median_itl_ms]
+    for lv in levels:
+        share = (lv.model_extra or {}).get("burst_chunk_share")
+        if share is not None and share > BURST_WARN_SHARE:
+            tag = f"c={lv.concurrency}: " if lv.concurrency is not None and len(levels) > 1 else ""
+            out.append(
+                f"{tag}{share:.0%} of chunks arrived together with the previous one: tokens "
+                "were delivered in bursts (a starved server frontend or client); client TPOT "
+                "understates the decode step, compare server_metrics"
+            )
+    itls = [lv.mean_itl_ms for lv in levels if lv.mean_itl_ms]
     p99 = lag_ms.get("p99")
     if itls and p99 is not None and p99 > LAG_WARN_SHARE * min(itls):
         out.append(
             f"client event-loop lag p99 {p99:.2f} ms is {p99 / min(itls):.0%} of the "
-            f"median ITL ({min(itls):.2f} ms): the client is part of what was measured"
+            f"mean ITL ({min(itls):.2f} ms): the client is part of what was measured"
         )
     if prompts.reused:
         out.append("synthetic prompts were reused: a prefix cache may have lowered TTFT")

@@ -166,8 +166,8 @@ def welch(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Welch:
 
 
 def bootstrap_ratio_pct(
-    a: Sequence[float],
-    b: Sequence[float],
+    a: Sequence[float | None],
+    b: Sequence[float | None],
     *,
     invert: bool = False,
     level: float = 0.95,
@@ -180,8 +180,13 @@ def bootstrap_ratio_pct(
     Resampling is within each sample, so it captures request-to-request spread only, not the
     spread between server launches; the caller must say so. Seeded: same input, same answer.
     """
-    xa = np.asarray([float(v) for v in a if v is not None and math.isfinite(v)], dtype=float)
-    xb = np.asarray([float(v) for v in b if v is not None and math.isfinite(v)], dtype=float)
+
+    def clean(vals: Sequence[float | None]) -> np.ndarray:
+        out = [float(v) for v in vals if v is not None and math.isfinite(v)]
+        # Inverted quantities (TPOT -> tok/s) must be positive to have a rate at all.
+        return np.asarray([v for v in out if v > 0] if invert else out, dtype=float)
+
+    xa, xb = clean(a), clean(b)
     if len(xa) < 2 or len(xb) < 2:
         return None
     rng = np.random.default_rng(seed)
