@@ -191,7 +191,7 @@ class FakeNVML:
         return 10  # NVML_TOPOLOGY_SINGLE = PIX
 
     def nvmlDeviceGetP2PStatus(self, a, b, idx):
-        return 0
+        return 0 if idx == self.NVML_P2P_CAPS_INDEX_READ else 5  # PCIe P2P yes, NVLink no
 
 
 def test_nvml_path_with_a_fake_library(monkeypatch):
@@ -211,3 +211,47 @@ def test_nvml_path_with_a_fake_library(monkeypatch):
 def test_gpu_info_is_plain_json():
     g = GpuInfo(index=0, name="x")
     assert json.loads(g.model_dump_json())["name"] == "x"
+
+
+class FakeNVSwitch(FakeNVML):
+    """Two H200s whose 18 NVLinks all end at NVSwitches (HGX): no link reaches the peer's PCI
+    address, yet the pair does P2P over NVLink."""
+
+    NVML_P2P_CAPS_INDEX_NVLINK = 3
+    NVML_NVLINK_MAX_LINKS = 18
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        return 1
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        return SimpleNamespace(busId=b"00000000:AA:00.0")  # a switch
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        return 50  # SYS over PCIe
+
+    def nvmlDeviceGetP2PStatus(self, a, b, idx):
+        return 0  # P2P over PCIe and over NVLink
+
+
+def test_nvswitch_pairs_are_nvlink(monkeypatch):
+    nvml.reset_for_tests()
+    monkeypatch.setattr(nvml, "open_nvml", lambda: (FakeNVSwitch(), None))
+    monkeypatch.setattr(topology.shutil, "which", lambda _name: None)
+    topo = topology.probe()
+    nvml.reset_for_tests()
+    assert [g.nvlink_active_links for g in topo.gpus] == [18, 18]
+    (pair,) = topo.pairs
+    assert (pair.connection, pair.nvlinks, pair.link) == ("NV18", 18, "nvlink4")
+
+
+def test_nvidia_smi_wins_where_nvml_disagrees(monkeypatch):
+    nvml.reset_for_tests()
+    monkeypatch.setattr(nvml, "open_nvml", lambda: (FakeNVML(), None))  # NVML reads PIX
+    monkeypatch.setattr(topology.shutil, "which", lambda _name: "/usr/bin/nvidia-smi")
+    smi = "GPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV4\t0-7\nGPU1\tNV4\t X \t0-7\n"
+    monkeypatch.setattr(topology, "_run", lambda args: smi)
+    topo = topology.probe()
+    nvml.reset_for_tests()
+    (pair,) = topo.pairs
+    assert (pair.connection, pair.nvlinks, pair.link) == ("NV4", 4, "nvlink4")
+    assert any("nvidia-smi topo -m says NV4" in n for n in topo.notes)

@@ -406,10 +406,21 @@ def _probe_nvml(p: Any) -> Topology:
             )
         )
     gen = _common_gen(topo.gpus)
+    nvl = nvlink_kind(topo.gpus[0].catalog_name) if topo.gpus else "nvlink"
     for ia, (a, ha) in enumerate(handles):
         for b, hb in handles[ia + 1 :]:
             anc = c(p.nvmlDeviceGetTopologyCommonAncestor, ha, hb)
             nv = _nvlinks_between(p, ha, topo.gpus[b].pci_bus_id)
+            if not nv:
+                # NVSwitch boards: links end at switches, not at the peer; NVML still says
+                # whether the pair can do P2P over NVLink. Count the GPU's active links then.
+                nvp2p = c(
+                    p.nvmlDeviceGetP2PStatus, ha, hb, getattr(p, "NVML_P2P_CAPS_INDEX_NVLINK", 3)
+                )
+                if nvp2p == p.NVML_P2P_STATUS_OK:
+                    nv = min(
+                        topo.gpus[a].nvlink_active_links or 0, topo.gpus[b].nvlink_active_links or 0
+                    )
             code = f"NV{nv}" if nv else _ANCESTOR.get(anc, "SYS")
             st = c(p.nvmlDeviceGetP2PStatus, ha, hb, p.NVML_P2P_CAPS_INDEX_READ)
             ok = None if st is None else st == p.NVML_P2P_STATUS_OK
@@ -421,9 +432,11 @@ def _probe_nvml(p: Any) -> Topology:
                     nvlinks=nv,
                     p2p=ok,
                     p2p_status=None if st is None else _P2P_STATUS.get(st, str(st)),
-                    link=link_kind(code, gen, ok, nvlink_kind(topo.gpus[0].catalog_name)),
+                    link=link_kind(code, gen, ok, nvl),
                 )
             )
+    if len(handles) > 1 and shutil.which("nvidia-smi"):
+        _cross_check(topo, _run(["nvidia-smi", "topo", "-m"]) or "", gen, nvl)
     if len(handles) == 1:
         topo.notes.append("one GPU: no GPU pairs, so no link to describe")
     return topo
@@ -440,6 +453,25 @@ _P2P_STATUS = {
     5: "NOT_SUPPORTED",
     6: "UNKNOWN",
 }
+
+
+def _cross_check(topo: Topology, topo_text: str, gen: int | None, nvl: str) -> None:
+    """Prefer ``nvidia-smi topo -m``'s connection code where NVML's reading differs.
+
+    nvidia-smi is what users compare against, and it knows NVSwitch and VM quirks that the
+    common-ancestor query can miss; the disagreement is kept as a note.
+    """
+    parsed = parse_topo_matrix(topo_text)
+    for pr in topo.pairs:
+        code = parsed["matrix"].get((f"GPU{pr.a}", f"GPU{pr.b}"))
+        if code and _CONN.match(code) and code != pr.connection:
+            topo.notes.append(
+                f"GPU{pr.a}-GPU{pr.b}: NVML reads {pr.connection}, nvidia-smi topo -m says "
+                f"{code}; using nvidia-smi"
+            )
+            pr.connection = code
+            pr.nvlinks = int(code[2:]) if code.startswith("NV") else 0
+            pr.link = link_kind(code, gen, pr.p2p, nvl)
 
 
 def _nvlinks(p: Any, h: Any) -> list[int] | None:
