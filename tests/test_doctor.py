@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,40 @@ def test_doctor_gpu_path_uses_predict_and_answers_the_nccl_hypothesis(tmp_path):
     gains = [c["predicted_gain_pct"] for c in v["changes"]]
     assert gains == sorted(gains, reverse=True)
     assert v["target"]["met"] is False
+
+
+ENGINE_PY = Path(__file__).resolve().parents[1] / ".engines" / "vllm" / "bin" / "python"
+
+
+@pytest.mark.skipif(not ENGINE_PY.exists(), reason="preflight needs vLLM's flags (.engines/vllm)")
+def test_engine_dying_at_launch_leaves_a_report(model_dir, tmp_path):
+    """The variant passes preflight (real vLLM flag table) but its process dies while starting:
+    the doctor raises the classified death and still writes doctor.json and the report."""
+    die = tmp_path / "die.py"
+    die.write_text(
+        "import sys\n"
+        "print('(EngineCore pid=1) ERROR 11-29 08:59:26 [core.py:700] EngineCore failed to "
+        "start.', flush=True)\n"
+        "print('RuntimeError: out of memory while allocating KV cache', flush=True)\n"
+        "sys.exit(1)\n"
+    )
+    v = tmp_path / "v.yaml"
+    v.write_text(
+        f"engine: vllm\nmodel: {model_dir}\nserved_model_name: tiny\npython: {ENGINE_PY}\n"
+        f"command: [{json.dumps(sys.executable)}, {json.dumps(str(die))}]\n"
+    )
+    out = tmp_path / "out"
+    with pytest.raises(CeilingError, match="engine died"):
+        run_doctor(
+            DoctorConfig(
+                variant=str(v),
+                out_dir=str(out),
+                progress=False,
+                concurrency=[],
+                launch_timeout_s=60,
+            )
+        )
+    doc = json.loads((out / "doctor.json").read_text())
+    assert doc["server_died"] and "out of memory" in doc["server_death"]
+    assert {s["name"]: s["status"] for s in doc["stages"]}["launch"] == "failed"
+    assert "The server died during the doctor run" in (out / "report.md").read_text()

@@ -357,7 +357,17 @@ def run_doctor(cfg: DoctorConfig) -> DoctorResult:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     res = DoctorResult(config=cfg.model_dump(mode="json"))
-    rec = _Recorder(res, cfg.progress)
+    try:
+        _flow(cfg, res, _Recorder(res, cfg.progress), out)
+    except CeilingError:
+        _finish(res, out)  # a refused preflight or a dead launch still leaves its report
+        raise
+    _finish(res, out)
+    return res
+
+
+def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> None:
+    """The stages, in order (see the module docstring); fills ``res`` as it goes."""
     variant = None
     with contextlib.ExitStack() as stack:
         if cfg.variant:
@@ -369,7 +379,6 @@ def run_doctor(cfg: DoctorConfig) -> DoctorResult:
                 rep = preflight(variant)
                 res.preflight = rep.summary()
                 if not rep.ok:
-                    _finish(res, out, cfg)
                     msgs = "; ".join(p.message for p in rep.errors)
                     raise CeilingError(
                         f"preflight refused {variant.name}: {msgs}",
@@ -382,11 +391,21 @@ def run_doctor(cfg: DoctorConfig) -> DoctorResult:
         if variant is not None:
             from ceiling.run.launcher import launch
 
-            with rec.stage("launch", fatal=True) as st:
-                server = stack.enter_context(
-                    launch(variant, timeout_s=cfg.launch_timeout_s, progress=cfg.progress)
-                )
-                st.message = f"ready in {server.ready_s or 0:.1f} s at {server.url}"
+            try:
+                with rec.stage("launch", fatal=True) as st:
+                    server = stack.enter_context(
+                        launch(variant, timeout_s=cfg.launch_timeout_s, progress=cfg.progress)
+                    )
+                    st.message = f"ready in {server.ready_s or 0:.1f} s at {server.url}"
+            except CeilingError as exc:
+                # the engine died before it was ready: the report says why, then we stop
+                res.server_died, res.server_death = True, f"at launch: {exc.message}"
+                res.target = {
+                    "variant": cfg.variant,
+                    "launched": False,
+                    "log_path": str(getattr(exc, "log_path", "") or "") or None,
+                }
+                raise
             url, log_path = server.url, Path(server.log_path)
         else:
             url, log_path = str(cfg.url).rstrip("/"), Path(cfg.log) if cfg.log else None
@@ -511,8 +530,6 @@ def run_doctor(cfg: DoctorConfig) -> DoctorResult:
             f"{'CPU ' + res.hardware.get('name', '') if host else res.hardware.get('name')}"
         )
         _reproduce(cfg, res, url, served)
-    _finish(res, out, cfg)
-    return res
 
 
 def _start_telemetry() -> Any:
@@ -706,7 +723,7 @@ def _reproduce(cfg: DoctorConfig, res: DoctorResult, url: str, model: str | None
         res.reproduce.insert(0, f"ceiling preflight {cfg.variant}")
 
 
-def _finish(res: DoctorResult, out: Path, cfg: DoctorConfig) -> None:
+def _finish(res: DoctorResult, out: Path) -> None:
     from ceiling.console import dumps
     from ceiling.report import render
 

@@ -84,9 +84,10 @@ def verdict_lines(doc: Doc) -> list[str]:
     for note in v.get("notes") or []:
         out.append(f"- {note}")
     if doc.get("server_died"):
+        death = " ".join(part.strip() for part in str(doc.get("server_death")).splitlines())
         out += [
             "",
-            f"> **The server died during the doctor run**: {doc.get('server_death')}. "
+            f"> **The server died during the doctor run**: {death}. "
             "Everything measured before that point is kept below.",
         ]
     return [*out, ""]
