@@ -223,3 +223,24 @@ def test_unknown_death_quotes_the_tail():
     d = classify_death(["a", "b", "", "c"], exit_code=-9)
     assert d.cause.startswith("unknown") and "signal 9" in d.cause
     assert d.evidence == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    "msg, backend",
+    [
+        (
+            "Using FLASHINFER_CUTLASS Fp8 MoE backend out of potential backends: ['A', 'B'].",
+            "FLASHINFER_CUTLASS Fp8",
+        ),
+        (
+            "Using 'flashinfer_cutlass' NvFp4 MoE backend out of potential backends: [...]",
+            "flashinfer_cutlass NvFp4",
+        ),
+        ("Using TritonExperts MoE backend", "TritonExperts"),
+    ],
+)
+def test_moe_backend_lines(msg, backend):
+    line = f"(Worker_TP0 pid=5) INFO 05-12 10:00:47 [oracle.py:1] {msg}"
+    facts = parse_lines([line], engine="vllm")
+    assert facts.moe_backend == backend
+    assert facts.attention_backend is None  # a MoE backend is not an attention backend

@@ -232,7 +232,7 @@ _V_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("moe_method", re.compile(r"Using (\w+MoE\w*Method)\b")),
     (
         "moe_backend",
-        re.compile(r"Using '?([\w -]+?)'? (?:MoE backend|backend for MoE)|MoE backend: (\S+)"),
+        re.compile(r"Using ([\w' -]+?) (?:MoE backend|backend for MoE)|MoE backend: (\S+)"),
     ),
     ("default_moe", re.compile(r"Using default MoE config\. Performance might be sub-optimal")),
     (
@@ -374,7 +374,7 @@ def _apply_vllm(key: str, hit: re.Match[str], line: str, facts: EngineFacts) -> 
         facts.moe_kernel = g[0]
         facts.add_evidence("linear_kernel", line)
     elif key == "moe_backend":
-        facts.moe_backend = (g[0] or g[1] or "").strip()
+        facts.moe_backend = (g[0] or g[1] or "").replace("'", "").strip()
         facts.add_evidence("moe", line)
     elif key == "default_moe":
         facts.add_evidence("default_moe_config", line)
