@@ -279,7 +279,7 @@ class Client:
                         if not data:
                             break
                         if not raw.t_first_byte_ns:
-                            raw.t_first_byte_ns = log[0][0] if log else t_read
+                            raw.t_first_byte_ns = log[0][0] if log and not attached else t_read
                         for payload, end in splitter.feed(data):
                             t = t_read
                             if log and end > attached:
