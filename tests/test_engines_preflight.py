@@ -5,6 +5,8 @@ The real-engine test (tests/engine/) checks the same against the installed vLLM'
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from ceiling.engines import get_engine
@@ -147,3 +149,32 @@ def test_env_bad_nccl_value():
 def test_unknown_engine_is_a_ceiling_error():
     with pytest.raises(CeilingError, match="unknown engine"):
         get_engine("tensorrt-llm-9000")
+
+
+def test_cli_preflight_uses_the_cached_flag_table(tmp_path, monkeypatch, capsys):
+    """The engine is asked once per version; later checks read the cache (no engine import)."""
+    from ceiling.cli import main
+    from ceiling.engines.vllm import VllmEngine
+
+    calls = []
+
+    def fake_dump(self, install):
+        calls.append(install)
+        return TABLE.model_copy(deep=True)
+
+    monkeypatch.setenv("CEILING_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(VllmEngine, "dump_flags", fake_dump)
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        f"engine: vllm\nmodel: org/m\ncommand: [{sys.executable!r}]\n"
+        "args: {max-model-len: 512, dtype: float32}\nenv: {NCCL_PROTO: LL}\n"
+    )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: good.yaml\nargs: [--num-scheduler-steps, '10']\n")
+    assert main(["preflight", str(good)]) == 0
+    assert main(["preflight", str(good), str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "ok good" in out and "FAIL bad" in out
+    assert "removed in 0.10.2" in out and "fix:" in out
+    assert len(calls) == 1  # second and third checks came from the cache
+    assert list((tmp_path / "cache" / "flags").glob("vllm-*.json"))
