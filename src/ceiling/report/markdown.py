@@ -57,7 +57,8 @@ def verdict_lines(doc: Doc) -> list[str]:
     mean, lo, hi = decode_stat(single)
     if mean is None:
         mean, lo, hi = v.get("measured_tok_s"), v.get("measured_ci_low"), v.get("measured_ci_high")
-    out.append(f"- Measured single-stream decode: {ci_text(mean, lo, hi, 'tok/s')}")
+    what = "Baseline" if doc.get("kind") == "sweep" else "Measured"
+    out.append(f"- {what} single-stream decode: {ci_text(mean, lo, hi, 'tok/s')}")
     if num(v.get("predicted_tok_s")) is not None:
         out.append(
             f"- Predicted ceiling for this exact configuration: {fmt(v['predicted_tok_s'])} tok/s"
@@ -95,6 +96,8 @@ def verdict_lines(doc: Doc) -> list[str]:
 
 def _attribution(doc: Doc) -> list[str]:
     a = doc.get("attribution")
+    if not a and doc.get("kind") == "sweep":
+        return []
     if not a:
         return ["## Where the step time goes", "", "_No attribution: no decode measurement._", ""]
     rows = [
@@ -133,6 +136,8 @@ def _changes(doc: Doc) -> list[str]:
     v = doc.get("verdict") or {}
     out = ["## Configurable changes, ranked by predicted gain", ""]
     ch = v.get("changes") or []
+    if not ch and doc.get("kind") == "sweep":
+        return []
     if not ch:
         return [*out, "_No configurable change with a predicted gain was found._", ""]
     rows = [
@@ -268,6 +273,32 @@ def _comparison(doc: Doc) -> list[str]:
     ]
 
 
+def _sweep_trials(doc: Doc) -> list[str]:
+    vs = doc.get("variants") if doc.get("kind") == "sweep" else None
+    if not vs:
+        return []
+    rows = [
+        [
+            v.get("name"),
+            v.get("status"),
+            v.get("fingerprint"),
+            v.get("repeats"),
+            v.get("stop_reason") or v.get("error") or "",
+            v.get("log_path") or "",
+        ]
+        for v in vs
+    ]
+    ledger = f"Ledger: `{doc.get('ledger')}`" if doc.get("ledger") else ""
+    return [
+        "## Trials",
+        "",
+        ledger,
+        "",
+        table(["variant", "status", "fingerprint", "repeats", "why it stopped", "log"], rows),
+        "",
+    ]
+
+
 def _findings(doc: Doc) -> list[str]:
     out: list[str] = []
     facts = doc.get("facts") or {}
@@ -329,6 +360,8 @@ def _hardware(doc: Doc) -> list[str]:
         out.append(f"- Telemetry (NVML): {verdict or 'recorded'}")
     for a in doc.get("assumptions") or []:
         out.append(f"- Assumption: {a}")
+    if len(out) == 2:
+        return []
     return [*out, ""]
 
 
@@ -354,5 +387,6 @@ def render_markdown(doc: Doc) -> str:
     parts += _hardware(doc)
     parts += _findings(doc)
     parts += _stages(doc)
+    parts += _sweep_trials(doc)
     parts += _reproduce(doc)
     return "\n".join(parts).rstrip() + "\n"
