@@ -56,10 +56,10 @@ step() { echo; echo "== $*"; }
     PROFILE=${2:-$OUT/profile.json}
     LAYERS_ARG=${LAYERS:+--layers $LAYERS}   # LAYERS=40: a 70B shape that fits one GPU (path check)
     step "TP decode, dense (Llama-3.1-70B shape)"
-    timeout 300 $PY bench/tp_decode.py --model llama-3.1-70b --tp "$WS" --variant default,p2p-off \
+    timeout 330 $PY bench/tp_decode.py --model llama-3.1-70b --tp "$WS" --variant default,p2p-off \
       --iters 20 --timeout 120 $LAYERS_ARG --profile "$PROFILE" --out "$OUT/tp_decode_dense.json"
     step "TP decode, MoE (Qwen3-30B-A3B shape)"
-    timeout 240 $PY bench/tp_decode.py --model qwen3-30b-a3b --tp "$WS" --variant default,p2p-off \
+    timeout 230 $PY bench/tp_decode.py --model qwen3-30b-a3b --tp "$WS" --variant default,p2p-off \
       --iters 20 --timeout 120 --profile "$PROFILE" --out "$OUT/tp_decode_moe.json"
     $PY bench/multi_gpu_report.py "$OUT"/tp_decode_*.json > "$OUT/report_tp.md"
   else

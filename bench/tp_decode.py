@@ -400,18 +400,24 @@ def main() -> int:
                     row.update(_predicted(model, tp, args, link))
                 rows.append(row)
                 print(_line(row), flush=True)
+                _save(args.out, rows, link, args.profile)  # a cut-off keeps what was measured
+    _save(args.out, rows, link, args.profile)
+    return 0 if rows and all("error" not in r for r in rows) else 1
+
+
+def _save(out: Path | None, rows: list[dict], link: str | None, profile: str | None) -> None:
+    if out is None:
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
     result = {
         "schema_version": 1,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "what": "TP decode step, random weights, bf16",
         "link": link,
-        "profile": args.profile,
+        "profile": profile,
         "rows": rows,
     }
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return 0 if rows and all("error" not in r for r in rows) else 1
+    out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 def _line(r: dict) -> str:
