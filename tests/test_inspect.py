@@ -244,3 +244,18 @@ def test_moe_backend_lines(msg, backend):
     facts = parse_lines([line], engine="vllm")
     assert facts.moe_backend == backend
     assert facts.attention_backend is None  # a MoE backend is not an attention backend
+
+
+def test_sglang_line_variants():
+    lines = [
+        "[2025-11-04 05:20:00] server_args=ServerArgs(model_path='m', tp_size=2, ep_size=2)",
+        "[2025-11-04 05:27:13 DP0 TP0 EP0] Load weight end. elapsed=23.18 s, type=Glm4MoeLiteForCausalLM, avail mem=32.02 GB, mem usage=28.79 GB.",
+        "[2025-11-04 05:27:14 DP0 TP0 EP0] KV Cache is allocated. #tokens: 350257, K size: 0.21 GB, V size: 0.21 GB",
+        "[2025-11-04 05:27:20] The server is fired up and ready to roll!",
+    ]
+    f = parse_lines(lines)
+    assert f.engine == "sglang" and f.expert_parallel is True and f.expert_parallel_size == 2
+    assert f.weights_load_s == 23.18 and f.model_memory_gib == 28.79
+    assert f.architecture == "Glm4MoeLiteForCausalLM"
+    assert f.kv_cache_tokens == 350257 and f.kv_cache_memory_gib == 0.42
+    assert f.ready and f.startup_s == 440.0

@@ -545,7 +545,7 @@ _S_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("version", re.compile(r"sglang(?: version)?[=: ]+v?(\d+\.\d+\.\d+\S*)", re.I)),
     (
         "weights_end",
-        re.compile(r"Load weight end\. .*?(?:type=(\w+))?.*?mem usage=" + _NUM + r" GB"),
+        re.compile(r"Load weight end\. .*?mem usage=" + _NUM + r" GB"),
     ),
     (
         "weights_time",
@@ -553,13 +553,7 @@ _S_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     (
         "kv_alloc",
-        re.compile(
-            r"KV Cache is allocated\. #tokens: "
-            + _NUM
-            + r"(?:.*?(?:KV size|K size): "
-            + _NUM
-            + r" GB)?"
-        ),
+        re.compile(r"KV Cache is allocated\. #tokens: " + _NUM),
     ),
     (
         "max_tokens",
@@ -650,16 +644,19 @@ def _apply_sglang(key: str, hit: re.Match[str], line: str, facts: EngineFacts) -
     elif key == "version":
         facts.version = facts.version or g[0]
     elif key == "weights_end":
-        facts.model_memory_gib = _num(g[1])  # SGLang's "GB" are GiB (bytes / 2**30)
-        facts.architecture = g[0] or facts.architecture
+        facts.model_memory_gib = _num(g[0])  # SGLang's "GB" are GiB (bytes / 2**30)
+        arch = re.search(r"type=(\w+)", line)
+        facts.architecture = arch.group(1) if arch else facts.architecture
         facts.add_evidence("load", line)
     elif key == "weights_time":
         facts.weights_load_s = _num(g[0] or g[1])
         facts.add_evidence("load", line)
     elif key == "kv_alloc":
+        # "#tokens: N, KV size: X GB" (MLA) or "#tokens: N, K size: X GB, V size: Y GB"
         facts.kv_cache_tokens = int(_num(g[0]))
-        if g[1]:
-            facts.kv_cache_memory_gib = _num(g[1])
+        sizes = re.findall(r"\b(?:KV|K|V) size: " + _NUM + " GB", line)
+        if sizes:
+            facts.kv_cache_memory_gib = round(sum(_num(x) for x in sizes), 2)
         facts.add_evidence("kv", line)
     elif key == "max_tokens":
         facts.kv_cache_tokens = int(_num(g[0]))
