@@ -259,3 +259,12 @@ def test_sglang_line_variants():
     assert f.architecture == "Glm4MoeLiteForCausalLM"
     assert f.kv_cache_tokens == 350257 and f.kv_cache_memory_gib == 0.42
     assert f.ready and f.startup_s == 440.0
+
+
+def test_init_line_with_compilation_time():
+    line = (
+        "(EngineCore pid=7) INFO 11-29 09:00:01 [core.py:396] init engine (profile, create kv "
+        "cache, warmup model) took 61.20 s (compilation: 38.50 s)"
+    )
+    f = parse_lines([line], engine="vllm")
+    assert f.init_engine_s == 61.2 and f.torch_compile_s == 38.5

@@ -418,6 +418,9 @@ def _apply_vllm(key: str, hit: re.Match[str], line: str, facts: EngineFacts) -> 
         facts.add_evidence("compile_cache", line)
     elif key == "init":
         facts.init_engine_s = _num(g[0])
+        comp = re.search(r"\(compilation: " + _NUM + " s", line)  # vLLM >= 0.2x
+        if comp and facts.torch_compile_s is None:
+            facts.torch_compile_s = _num(comp.group(1))
         facts.add_evidence("init", line)
     elif key == "fusions":
         facts.enabled_fusions = [f.strip() for f in g[0].split(",") if f.strip()]
