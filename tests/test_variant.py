@@ -106,3 +106,13 @@ def test_extends_cycle_and_missing_parent(tmp_path):
 def test_parse_arg_list_groups_values():
     args = parse_arg_list(["--lora-modules", "a=x", "b=y", "-O3"], "t")
     assert [(a.flag, a.values) for a in args] == [("--lora-modules", ["a=x", "b=y"]), ("-O3", [])]
+
+
+def test_repeated_flags_in_one_file_are_kept_and_replace_the_parents(tmp_path):
+    write(tmp_path / "p.yaml", "engine: vllm\nmodel: m\nargs: [--middleware, a, --middleware, b]\n")
+    write(
+        tmp_path / "same.yaml", "engine: vllm\nmodel: m\nargs: [--middleware, x, --middleware, y]\n"
+    )
+    assert load_variant(tmp_path / "same.yaml").argv() == ["--middleware", "x", "--middleware", "y"]
+    write(tmp_path / "c.yaml", "extends: p.yaml\nargs: [--middleware, c, --middleware, d]\n")
+    assert load_variant(tmp_path / "c.yaml").argv() == ["--middleware", "c", "--middleware", "d"]

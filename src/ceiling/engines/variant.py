@@ -8,9 +8,10 @@ Merge rules for ``extends`` (path relative to the extending file; chains allowed
 - scalars (engine, model, host, port, log_dir, python, command, served_model_name): the child's
   value wins when it sets one;
 - ``env``: merged by name, the child wins; a child value of ``null`` removes the parent's variable;
-- ``args``: merged by flag name (``--max_model_len`` and ``--max-model-len`` are the same flag);
-  the child's flag replaces the parent's in place, new flags are appended, and ``null`` (mapping
-  form) removes the parent's flag.
+- ``args``: merged by flag name (``--max_model_len`` and ``--max-model-len`` are the same flag,
+  ``--no-x`` replaces ``--x``); the child's flag replaces the parent's occurrences in place, new
+  flags are appended, a flag repeated within one file keeps every occurrence, and ``null``
+  (mapping form) removes the parent's flag.
 
 ``args`` may be a list of command-line tokens (``["--max-model-len", "512", "--enforce-eager"]``)
 or a mapping (``{max-model-len: 512, enforce-eager: true, enable-prefix-caching: false}``): in a
@@ -161,21 +162,25 @@ def _scalar(value: Any) -> str:
 
 
 def _merge_args(base: list[Arg], child: list[Arg | str]) -> list[Arg]:
+    """The parent's args with the child's applied (see the module docstring for the rules).
+
+    Only the PARENT's flags are replaced: a flag the child repeats (``--middleware a
+    --middleware b``) keeps every occurrence.
+    """
     merged = list(base)
+    from_base = {id(a) for a in base}
     for item in child:
         if isinstance(item, str):  # removal marker
             key = item[1:]
-            merged = [a for a in merged if a.key != key and a.key != _negated(key)]
+            merged = [a for a in merged if a.key not in (key, _negated(key))]
             continue
-        key = item.key
-        idx = next(
-            (i for i, a in enumerate(merged) if a.key in (key, _negated(key))),
-            None,
-        )
-        if idx is None:
+        keys = (item.key, _negated(item.key))
+        hits = [i for i, a in enumerate(merged) if id(a) in from_base and a.key in keys]
+        if not hits:
             merged.append(item)
-        else:
-            merged[idx] = item
+            continue
+        merged[hits[0]] = item
+        merged = [a for i, a in enumerate(merged) if i not in hits[1:]]
     return merged
 
 
