@@ -143,7 +143,7 @@ def check_args(args: list[Arg], table: FlagTable, engine: Engine) -> list[Proble
         if spec is None:
             problems.append(_unknown_flag(arg, base, lookup, engine, table.version))
             continue
-        if spec.dest in seen:
+        if spec.dest in seen and spec.kind != "append":  # append flags accumulate
             problems.append(
                 Problem(
                     level="warning",
