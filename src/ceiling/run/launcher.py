@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from ceiling.engines.variant import Variant
 
 SECRET_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+# Health checks talk to our own server: never through an HTTP(S)_PROXY from the environment.
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class EngineDied(CeilingError):
@@ -154,7 +156,7 @@ class Server:
 
     def _http_ok(self, path: str) -> bytes | None:
         try:
-            with urllib.request.urlopen(self.url + path, timeout=2) as resp:
+            with _NO_PROXY.open(self.url + path, timeout=2) as resp:
                 return resp.read() if resp.status == 200 else None
         except (urllib.error.URLError, OSError, TimeoutError):
             return None
