@@ -268,3 +268,23 @@ def test_init_line_with_compilation_time():
     )
     f = parse_lines([line], engine="vllm")
     assert f.init_engine_s == 61.2 and f.torch_compile_s == 38.5
+
+
+@pytest.mark.parametrize(
+    "msg, backend, mla",
+    [
+        (
+            "Using TRITON_MLA attention backend out of potential backends: ['TRITON_MLA'].",
+            "TRITON_MLA",
+            True,
+        ),
+        ("Using Triton MLA backend on V1 engine.", "Triton MLA", True),
+        ("Using FlashMLA backend on V1 engine.", "FlashMLA", True),
+        ("Using Flash Attention backend on V1 engine.", "Flash Attention", False),
+        ("Using AttentionBackendEnum.FLASHINFER backend.", "FLASHINFER", False),
+        ("Using CPU_MLA backend.", "CPU_MLA", True),
+    ],
+)
+def test_attention_backend_lines(msg, backend, mla):
+    f = parse_lines([f"INFO 05-12 10:00:46 [cuda.py:1] {msg}"], engine="vllm")
+    assert f.attention_backend == backend and bool(f.mla) is mla

@@ -225,7 +225,8 @@ _V_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "attn",
         re.compile(
-            r"Using (?:AttentionBackendEnum\.|_Backend\.)?([A-Za-z0-9_]+(?: Attention)?) (?:attention )?backend(?: on V1 engine)?(?: out of potential backends.*)?\.?\s*$"
+            r"Using (?:AttentionBackendEnum\.|_Backend\.)?([A-Z][A-Za-z0-9_]*(?: [A-Z][A-Za-z0-9_]*)*)"
+            r" (?:attention )?backend(?: on V1 engine)?(?: out of potential backends.*)?\.?\s*$"
         ),
     ),
     ("linear_kernel", re.compile(r"Using (\w+Kernel) for (\w+)")),
