@@ -207,3 +207,20 @@ def test_bad_input_port_in_use(fake_variant, capsys):
         port = s.getsockname()[1]
         err = _cli_error(["launch", str(fake_variant(port=port)), "--skip-preflight"], capsys)
     assert f"port {port}" in err and "already in use" in err
+
+
+def test_port_checks_ipv4_and_ipv6():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert port_in_use("127.0.0.1", port) and port_in_use("0.0.0.0", port)
+    assert not port_in_use("127.0.0.1", port)
+    if socket.has_ipv6:
+        try:
+            with socket.socket(socket.AF_INET6) as s6:
+                s6.bind(("::1", 0))
+                s6.listen()
+                assert port_in_use("::1", s6.getsockname()[1])
+        except OSError:
+            pytest.skip("no IPv6 loopback here")

@@ -56,17 +56,23 @@ class EngineDied(CeilingError):
         self.log_path = log_path
 
 
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
 def port_in_use(host: str, port: int) -> bool:
     """True when something accepts connections on ``host:port`` or a server could not bind it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    host = host or "127.0.0.1"
+    probe = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    with socket.socket(_family(probe), socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
-        if s.connect_ex((host if host not in ("0.0.0.0", "") else "127.0.0.1", port)) == 0:
+        if s.connect_ex((probe, port)) == 0:
             return True
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
         # SO_REUSEADDR as servers set it: connections left in TIME_WAIT do not block a restart
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((host if host else "127.0.0.1", port))
+            s.bind((host, port))
         except OSError:
             return True
     return False
@@ -74,7 +80,7 @@ def port_in_use(host: str, port: int) -> bool:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS says is free now (there is a small race; launch re-checks)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
@@ -125,7 +131,9 @@ class Server:
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
+        if ":" in host:
+            host = f"[{host}]"
         return f"http://{host}:{self.port}"
 
     def alive(self) -> bool:
