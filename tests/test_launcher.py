@@ -224,3 +224,14 @@ def test_port_checks_ipv4_and_ipv6():
                 assert port_in_use("::1", s6.getsockname()[1])
         except OSError:
             pytest.skip("no IPv6 loopback here")
+
+
+def test_shm_note_only_when_nearly_full(tmp_path, monkeypatch):
+    from ceiling.run import launcher
+
+    monkeypatch.setattr(launcher, "SHM_LOW_BYTES", 1 << 62)  # everything counts as nearly full
+    (tmp_path / "psm_stale").write_bytes(b"x")
+    note = launcher._shm_note(tmp_path)
+    assert note and "1 stale engine segment" in note and "ceiling shm --apply" in note
+    monkeypatch.setattr(launcher, "SHM_LOW_BYTES", 0)
+    assert launcher._shm_note(tmp_path) is None

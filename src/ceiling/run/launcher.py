@@ -285,6 +285,27 @@ class Server:
         }
 
 
+SHM_LOW_BYTES = 1 << 30  # heuristic: below 1 GiB free, multi-process engines and NCCL fail
+
+
+def _shm_note(root: Path = Path("/dev/shm")) -> str | None:
+    """A warning when /dev/shm is nearly full (engines then die with a bus error)."""
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= SHM_LOW_BYTES:
+        return None
+    from ceiling.run.shm import scan
+
+    stale = [seg for seg in scan(root).segments if seg.stale]
+    return (
+        f"/dev/shm has only {free / 2**20:.0f} MiB free ({len(stale)} stale engine segment(s): "
+        "`ceiling shm --apply` removes them; containers need --shm-size or --ipc=host)"
+    )
+
+
 def _redact(env: dict[str, str]) -> dict[str, str]:
     return {k: ("***" if any(h in k.upper() for h in SECRET_HINTS) else v) for k, v in env.items()}
 
@@ -313,6 +334,9 @@ def start(
             fix="stop whatever listens there, or set another `port:` in the variant",
         )
     plan = engine.launch_command(variant, install, port)
+    shm_note = _shm_note()
+    if shm_note:
+        plan.notes.append(shm_note)
     env = dict(os.environ)
     env.update(variant.env)
     env.update(plan.env)
