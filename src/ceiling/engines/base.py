@@ -5,7 +5,8 @@ engine and nothing else lives outside ``ceiling.engines``:
 - how to find it and build its server command line (``locate``, ``launch_command``);
 - which flags and environment variables it accepts (``flag_table``, asked of the installed engine
   and cached per version) and which flags it removed or renamed (a data file);
-- how its log reads while starting (``phase_of``, ``ready_line``) and why it died (``death_rules``);
+- how its log reads while starting (``phase_of``, ``ready_line``); why it died is read with
+  ``data/death_causes.yaml`` (rules may be limited to some engines);
 - where its readiness endpoints are (``health_paths``).
 """
 
@@ -84,15 +85,6 @@ class LaunchPlan:
     argv: list[str]
     env: dict[str, str]
     notes: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class DeathRule:
-    """A log pattern that explains why a server died, with the fix to suggest."""
-
-    cause: str
-    pattern: re.Pattern[str]
-    fix: str
 
 
 class Engine:
@@ -193,10 +185,6 @@ class Engine:
     def phase_of(self, line: str) -> str | None:
         """A short description of the start-up phase this log line shows, if any."""
         return None
-
-    def death_rules(self) -> list[DeathRule]:
-        """Engine-specific death patterns, checked before the generic ones."""
-        return []
 
 
 def _which(exe: str) -> str | None:
