@@ -211,3 +211,34 @@ def test_engine_dying_at_launch_leaves_a_report(model_dir, tmp_path):
     assert doc["server_died"] and "out of memory" in doc["server_death"]
     assert {s["name"]: s["status"] for s in doc["stages"]}["launch"] == "failed"
     assert "The server died during the doctor run" in (out / "report.md").read_text()
+
+
+def test_engine_log_facts_drive_the_prediction_and_the_changes(tmp_path):
+    """With --log, the start-up facts (TP=8 from the engine config line) set the configuration
+    predict is asked about, and the log's configurable findings join the ranked changes."""
+    log = Path(__file__).parent / "fixtures" / "logs" / "vllm_0.11_kimi_tp8_pcie.log"
+    with SSEServer(Plan(itl_s=0.012, ttft_s=0.01)) as srv:
+        res = run_doctor(
+            DoctorConfig(
+                url=srv.url,
+                log=str(log),
+                engine="vllm",
+                model_path="kimi-k2.5",
+                gpu="rtx-pro-6000",
+                max_tokens=16,
+                repeat=2,
+                concurrency=[],
+                out_dir=str(tmp_path),
+                progress=False,
+                telemetry=False,
+            )
+        )
+    assert res.facts["tensor_parallel_size"] == 8
+    assert res.prediction["deployment"]["tp"] == 8
+    assert res.prediction["deployment"]["cuda_graphs"] is True
+    ids = {f["id"] for f in res.findings}
+    assert "custom-allreduce-off" in ids
+    sources = {c["source"] for c in res.verdict["changes"]}
+    assert any(s.startswith("finding ") for s in sources)
+    stages = [s.name for s in res.stages]
+    assert stages.index("inspect log") < stages.index("predict")

@@ -134,3 +134,10 @@ def test_client_hypothesis_from_server_metrics():
     assert answer(5.31, 4.89).startswith("no: the engine's own inter-token latency")
     assert answer(4.0, 6.0).startswith("partly: the client sees 6 ms")
     assert answer(None, 4.9) is None
+
+
+def test_measurement_far_below_prediction_is_not_called_bound_by_it():
+    a = attribute(5.8, {"weights": 3.6, "launch": 6.2}, basis="predict")
+    v = build_verdict(VerdictInputs(attribution=a, measured_tok_s=172.0))
+    assert v.headline.startswith("Faster than predicted")
+    assert "launch" in v.headline and v.bound_by == "prediction overestimates"

@@ -44,6 +44,9 @@ class DoctorConfig(BaseModel):
     engine: str | None = None
     gpu: str | None = Field(None, description="catalog GPU name (default: probed)")
     tp: int | None = None
+    cuda_graphs: bool | None = Field(
+        None, description="None: from the variant's flags or the engine log, else assumed on"
+    )
     max_tokens: int = 512
     input_len: int = 64
     repeat: int = 3
@@ -317,8 +320,17 @@ def _predict_gpu(
 ) -> dict[str, Any]:
     from ceiling.predict.api import PredictRequest, predict
 
-    tp = cfg.tp or int(_arg_value(variant, "tensor-parallel-size", "tp") or 1)
-    eager = _arg_value(variant, "enforce-eager") in ("true", "True", "1")
+    facts = res.facts or {}
+    tp = (
+        cfg.tp
+        or facts.get("tensor_parallel_size")
+        or int(_arg_value(variant, "tensor-parallel-size", "tp") or 1)
+    )
+    graphs = cfg.cuda_graphs
+    if graphs is None and facts.get("enforce_eager") is not None:
+        graphs = not facts["enforce_eager"] and facts.get("cudagraph_mode") not in ("NONE",)
+    if graphs is None:
+        graphs = _arg_value(variant, "enforce-eager") not in ("true", "True", "1")
     req = PredictRequest(
         model=model,
         gpu=res.hardware["name"],
@@ -328,13 +340,27 @@ def _predict_gpu(
         engine=(cfg.engine or "vllm")
         if (cfg.engine or "vllm") in ("vllm", "sglang", "trtllm")
         else "generic",
-        cuda_graphs=not eager,
+        cuda_graphs=graphs,
         batch=batch,
         context=cfg.input_len + cfg.max_tokens // 2,
         prompt_len=cfg.input_len,
         what_if=what_if,
     )
     return predict(req).model_dump(mode="json")
+
+
+def _model_summary(m: dict[str, Any]) -> str:
+    """One line from predict's model dict (catalog name, size, format)."""
+    parts = [
+        str(m.get("name") or "?"),
+        f"{m.get('architecture')}" if m.get("architecture") else "",
+        f"{m.get('layers')} layers" if m.get("layers") else "",
+        f"{m.get('total_params_B')} B params" if m.get("total_params_B") else "",
+        f"{m.get('active_params_B')} B active" if m.get("experts") else "",
+        str(m.get("quantization") or ""),
+        f"{m.get('weight_GB')} GB of weights" if m.get("weight_GB") else "",
+    ]
+    return ", ".join(p for p in parts if p)
 
 
 def _measured(single: dict[str, Any] | None) -> tuple[float | None, tuple[float, float] | None]:
@@ -428,6 +454,13 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
         }
         if variant is None:
             _flag_stage(rec, res, cfg, None, engine)
+        if log_path is not None and log_path.exists():
+            # start-up facts (TP, eager/CUDA graphs, dtype) describe the configuration to predict
+            with rec.stage("inspect log") as st:
+                _inspect(res, log_path, res.target.get("engine"), max(cfg.concurrency or [1]))
+                st.message = f"{len(res.findings)} findings"
+        else:
+            rec.skip("inspect log", "no log file (pass --log with --url)")
         with rec.stage("hardware") as st:
             host = _hardware(cfg, res)
             st.message = res.hardware.get("description")
@@ -480,7 +513,7 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
                 res.model = {
                     "name": served,
                     "path": model_dir,
-                    "summary": json.dumps(res.prediction.get("model", {}))[:300],
+                    "summary": _model_summary(res.prediction.get("model") or {}),
                 }
                 res.assumptions += list(res.prediction.get("assumptions") or [])
                 st.message = (
@@ -515,11 +548,9 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
                         res.server_died = True
                         res.server_death = _death_text(server, url, mode)
         if log_path is not None and log_path.exists():
-            with rec.stage("inspect log") as st:
-                _inspect(res, log_path, res.target.get("engine"))
+            with rec.stage("inspect log (after the bench)") as st:
+                _inspect(res, log_path, res.target.get("engine"), max(cfg.concurrency or [1]))
                 st.message = f"{len(res.findings)} findings"
-        else:
-            rec.skip("inspect log", "no log file (pass --log with --url)")
         with rec.stage("attribute") as st:
             _attribute(cfg, res, footprint, host, variant)
             st.message = (res.attribution or {}).get("bound_by") or "no decode measurement"
@@ -556,10 +587,10 @@ def _death_text(server: Any, url: str, stage: str) -> str:
     return f"during bench {stage}: {url} stopped answering"
 
 
-def _inspect(res: DoctorResult, log_path: Path, engine: str | None) -> None:
+def _inspect(res: DoctorResult, log_path: Path, engine: str | None, concurrency: int) -> None:
     from ceiling.diagnose.logs import inspect_log
 
-    facts = inspect_log(log_path, engine=engine)
+    facts = inspect_log(log_path, engine=engine, concurrency=concurrency)
     data = facts.model_dump(mode="json")
     res.findings = list(data.pop("findings", []) or [])
     res.facts = data

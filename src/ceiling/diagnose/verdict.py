@@ -21,6 +21,8 @@ from ceiling.diagnose.attribute import UNEXPLAINED_LABEL, Attribution, LevelAttr
 
 # Above this share of the step, the unexplained remainder is what bounds the deployment.
 HOST_BOUND_SHARE_PCT = 50.0
+# When the measured step is this much shorter than predicted, the split is not to be trusted.
+OVERESTIMATE_SHARE_PCT = 20.0
 # Allreduce messages below this size are latency-bound on any interconnect (alpha >> bytes/beta
 # for PCIe and NVLink alike; see throughput-killers.md §2).
 LATENCY_BOUND_BYTES = 64 * 1024
@@ -138,6 +140,14 @@ def _headline(inp: VerdictInputs, a: Attribution | None) -> tuple[str, str]:
             "host overhead" if inp.hardware_kind == "cpu" else UNEXPLAINED_LABEL,
         )
     top = max(a.components, key=lambda c: c.predicted_ms, default=None)
+    if a.unexplained_pct <= -OVERESTIMATE_SHARE_PCT and top is not None:
+        return (
+            f"Faster than predicted: the measured step takes {_us_or_ms(step)} against a "
+            f"predicted {_us_or_ms(a.predicted_step_ms)}; the largest predicted component, "
+            f"{top.name} ({_us_or_ms(top.predicted_ms)}), is likely overestimated for this "
+            "deployment: check the prediction's assumptions before trusting its split.",
+            "prediction overestimates",
+        )
     name = top.name if top else "unknown"
     label = {
         "weights": "memory-bandwidth-bound (weight reads)",

@@ -237,7 +237,7 @@ def lines(
         parts.append(
             f'<polyline class="series" points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>'
         )
-        for x, y in s:
+        for x, y in s if len(s) <= 60 else []:  # dense series (telemetry): the line alone
             parts.append(
                 f'<circle cx="{ax.x(x):.1f}" cy="{ax.y(y):.1f}" r="3.5" fill="{colour}">'
                 f"<title>{_t(name)}: x={_fmt(x)} y={_fmt(y)}</title></circle>"
