@@ -142,3 +142,72 @@ def test_plan_validation(tmp_path):
         load_plan(p)
     with pytest.raises(CeilingError, match="not found"):
         load_plan(tmp_path / "missing.yaml")
+
+
+def test_ctrl_c_marks_interrupted_and_resume_runs_only_the_rest(tmp_path):
+    plan = write_plan(tmp_path, ["base", "fast"], repeats=4)
+    out = tmp_path / "out"
+
+    def interrupted(spec):
+        for ev in synthetic_trial(spec):
+            if spec.name == "fast" and ev.get("type") == "repeat" and ev["idx"] == 2:
+                raise KeyboardInterrupt
+            yield ev
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(plan, out, trial_fn=interrupted, preflight_fn=None)
+    with Ledger(out / "ledger.sqlite") as led:
+        rows = {v.name: v for v in led.variants()}
+        assert rows["fast"].status == "interrupted"
+        assert led.repeat_count(rows["fast"].fingerprint) == 2
+    res = _run(plan, out, resume=True)
+    assert {v.name: (v.status, v.repeats) for v in res.variants}["fast"] == ("done", 4)
+
+
+def test_preflight_failures_are_recorded_not_launched(tmp_path):
+    plan = write_plan(tmp_path, ["base", "same", "fast"], repeats=2)
+    launched: list[str] = []
+
+    def trial(spec):
+        launched.append(spec.name)
+        yield from synthetic_trial(spec)
+
+    res = run_sweep(
+        plan,
+        tmp_path / "out",
+        trial_fn=trial,
+        preflight_fn=lambda paths: {"same": "unknown flag --bogus"},
+    )
+    by = {v.name: v for v in res.variants}
+    assert by["same"].status == "failed" and "preflight: unknown flag --bogus" in by["same"].error
+    assert "same" not in launched and launched == ["base", "fast"]
+    with pytest.raises(CeilingError, match="baseline base fails preflight"):
+        run_sweep(
+            plan,
+            tmp_path / "out2",
+            trial_fn=trial,
+            preflight_fn=lambda paths: {"base": "model path not found"},
+        )
+
+
+def test_inline_variant_keeps_the_parents_model_wherever_it_is_written(tmp_path):
+    from ceiling.engines.variant import load_variant
+    from ceiling.sweep.plan import fingerprint, materialize
+
+    vdir = tmp_path / "variants"
+    vdir.mkdir()
+    (tmp_path / "model").mkdir()
+    (vdir / "parent.yaml").write_text("engine: vllm\nmodel: ../model\nargs: {dtype: float32}\n")
+    pdir = tmp_path / "plans"
+    pdir.mkdir()
+    (pdir / "p.yaml").write_text(
+        "variants:\n"
+        "  - name: base\n    variant: ../variants/parent.yaml\n"
+        "  - name: eager\n    extends: ../variants/parent.yaml\n    args: {enforce-eager: true}\n"
+    )
+    plan = load_plan(pdir / "p.yaml")
+    paths = materialize(plan, tmp_path / "elsewhere" / "out")
+    base, eager = load_variant(paths["base"]), load_variant(paths["eager"])
+    assert eager.model == base.model == str((tmp_path / "model").resolve())
+    assert "--enforce-eager" in eager.argv() and "--dtype" in eager.argv()
+    assert fingerprint(base, plan.bench) != fingerprint(eager, plan.bench)
