@@ -242,3 +242,19 @@ def test_engine_log_facts_drive_the_prediction_and_the_changes(tmp_path):
     assert any(s.startswith("finding ") for s in sources)
     stages = [s.name for s in res.stages]
     assert stages.index("inspect log") < stages.index("predict")
+
+
+def test_api_key_never_reaches_the_files(model_dir, tmp_path, monkeypatch):
+    key = "sk-test-not-for-files-123"
+    monkeypatch.setenv("CEILING_API_KEY", key)
+    log = tmp_path / "server.log"
+    log.write_text(
+        "(APIServer pid=1) INFO 11-29 08:58:59 [api_utils.py:286] non-default args: "
+        f"{{'host': '127.0.0.1', 'api_key': ['{key}'], 'served_model_name': ['synthetic']}}\n"
+    )
+    with SSEServer(Plan(itl_s=ITL_S, ttft_s=0.01)) as srv:
+        res = run_doctor(_cfg(srv.url, model_dir, tmp_path / "out", log=str(log), concurrency=[]))
+    assert key in json.dumps(res.facts)  # the log was read, and its facts hold the key ...
+    assert srv.headers and srv.headers[0].get("Authorization") == f"Bearer {key}"
+    for name in ("doctor.json", "report.md", "report.html"):  # ... which no file keeps
+        assert key not in (tmp_path / "out" / name).read_text()

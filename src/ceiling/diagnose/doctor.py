@@ -105,8 +105,16 @@ class DoctorResult(BaseModel):
 # ---------------------------------------------------------------------------- helpers
 
 
+def _request(url: str) -> urllib.request.Request:
+    """A GET that carries the API key the bench client uses (servers started with --api-key)."""
+    from ceiling.bench.client import api_key
+
+    key = api_key()
+    return urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+
+
 def _http_json(url: str, timeout: float = 5.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
+    with urllib.request.urlopen(_request(url), timeout=timeout) as resp:
         return json.loads(resp.read().decode())
 
 
@@ -114,7 +122,7 @@ def server_alive(url: str) -> bool:
     """Whether the server still answers (``/health``, else ``/v1/models``)."""
     for path in ("/health", "/v1/models"):
         try:
-            with urllib.request.urlopen(url.rstrip("/") + path, timeout=5.0) as resp:
+            with urllib.request.urlopen(_request(url.rstrip("/") + path), timeout=5.0) as resp:
                 if resp.status == 200:
                     return True
         except (urllib.error.URLError, OSError, ValueError):
@@ -187,8 +195,10 @@ def _flag_checks(cfg: DoctorConfig, variant: Any, engine: str | None) -> dict[st
             trial.args.append(Arg(flag=flag, values=["8"]))
             rep = preflight(trial)
             probs = [p for p in rep.errors if flag.lstrip("-") in (p.subject + p.message)]
-            ver = f" (installed {rep.engine} {rep.engine_version})" if rep.engine_version else ""
-            out[flag] = (probs[0].message + ver) if probs else None
+            msg = probs[0].message if probs else None
+            if msg and rep.engine_version and rep.engine_version not in msg:
+                msg += f" (installed {rep.engine} {rep.engine_version})"
+            out[flag] = msg
         return out
     if engine:
         from ceiling.engines import engine_names, get_engine
@@ -766,5 +776,8 @@ def _finish(res: DoctorResult, out: Path) -> None:
             for k, v in {"md": str(out / "report.md"), "html": str(out / "report.html")}.items()
         }
     )
-    path.write_text(dumps(res) + "\n", encoding="utf-8")
-    render(res, out)
+    from ceiling.bench.client import redact
+
+    text = redact(dumps(res))  # an API key never reaches the files a user keeps or shares
+    path.write_text(text + "\n", encoding="utf-8")
+    render(json.loads(text), out)
