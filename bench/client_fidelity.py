@@ -279,6 +279,18 @@ async def ours_summary(url: str, tokens: int, streams: int, itl: float) -> dict[
     }
 
 
+def _median_row(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median over trials of every number (sporadic scheduler stalls hit single trials)."""
+    row = dict(trials[0])
+    for key, val in trials[0].items():
+        if isinstance(val, float | int) and not isinstance(val, bool) and key != "streams":
+            vals = [t[key] for t in trials if t.get(key) is not None]
+            row[key] = float(np.median(vals)) if vals else None
+    row["failed"] = max(t["failed"] for t in trials)
+    row["trials"] = len(trials)
+    return row
+
+
 def _cpu_model() -> str:
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -292,6 +304,7 @@ def main() -> None:
     ap.add_argument("--itl", type=float, default=0.02, help="server inter-token gap, s")
     ap.add_argument("--tokens", type=int, default=100, help="chunks per stream")
     ap.add_argument("--streams", default="1,16,64,128,256,384,512")
+    ap.add_argument("--trials", type=int, default=3, help="runs per load (medians reported)")
     ap.add_argument("--vllm-bench", action="store_true", help="also run vllm bench serve")
     ap.add_argument("--save", type=Path, default=None, help="write the figures as JSON here")
     args = ap.parse_args()
@@ -300,22 +313,26 @@ def main() -> None:
         import uvloop
 
         runner_factory = uvloop.new_event_loop
+    load_before = list(os.getloadavg())  # the box is shared: say how busy it was
     proc, url = start_server(args.itl)
     rows: list[dict[str, Any]] = []
     try:
         with asyncio.Runner(loop_factory=runner_factory) as runner:
             for synced in (False, True):
                 for n in [int(x) for x in args.streams.split(",")]:
-                    row = runner.run(one_load(url, n, args.tokens, args.itl, synced))
-                    row.update(runner.run(floor_load(url, n, args.tokens, args.itl, synced)))
+                    trials = []
+                    for _ in range(args.trials):
+                        one = runner.run(one_load(url, n, args.tokens, args.itl, synced))
+                        one.update(runner.run(floor_load(url, n, args.tokens, args.itl, synced)))
+                        trials.append(one)
+                    row = _median_row(trials)
                     rows.append(row)
                     print(
-                        f"{row['pattern']:>12} streams {n:4d}  chunks/s {row['chunk_rate_per_s'] or 0:8.0f}  "
-                        f"ts err p50 {row['ts_err_p50_ms']:.3f} p99 {row['ts_err_p99_ms']:.3f} "
-                        f"max {row['ts_err_max_ms']:.2f} ms  TPOT err mean "
-                        f"{row['tpot_err_pct_mean'] or 0:.3f}% max {row['tpot_err_pct_max'] or 0:.3f}%"
-                        f"  failed {row['failed']}  | bare-protocol floor p50 "
-                        f"{row['floor_ts_err_p50_ms']:.3f} p99 {row['floor_ts_err_p99_ms']:.3f} ms",
+                        f"{row['pattern']:>12} streams {n:4d}  chunks/s {row['chunk_rate_per_s'] or 0:6.0f}  "
+                        f"ts err p50 {row['ts_err_p50_ms']:.3f} p99 {row['ts_err_p99_ms']:.3f} ms  "
+                        f"TPOT err mean {row['tpot_err_pct_mean'] or 0:.3f}% "
+                        f"max {row['tpot_err_pct_max'] or 0:.3f}%  failed {row['failed']}  | floor "
+                        f"p50 {row['floor_ts_err_p50_ms']:.3f} p99 {row['floor_ts_err_p99_ms']:.3f} ms",
                         flush=True,
                     )
             side = None
@@ -334,20 +351,20 @@ def main() -> None:
         proc.wait(10)
     best: dict[str, Any] = {}
     for pattern in ("staggered", "synchronized"):
-        ok = [
-            r
-            for r in rows
-            if r["pattern"] == pattern and r["ts_err_p99_ms"] < LIMIT_MS and not r["failed"]
-        ]
-        best[pattern] = max(ok, key=lambda r: r["streams"]) if ok else None
-        if best[pattern]:
-            b = best[pattern]
+        # Walk up the loads: the highest one before the first that breaks the limit.
+        b = None
+        for r in sorted((r for r in rows if r["pattern"] == pattern), key=lambda r: r["streams"]):
+            if r["ts_err_p99_ms"] >= LIMIT_MS or r["failed"]:
+                break
+            b = r
+        best[pattern] = b
+        if b:
             print(
                 f"{pattern}: p99 error < {LIMIT_MS} ms up to {b['streams']} streams "
                 f"({b['chunk_rate_per_s']:.0f} chunks/s)"
             )
         else:
-            print(f"{pattern}: p99 error >= {LIMIT_MS} ms at every load tried")
+            print(f"{pattern}: p99 error >= {LIMIT_MS} ms from the first load tried")
     if side:
         print(
             f"side by side ({side['streams']} streams, scheduled ITL {side['scheduled_itl_ms']:.1f} ms):"
@@ -358,9 +375,12 @@ def main() -> None:
         meta = {
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, {_cpu_model()}",
+            "load_average_before": load_before,
+            "load_average_after": list(os.getloadavg()),
             "python": platform.python_version(),
             "uvloop": runner_factory is not None,
             "itl_s": args.itl,
+            "trials": args.trials,
             "tokens": args.tokens,
         }
         args.save.parent.mkdir(parents=True, exist_ok=True)

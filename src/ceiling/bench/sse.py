@@ -37,15 +37,22 @@ class SSESplitter:
         buf = self._buf + data if self._buf else data
         out: list[tuple[bytes, int]] = []
         start = 0
+        find = buf.find
         while True:
-            end = buf.find(b"\n\n", start)
-            sep = 2
-            if end < 0 or b"\r" in buf[start:end]:
+            end = find(b"\n\n", start)
+            if end >= 0 and find(b"\r", start, end) < 0:
+                sep = 2
+                if buf.startswith(b"data: ", start) and find(b"\n", start, end) < 0:
+                    # The common case: one "data: " line per event, LF framing.
+                    out.append((buf[start + 6 : end], self._base + end + 2))
+                    start = end + 2
+                    continue
+            else:
                 # CRLF (or CR) framing: find the earliest blank line of any style.
                 cands = [
                     (i, n)
                     for i, n in (
-                        (buf.find(s, start), len(s)) for s in (b"\n\n", b"\r\n\r\n", b"\r\r")
+                        (find(sp, start), len(sp)) for sp in (b"\n\n", b"\r\n\r\n", b"\r\r")
                     )
                     if i >= 0
                 ]
@@ -59,8 +66,11 @@ class SSESplitter:
             payload = _payload(block)
             if payload is not None:
                 out.append((payload, self._base + start))
-        self._buf = buf[start:]
-        self._base += start
+        if start:
+            self._buf = buf[start:]
+            self._base += start
+        else:
+            self._buf = buf
         return out
 
     def leftover(self) -> bytes:
