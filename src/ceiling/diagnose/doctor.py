@@ -478,40 +478,7 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
         footprint = None
         with rec.stage("predict") as st:
             if host is not None:
-                from ceiling.diagnose.cpu_host import cpu_floor_components, model_footprint
-
-                if model_dir is None:
-                    raise CeilingError("cannot find the model's files", fix="pass --model-path")
-                footprint = model_footprint(model_dir)
-                res.model = {
-                    "name": served,
-                    "path": model_dir,
-                    "summary": footprint.summary,
-                    **footprint.model_dump(),
-                }
-                ctx = cfg.input_len + cfg.max_tokens // 2
-                comps = cpu_floor_components(footprint, host, batch=1, context=ctx)
-                res.prediction_note = (
-                    "the predict catalog describes GPUs; on this CPU the floors are the model's "
-                    f"bytes and FLOPs at this CPU's {'measured' if host.measured else 'ASSUMED'} "
-                    "rates; launch/host components are not predicted, so they appear in the "
-                    "unexplained remainder"
-                )
-                res.prediction = {
-                    "kind": "cpu-floors",
-                    "components_ms": comps,
-                    "batch": 1,
-                    "context": ctx,
-                    "what_if": [],
-                }
-                res.assumptions.append(
-                    f"weights are read once per decode step at their on-disk size "
-                    f"({footprint.weight_bytes / 1e6:.3g} MB, {footprint.dtype})"
-                )
-                res.assumptions.append(
-                    f"mean decode context {ctx} tokens (prompt "
-                    f"{cfg.input_len} + half of {cfg.max_tokens} generated)"
-                )
+                footprint = _predict_cpu(cfg, res, host, model_dir, served)
                 st.message = "CPU floors (predict's GPU catalog not applicable)"
             else:
                 if model_dir is None:
@@ -529,34 +496,8 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
                 st.message = (
                     f"{res.prediction['decode_tok_s_per_stream']:.4g} tok/s per stream predicted"
                 )
-        alive = lambda: server.alive() if server is not None else server_alive(url)  # noqa: E731
-        for mode, fname in (
-            ("single", "bench-single.json"),
-            ("concurrency", "bench-concurrency.json"),
-        ):
-            if res.server_died:
-                rec.skip(f"bench {mode}", "server died earlier")
-                continue
-            if mode == "concurrency" and not cfg.concurrency:
-                rec.skip("bench concurrency", "no concurrency levels asked")
-                continue
-            with rec.stage(f"bench {mode}") as st:
-                sampler = _start_telemetry() if (cfg.telemetry and mode == "single") else None
-                try:
-                    res.bench[mode] = _bench(cfg, url, served or "", mode, out / fname)
-                    res.files[f"bench_{mode}"] = str(out / fname)
-                    b = res.bench[mode]
-                    st.message = f"{b.get('completed')} requests, partial: {b.get('partial')}" + (
-                        f" ({b.get('partial_reason')})" if b.get("partial") else ""
-                    )
-                    if b.get("partial"):
-                        st.status = "failed"
-                finally:
-                    if sampler is not None:
-                        res.telemetry = _stop_telemetry(sampler)
-                    if not alive():
-                        res.server_died = True
-                        res.server_death = _death_text(server, url, mode)
+        for mode in ("single", "concurrency"):
+            _bench_stage(cfg, res, rec, mode, url, served, server, out)
         if log_path is not None and log_path.exists():
             with rec.stage("inspect log (after the bench)") as st:
                 _inspect(res, log_path, res.target.get("engine"), max(cfg.concurrency or [1]))
@@ -571,6 +512,82 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
             f"{'CPU ' + res.hardware.get('name', '') if host else res.hardware.get('name')}"
         )
         _reproduce(cfg, res, url, served)
+
+
+def _predict_cpu(
+    cfg: DoctorConfig, res: DoctorResult, host: Any, model_dir: str | None, served: str | None
+) -> Any:
+    """The CPU 'prediction': the model's bytes and FLOPs at this CPU's rates (floors only)."""
+    from ceiling.diagnose.cpu_host import cpu_floor_components, model_footprint
+
+    if model_dir is None:
+        raise CeilingError("cannot find the model's files", fix="pass --model-path")
+    footprint = model_footprint(model_dir)
+    res.model = {
+        "name": served,
+        "path": model_dir,
+        "summary": footprint.summary,
+        **footprint.model_dump(),
+    }
+    ctx = cfg.input_len + cfg.max_tokens // 2
+    res.prediction_note = (
+        "the predict catalog describes GPUs; on this CPU the floors are the model's bytes and "
+        f"FLOPs at this CPU's {'measured' if host.measured else 'ASSUMED'} rates; launch/host "
+        "components are not predicted, so they appear in the unexplained remainder"
+    )
+    res.prediction = {
+        "kind": "cpu-floors",
+        "components_ms": cpu_floor_components(footprint, host, batch=1, context=ctx),
+        "batch": 1,
+        "context": ctx,
+        "what_if": [],
+    }
+    res.assumptions.append(
+        f"weights are read once per decode step at their on-disk size "
+        f"({footprint.weight_bytes / 1e6:.3g} MB, {footprint.dtype})"
+    )
+    res.assumptions.append(
+        f"mean decode context {ctx} tokens (prompt {cfg.input_len} + half of "
+        f"{cfg.max_tokens} generated)"
+    )
+    return footprint
+
+
+def _bench_stage(
+    cfg: DoctorConfig,
+    res: DoctorResult,
+    rec: _Recorder,
+    mode: str,
+    url: str,
+    served: str | None,
+    server: Any,
+    out: Path,
+) -> None:
+    """One bench stage; afterwards, check the server is still there (and say so if not)."""
+    if res.server_died:
+        rec.skip(f"bench {mode}", "server died earlier")
+        return
+    if mode == "concurrency" and not cfg.concurrency:
+        rec.skip("bench concurrency", "no concurrency levels asked")
+        return
+    fname = f"bench-{mode}.json"
+    with rec.stage(f"bench {mode}") as st:
+        sampler = _start_telemetry() if (cfg.telemetry and mode == "single") else None
+        try:
+            res.bench[mode] = b = _bench(cfg, url, served or "", mode, out / fname)
+            res.files[f"bench_{mode}"] = str(out / fname)
+            st.message = f"{b.get('completed')} requests, partial: {b.get('partial')}" + (
+                f" ({b.get('partial_reason')})" if b.get("partial") else ""
+            )
+            if b.get("partial"):
+                st.status = "failed"
+        finally:
+            if sampler is not None:
+                res.telemetry = _stop_telemetry(sampler)
+            alive = server.alive() if server is not None else server_alive(url)
+            if not alive:
+                res.server_died = True
+                res.server_death = _death_text(server, url, mode)
 
 
 def _start_telemetry() -> Any:
@@ -710,12 +727,9 @@ def _verdict(cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any) ->
         prediction=pred,
         prediction_note=res.prediction_note,
         hardware_kind="cpu" if host is not None else "gpu",
-        hardware_name=res.hardware.get("name"),
         tp=tp,
         hidden_size=hidden,
-        engine=res.target.get("engine"),
         findings=res.findings,
-        facts=res.facts,
         flag_checks=res.flag_checks,
         levels=[LevelAttribution(**lv) for lv in res.levels],
         target_tok_s=cfg.target_tok_s,

@@ -12,7 +12,7 @@ more streams). Hypotheses with no evidence either way are left out rather than g
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -83,16 +83,13 @@ class VerdictInputs(BaseModel):
     prediction: dict[str, Any] | None = None
     prediction_note: str | None = None
     hardware_kind: str = "gpu"
-    hardware_name: str | None = None
     tp: int = 1
     hidden_size: int | None = None
     activation_bytes: int = 2
     allreduce_bytes: int | None = Field(None, description="bytes per decode allreduce call")
     allreduces_per_step: int | None = None
     link_bw_GBps: float | None = Field(None, description="per-direction link bandwidth")
-    engine: str | None = None
     findings: list[dict[str, Any]] = Field(default_factory=list)
-    facts: dict[str, Any] | None = None
     flag_checks: dict[str, str | None] = Field(
         default_factory=dict,
         description="flag -> why the installed engine rejects it (None: accepted), from preflight",
@@ -489,12 +486,3 @@ def build_verdict(inp: VerdictInputs) -> Verdict:
         target=target,
         notes=notes,
     )
-
-
-def summarize_findings(findings: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """Count findings per kind (for the one-line CLI summary)."""
-    out: dict[str, int] = {}
-    for f in findings:
-        k = str(f.get("kind") or "unknown")
-        out[k] = out.get(k, 0) + 1
-    return out
