@@ -47,10 +47,10 @@ async def _streams(url: str, n: int, tokens: int):
         return await asyncio.gather(*(client.stream("/v1/completions", body) for _ in range(n)))
 
 
-@pytest.mark.timeout(60)
-def test_chunk_timestamps_and_tpot_track_emission(server_url: str) -> None:
-    raws = asyncio.run(_streams(server_url, 4, 40))
-    errors_ms, tpot_err = [], []
+def _measure(url: str) -> tuple[list[float], list[float], list[float]]:
+    """(per-chunk error ms, per-request relative TPOT error, server TPOT ms) of one try."""
+    raws = asyncio.run(_streams(url, 4, 40))
+    errors_ms, tpot_err, true_tpots = [], [], []
     for i, raw in enumerate(raws):
         rec = process(raw, i, max_tokens=40)
         assert rec.ok and rec.output_tokens == 40
@@ -63,8 +63,23 @@ def test_chunk_timestamps_and_tpot_track_emission(server_url: str) -> None:
                     errors_ms.append((t - obj["t_emit_ns"]) / 1e6)
         assert len(emits) == 40
         true_tpot = (emits[-1] - emits[0]) / 1e6 / 39
-        assert true_tpot == pytest.approx(10.0, rel=0.2)
+        true_tpots.append(true_tpot)
         tpot_err.append(abs(rec.tpot_ms - true_tpot) / true_tpot)
-    assert min(errors_ms) >= 0.0  # never before the server wrote it: same clock
-    assert float(np.percentile(errors_ms, 50)) < 2.0
-    assert max(tpot_err) < 0.03
+    return errors_ms, tpot_err, true_tpots
+
+
+@pytest.mark.timeout(120)
+def test_chunk_timestamps_and_tpot_track_emission(server_url: str) -> None:
+    # Up to three tries: a shared 2-core box stalls processes now and then, which is noise, not
+    # the client. A client that stamps late or lumps chunks together fails every try.
+    for _attempt in range(3):
+        errors_ms, tpot_err, true_tpots = _measure(server_url)
+        # Never before the server wrote it: same clock, stamps taken on arrival.
+        assert min(errors_ms) >= 0.0
+        assert all(t == pytest.approx(10.0, rel=0.2) for t in true_tpots)
+        if float(np.percentile(errors_ms, 50)) < 2.0 and max(tpot_err) < 0.03:
+            return
+    pytest.fail(
+        f"median chunk error {np.percentile(errors_ms, 50):.2f} ms, "
+        f"worst TPOT error {max(tpot_err):.1%} in three tries"
+    )
