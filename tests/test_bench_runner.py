@@ -35,10 +35,13 @@ def test_single_mode_numbers_match_the_schedule(tmp_path: Path) -> None:
     assert res.completed == 3 and res.failed == 0 and not res.partial
     assert res.model_id == "synthetic" and res.total_output_tokens == 48
     assert res.timestamp_source == "socket"
-    # TPOT is the ITL the server used (10 ms) and is consistent with E2E and TTFT.
-    assert res.mean_tpot_ms == pytest.approx(10.0, rel=0.1)
+    # TPOT is the gap the server really left between tokens (its own histogram: a stall of the
+    # shared box shifts both), never faster than the 10 ms schedule, and consistent with E2E.
+    server_itl = res.server_metrics["quantities"]["itl"]["server_mean_ms"]  # type: ignore[index]
+    assert res.mean_tpot_ms == pytest.approx(server_itl, rel=0.05)
+    assert res.mean_tpot_ms >= 9.5
     assert res.mean_e2el_ms == pytest.approx(res.mean_ttft_ms + 15 * res.mean_tpot_ms, rel=0.01)
-    assert res.decode_tok_s_per_stream == pytest.approx(100.0, rel=0.1)
+    assert res.decode_tok_s_per_stream == pytest.approx(1000.0 / res.mean_tpot_ms)
     saved = load_result(tmp_path / "r.json")
     assert saved.schema_version == 1 and saved.mean_tpot_ms == res.mean_tpot_ms
     data = json.loads((tmp_path / "r.json").read_text())
@@ -120,8 +123,9 @@ def test_concurrency_sweep_levels_and_server_metrics() -> None:
         assert ci.n == 2 and ci.low is not None and ci.low <= ci.mean <= ci.high
     c4 = res.level(4)
     assert c4 is not None and c4.steady_state_output_throughput is not None
-    # Four streams at ~200 tok/s each while all four decode.
-    assert c4.steady_state_output_throughput > 2.5 * res.levels[0].decode_tok_s_per_stream
+    # While all four streams decode, the output rate is about four streams' worth.
+    ratio = c4.steady_state_output_throughput / c4.decode_tok_s_per_stream
+    assert 3.0 < ratio < 4.6
     sm = res.server_metrics
     assert sm is not None and sm["available"] and sm["engine"] == "vllm"
     itl = sm["quantities"]["itl"]
