@@ -88,3 +88,14 @@ def test_cpu_floors_scale_with_bytes_and_batch():
     assert c4["weights"] == pytest.approx(c1["weights"])  # read once per step
     assert c4["kv"] == pytest.approx(4 * c1["kv"])
     assert c4["compute"] == pytest.approx(4 * c1["compute"])
+
+
+def test_last_level_cache_from_sysfs(tmp_path):
+    from ceiling.diagnose.cpu_host import last_level_cache_bytes
+
+    base = tmp_path / "devices/system/cpu/cpu0/cache"
+    for idx, size in (("index0", "32K"), ("index2", "512K"), ("index3", "32768K")):
+        (base / idx).mkdir(parents=True)
+        (base / idx / "size").write_text(size + "\n")
+    assert last_level_cache_bytes(str(tmp_path)) == 32 * 1024 * 1024
+    assert last_level_cache_bytes(str(tmp_path / "nowhere")) is None

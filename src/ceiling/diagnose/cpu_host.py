@@ -41,6 +41,7 @@ class CpuHost(BaseModel):
     gflops: float
     measured: bool
     source: str
+    llc_bytes: int | None = Field(None, description="last-level cache size (sysfs), if known")
 
     @property
     def description(self) -> str:
@@ -59,6 +60,21 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def last_level_cache_bytes(sys_root: str = "/sys") -> int | None:
+    """The largest cache of CPU 0 (sysfs ``cache/index*/size``, e.g. ``32768K``), or None."""
+    best = None
+    for d in Path(sys_root, "devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (d / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+        digits = text[:-1] if text[-1:] in "KMG" else text
+        if digits.isdigit():
+            best = max(best or 0, int(digits) * mult)
+    return best
 
 
 def measure_mem_bw_GBps(read_bytes: int, repeats: int) -> float:
@@ -102,7 +118,15 @@ def describe_cpu(measure: bool = True) -> CpuHost:
             f"measured now: numpy sum over {int(m['read_bytes']) >> 20} MiB (best of "
             f"{m['repeats']}), float32 {m['matmul_n']}^3 matmul (best of {m['matmul_repeats']})"
         )
-        return CpuHost(name=name, cores=cores, mem_bw_GBps=bw, gflops=fl, measured=True, source=src)
+        return CpuHost(
+            name=name,
+            cores=cores,
+            mem_bw_GBps=bw,
+            gflops=fl,
+            measured=True,
+            source=src,
+            llc_bytes=last_level_cache_bytes(),
+        )
     a = cfg["assumed"]
     return CpuHost(
         name=name,
@@ -111,6 +135,7 @@ def describe_cpu(measure: bool = True) -> CpuHost:
         gflops=float(a["gflops"]),
         measured=False,
         source=str(a["source"]),
+        llc_bytes=last_level_cache_bytes(),
     )
 
 

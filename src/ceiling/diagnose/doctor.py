@@ -745,7 +745,13 @@ def _verdict(cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any) ->
             f"weights at this CPU's {host.mem_bw_GBps:.3g} GB/s takes {w_ms * 1000:.3g} us, "
             f"while a measured decode step takes {m_ms:.3g} ms ({m_ms / w_ms:.0f}x longer): "
             "the time goes to the framework (Python, scheduling, per-operator dispatch), "
-            "not to memory traffic.",
+            "not to memory traffic."
+            + (
+                f" The weights even fit in this CPU's {host.llc_bytes / 2**20:.0f} MiB "
+                "last-level cache, so the DRAM-speed figure is an upper bound of the read time."
+                if host.llc_bytes and footprint.weight_bytes < host.llc_bytes
+                else ""
+            ),
         )
     if res.server_died:
         v.notes.insert(
