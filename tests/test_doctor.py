@@ -258,3 +258,76 @@ def test_api_key_never_reaches_the_files(model_dir, tmp_path, monkeypatch):
     assert srv.headers and srv.headers[0].get("Authorization") == f"Bearer {key}"
     for name in ("doctor.json", "report.md", "report.html"):  # ... which no file keeps
         assert key not in (tmp_path / "out" / name).read_text()
+
+
+FAKE_ENGINE = r"""
+import asyncio, json, os, sys
+from aiohttp import web
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+name = args[args.index("--served-model-name") + 1]
+die_after = int(os.environ["FAKE_DIE_AFTER"])
+seen = 0
+async def models(_r):
+    return web.json_response({"data": [{"id": name, "owned_by": "vllm"}]})
+async def health(_r):
+    return web.Response(text="")
+async def complete(req):
+    global seen
+    seen += 1
+    if seen > die_after:
+        print("(EngineCore pid=2) ERROR EngineDeadError: EngineCore encountered an issue.",
+              flush=True)
+        os._exit(1)
+    body = await req.json()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(req)
+    for _ in range(int(body.get("max_tokens") or 8)):
+        await asyncio.sleep(0.003)
+        c = {"choices": [{"index": 0, "text": " a", "finish_reason": None}]}
+        await resp.write(("data: " + json.dumps(c) + "\n\n").encode())
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+app = web.Application()
+app.router.add_get("/v1/models", models)
+app.router.add_get("/health", health)
+app.router.add_post("/v1/completions", complete)
+print("INFO:     Application startup complete.", flush=True)
+web.run_app(app, host="127.0.0.1", port=port, print=None)
+"""
+
+
+@pytest.mark.skipif(not ENGINE_PY.exists(), reason="preflight needs vLLM's flags (.engines/vllm)")
+def test_launched_engine_dying_mid_doctor(model_dir, tmp_path):
+    """doctor --variant: the engine it launched dies during the concurrency sweep; the report
+    names the classified cause from the engine's log and keeps the single-stream results."""
+    fake = tmp_path / "fake_engine.py"
+    fake.write_text(FAKE_ENGINE)
+    v = tmp_path / "v.yaml"
+    v.write_text(
+        f"engine: vllm\nmodel: {model_dir}\nserved_model_name: tiny\npython: {ENGINE_PY}\n"
+        f"command: [{json.dumps(sys.executable)}, {json.dumps(str(fake))}]\n"
+        "env: {FAKE_DIE_AFTER: '13'}\n"
+    )
+    out = tmp_path / "out"
+    res = run_doctor(
+        DoctorConfig(
+            variant=str(v),
+            model_path=str(model_dir),
+            out_dir=str(out),
+            max_tokens=16,
+            repeat=2,
+            concurrency=[1, 2],
+            concurrency_max_tokens=8,
+            concurrency_requests=4,
+            telemetry=False,
+            progress=False,
+            launch_timeout_s=60,
+        )
+    )
+    assert res.server_died
+    assert "during bench concurrency" in res.server_death
+    assert "engine core failed" in res.server_death and "EngineDeadError" in res.server_death
+    assert res.bench["single"]["completed"] == 10 and res.attribution is not None
+    md = (out / "report.md").read_text()
+    assert "The server died during the doctor run" in md and "EngineDeadError" in md
