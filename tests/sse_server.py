@@ -48,6 +48,7 @@ class Plan:
     error_event_at: int | None = None  # send an error event (and end) before this chunk
     die: bool = False  # the whole server dies when this request arrives
     keepalive_comments: bool = False
+    error_message: str | None = None  # message of the error body for status != 200
 
 
 Scenario = Callable[[int, dict[str, Any]], Plan]
@@ -154,7 +155,11 @@ class SSEServer:
             await asyncio.sleep(10)
         if plan.status != 200:
             return web.json_response(
-                {"object": "error", "message": f"synthetic {plan.status}", "code": plan.status},
+                {
+                    "object": "error",
+                    "message": plan.error_message or f"synthetic {plan.status}",
+                    "code": plan.status,
+                },
                 status=plan.status,
             )
         chat = req.path.endswith("/chat/completions")

@@ -272,3 +272,18 @@ def test_burst_delivery_is_flagged() -> None:
         calm = run_bench(_cfg(srv.url, requests=1, max_tokens=16), progress=False)
     assert (calm.model_extra or {})["burst_chunk_share"] < 0.2
     assert not any("delivered in bursts" in w for w in calm.warnings)
+
+
+def test_server_without_ignore_eos_extension_gets_plain_requests() -> None:
+    def strict(_i: int, body: dict) -> Plan:
+        if "ignore_eos" in body or "min_tokens" in body:
+            return Plan(status=400, error_message="Unrecognized request argument: ignore_eos")
+        return Plan(tokens=6, finish_reason="stop")
+
+    with SSEServer(strict) as srv:
+        res = run_bench(_cfg(srv.url, requests=2, warmup=1, max_tokens=8), progress=False)
+        bodies = srv.bodies
+    assert res.completed == 2 and res.failed == 0
+    assert "ignore_eos" not in bodies[-1] and "min_tokens" not in bodies[-1]
+    assert any("rejected ignore_eos" in w for w in res.warnings)
+    assert any("ended before max_tokens" in w for w in res.warnings)

@@ -97,6 +97,8 @@ class _State:
     cancelled: int = 0
     conn_streak: int = 0
     checking: bool = False
+    ignore_eos: bool = True  # cleared when the server rejects the ignore_eos/min_tokens fields
+    notes: list[str] = field(default_factory=list)
 
     @property
     def stopped(self) -> bool:
@@ -260,7 +262,7 @@ async def _send(ctx: _Ctx, index: int, repeat: int) -> _Sent:
         model=ctx.model,
         chat=cfg.chat,
         max_tokens=max_t,
-        ignore_eos=cfg.ignore_eos,
+        ignore_eos=cfg.ignore_eos and state.ignore_eos,
         temperature=cfg.temperature,
     )
     state.in_flight += 1
@@ -286,7 +288,15 @@ async def _warmup(ctx: _Ctx) -> None:
     async def one(i: int) -> None:
         async with sem:
             if not state.stopped:
-                await _send(ctx, i, -1)
+                sent = await _send(ctx, i, -1)
+                if _rejects_extensions(sent.raw) and state.ignore_eos and cfg.ignore_eos:
+                    # An OpenAI-compatible server without vLLM's extensions: go on without them.
+                    state.ignore_eos = False
+                    state.notes.append(
+                        "the server rejected ignore_eos/min_tokens (HTTP 400): requests were sent "
+                        "without them, so generations may stop at EOS before max_tokens"
+                    )
+                    await _send(ctx, i, -1)
                 ctx.prog.advance(task)
 
     jobs = [asyncio.ensure_future(one(i)) for i in range(cfg.warmup)]
@@ -294,6 +304,12 @@ async def _warmup(ctx: _Ctx) -> None:
     await asyncio.gather(*jobs, return_exceptions=True)
     state.tasks.difference_update(jobs)
     state.cancelled = 0  # warm-up requests are not part of the measurement
+
+
+def _rejects_extensions(raw: RawStream) -> bool:
+    """A 400 whose message names one of the vLLM/SGLang request extensions we send."""
+    text = (raw.error or "").lower()
+    return raw.status == 400 and ("ignore_eos" in text or "min_tokens" in text)
 
 
 async def _measure(ctx: _Ctx, rep: int, level: int | None) -> _Measurement:
@@ -483,7 +499,7 @@ def _assemble(
         telemetry=tele,
         levels=levels,
     )
-    result.warnings = _warnings(levels, lag_ms, ctx.prompts, len_source)
+    result.warnings = ctx.state.notes + _warnings(levels, lag_ms, ctx.prompts, len_source)
     if ctx.state.stopped:
         result.warnings.insert(0, f"partial result: {ctx.state.reason}")
     return result
