@@ -97,3 +97,44 @@ def test_all_requests_failing_exits_non_zero(tmp_path: Path) -> None:
         )
     assert rc == 1
     assert json.loads((tmp_path / "r.json").read_text())["errors"] == {"http_5xx": 2}
+
+
+def test_ctrl_c_on_the_command_line_writes_a_partial_result(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "int.json"
+    with SSEServer(Plan(itl_s=0.002)) as srv:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ceiling",
+                "bench",
+                "--url",
+                srv.url,
+                "--max-tokens",
+                "50",
+                "--requests",
+                "1000",
+                "--warmup",
+                "0",
+                "--quiet",
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while srv.n_requests < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "partial result written" in err and "Traceback" not in err
+    data = json.loads(out.read_text())
+    assert data["partial"] is True and data["completed"] >= 2
