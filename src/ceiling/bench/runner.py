@@ -21,19 +21,12 @@ from typing import Any
 import numpy as np
 
 from ceiling.bench import server_metrics
+from ceiling.bench.assemble import Measurement, level_result, run_warnings
 from ceiling.bench.client import Client, RawStream, redact
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.looplag import LoopLagMonitor
-from ceiling.bench.metrics import RequestRecord, errors_by_kind, process, summarize
-from ceiling.bench.results import (
-    CI_METRICS,
-    LevelResult,
-    PerRequest,
-    RunResult,
-    Summary,
-    save_result,
-)
-from ceiling.bench.stats import mean_ci
+from ceiling.bench.metrics import RequestRecord, process
+from ceiling.bench.results import LevelResult, RunResult, save_result
 from ceiling.bench.telemetry import Telemetry
 from ceiling.bench.workloads import (
     Prompt,
@@ -47,10 +40,6 @@ __all__ = ["BenchConfig", "RunResult", "run_bench"]
 
 #: Consecutive connection failures after which we check whether the server is still there.
 DEAD_SERVER_STREAK = 3
-#: Loop lag (p99) above this share of the mean ITL gets a warning.
-LAG_WARN_SHARE = 0.10
-#: Share of chunks delivered in bursts above which we warn.
-BURST_WARN_SHARE = 0.2
 #: Prompt pool when the request count is open (``--duration``); reused cyclically beyond it.
 OPEN_POOL = 512
 
@@ -74,15 +63,6 @@ class _Sent:
         )
         rec.repeat = self.repeat
         return rec
-
-
-@dataclass
-class _Measurement:
-    repeat: int
-    level: int | None
-    records: list[RequestRecord]
-    duration_s: float
-    metrics_delta: dict[str, float] | None
 
 
 @dataclass
@@ -222,7 +202,7 @@ async def _run(cfg: BenchConfig, show_progress: bool) -> RunResult:
                 telemetry.start()
             lag = LoopLagMonitor()
             lag.start()
-            measurements: list[_Measurement] = []
+            measurements: list[Measurement] = []
             with _progress(show_progress) as prog:
                 ctx = _Ctx(cfg, client, model, path, prompts, state, prog)
                 await _warmup(ctx)
@@ -312,7 +292,7 @@ def _rejects_extensions(raw: RawStream) -> bool:
     return raw.status == 400 and ("ignore_eos" in text or "min_tokens" in text)
 
 
-async def _measure(ctx: _Ctx, rep: int, level: int | None) -> _Measurement:
+async def _measure(ctx: _Ctx, rep: int, level: int | None) -> Measurement:
     """One level of one repeat, between two /metrics scrapes."""
     cfg, state = ctx.cfg, ctx.state
     n = cfg.requests_for(level)
@@ -362,106 +342,14 @@ async def _measure(ctx: _Ctx, rep: int, level: int | None) -> _Measurement:
     duration = time.perf_counter() - t0
     after = await ctx.client.get_text("/metrics") if not state.stopped else None
     records = [item.record() for item in sent]
-    return _Measurement(rep, level, records, duration, server_metrics.delta(before, after))
-
-
-def _token_weighted_tpot(records: list[RequestRecord]) -> float | None:
-    num = sum((r.e2el_ms or 0) - (r.ttft_ms or 0) for r in records if r.ok and r.output_tokens > 1)
-    den = sum(r.output_tokens - 1 for r in records if r.ok and r.output_tokens > 1)
-    return num / den if den else None
-
-
-def _level_result(cfg: BenchConfig, level: int | None, ms: list[_Measurement]) -> LevelResult:
-    records = [r for m in ms for r in m.records]
-    pooled = summarize(records, sum(m.duration_s for m in ms), level)
-    repeats = [Summary(**summarize(m.records, m.duration_s, level)) for m in ms]
-    ci = {
-        k: mean_ci([getattr(s, k) for s in repeats if getattr(s, k) is not None])
-        for k in CI_METRICS
-    }
-    delta: dict[str, float] | None = {}
-    for m in ms:
-        delta = server_metrics.add_deltas(delta, m.metrics_delta)
-    client_means = {
-        "ttft": pooled["mean_ttft_ms"],
-        "itl": _token_weighted_tpot(records),
-        "e2el": pooled["mean_e2el_ms"],
-    }
-    ok = [r for r in records if r.ok]
-    return LevelResult(
-        **pooled,
-        concurrency=level,
-        request_rate=cfg.rate if level is None else None,
-        burstiness=cfg.burstiness if level is None else None,
-        errors=errors_by_kind(records),
-        ci=ci,
-        repeats=repeats,
-        server_metrics=server_metrics.compare_to_client(delta or None, client_means),
-        per_request=PerRequest(
-            repeat=[r.repeat for r in ok],
-            tpot_ms=[r.tpot_ms for r in ok],
-            ttft_ms=[r.ttft_ms for r in ok],
-            e2el_ms=[r.e2el_ms for r in ok],
-            output_tokens=[r.output_tokens for r in ok],
-        ),
-        requests=records if cfg.save_detailed else None,
-    )
-
-
-def _warnings(
-    levels: list[LevelResult], lag_ms: dict[str, float | None], prompts: _Prompts, len_source: str
-) -> list[str]:
-    out: list[str] = []
-    for lv in levels:
-        tag = f"c={lv.concurrency}: " if lv.concurrency is not None and len(levels) > 1 else ""
-        extra = lv.model_extra or {}
-        if extra.get("short_requests"):
-            out.append(
-                f"{tag}{extra['short_requests']} of {lv.completed} requests ended before "
-                "max_tokens (EOS or a stop string): pass --ignore-eos or check the server"
-            )
-        if lv.completed and extra.get("usage_missing") == lv.completed:
-            out.append(f"{tag}the server sent no usage chunk: output tokens counted from chunks")
-        tpc = extra.get("tokens_per_chunk")
-        if tpc and tpc > 1.05:
-            out.append(
-                f"{tag}{tpc:.2f} tokens per chunk on average (speculative decoding or "
-                "held-back text): ITL is per chunk, TPOT per token"
-            )
-        if lv.failed:
-            kinds = ", ".join(f"{k} {v}" for k, v in lv.errors.items())
-            out.append(f"{tag}{lv.failed} failed requests ({kinds})")
-    for lv in levels:
-        share = (lv.model_extra or {}).get("burst_chunk_share")
-        if share is not None and share > BURST_WARN_SHARE:
-            tag = f"c={lv.concurrency}: " if lv.concurrency is not None and len(levels) > 1 else ""
-            out.append(
-                f"{tag}{share:.0%} of chunks arrived together with the previous one: tokens "
-                "were delivered in bursts (a starved server frontend or client); client TPOT "
-                "understates the decode step, compare server_metrics"
-            )
-    itls = [lv.mean_itl_ms for lv in levels if lv.mean_itl_ms]
-    p99 = lag_ms.get("p99")
-    if itls and p99 is not None and p99 > LAG_WARN_SHARE * min(itls):
-        out.append(
-            f"client event-loop lag p99 {p99:.2f} ms is {p99 / min(itls):.0%} of the "
-            f"mean ITL ({min(itls):.2f} ms): the client is part of what was measured"
-        )
-    if prompts.reused:
-        out.append("synthetic prompts were reused: a prefix cache may have lowered TTFT")
-    if len_source == "approximate":
-        out.append(
-            "the server has no /tokenize: input lengths are approximate "
-            "(total_input_tokens comes from usage)"
-        )
-    return out
+    return Measurement(rep, level, records, duration, server_metrics.delta(before, after))
 
 
 def _assemble(
     ctx: _Ctx,
     started: datetime,
     len_source: str,
-    measurements: list[_Measurement],
+    measurements: list[Measurement],
     lag_ms: dict[str, float | None],
     tele: dict[str, Any] | None,
 ) -> RunResult:
@@ -472,7 +360,7 @@ def _assemble(
     for level in cfg.levels():
         ms = [m for m in measurements if m.level == level]
         if ms:
-            levels.append(_level_result(cfg, level, ms))
+            levels.append(level_result(cfg, level, ms))
     head = levels[0].model_dump() if levels else {}
     errors: dict[str, int] = {}
     for lv in levels:
@@ -499,7 +387,7 @@ def _assemble(
         telemetry=tele,
         levels=levels,
     )
-    result.warnings = ctx.state.notes + _warnings(levels, lag_ms, ctx.prompts, len_source)
+    result.warnings = ctx.state.notes + run_warnings(levels, lag_ms, ctx.prompts.reused, len_source)
     if ctx.state.stopped:
         result.warnings.insert(0, f"partial result: {ctx.state.reason}")
     return result

@@ -1,0 +1,126 @@
+"""From measurements to the result: per-level summaries, CIs, server deltas, warnings.
+
+The runner measures (levels x repeats, raw streams parsed afterwards); this module turns those
+measurements into :class:`~ceiling.bench.results.LevelResult` objects and the plain-language
+warnings that travel with a result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ceiling.bench import server_metrics
+from ceiling.bench.config import BenchConfig
+from ceiling.bench.metrics import RequestRecord, errors_by_kind, summarize
+from ceiling.bench.results import CI_METRICS, LevelResult, PerRequest, Summary
+from ceiling.bench.stats import mean_ci
+
+#: Loop lag (p99) above this share of the mean ITL gets a warning.
+LAG_WARN_SHARE = 0.10
+#: Share of chunks delivered in bursts above which we warn.
+BURST_WARN_SHARE = 0.2
+
+
+@dataclass
+class Measurement:
+    repeat: int
+    level: int | None
+    records: list[RequestRecord]
+    duration_s: float
+    metrics_delta: dict[str, float] | None
+
+
+def _token_weighted_tpot(records: list[RequestRecord]) -> float | None:
+    num = sum((r.e2el_ms or 0) - (r.ttft_ms or 0) for r in records if r.ok and r.output_tokens > 1)
+    den = sum(r.output_tokens - 1 for r in records if r.ok and r.output_tokens > 1)
+    return num / den if den else None
+
+
+def level_result(cfg: BenchConfig, level: int | None, ms: list[Measurement]) -> LevelResult:
+    records = [r for m in ms for r in m.records]
+    pooled = summarize(records, sum(m.duration_s for m in ms), level)
+    repeats = [Summary(**summarize(m.records, m.duration_s, level)) for m in ms]
+    ci = {
+        k: mean_ci([getattr(s, k) for s in repeats if getattr(s, k) is not None])
+        for k in CI_METRICS
+    }
+    delta: dict[str, float] | None = {}
+    for m in ms:
+        delta = server_metrics.add_deltas(delta, m.metrics_delta)
+    client_means = {
+        "ttft": pooled["mean_ttft_ms"],
+        "itl": _token_weighted_tpot(records),
+        "e2el": pooled["mean_e2el_ms"],
+    }
+    ok = [r for r in records if r.ok]
+    return LevelResult(
+        **pooled,
+        concurrency=level,
+        request_rate=cfg.rate if level is None else None,
+        burstiness=cfg.burstiness if level is None else None,
+        errors=errors_by_kind(records),
+        ci=ci,
+        repeats=repeats,
+        server_metrics=server_metrics.compare_to_client(delta or None, client_means),
+        per_request=PerRequest(
+            repeat=[r.repeat for r in ok],
+            tpot_ms=[r.tpot_ms for r in ok],
+            ttft_ms=[r.ttft_ms for r in ok],
+            e2el_ms=[r.e2el_ms for r in ok],
+            output_tokens=[r.output_tokens for r in ok],
+        ),
+        requests=records if cfg.save_detailed else None,
+    )
+
+
+def run_warnings(
+    levels: list[LevelResult],
+    lag_ms: dict[str, float | None],
+    prompts_reused: bool,
+    len_source: str,
+) -> list[str]:
+    """Plain-language caveats about a run, from its levels and the client's loop lag."""
+    out: list[str] = []
+    for lv in levels:
+        tag = f"c={lv.concurrency}: " if lv.concurrency is not None and len(levels) > 1 else ""
+        extra = lv.model_extra or {}
+        if extra.get("short_requests"):
+            out.append(
+                f"{tag}{extra['short_requests']} of {lv.completed} requests ended before "
+                "max_tokens (EOS or a stop string): pass --ignore-eos or check the server"
+            )
+        if lv.completed and extra.get("usage_missing") == lv.completed:
+            out.append(f"{tag}the server sent no usage chunk: output tokens counted from chunks")
+        tpc = extra.get("tokens_per_chunk")
+        if tpc and tpc > 1.05:
+            out.append(
+                f"{tag}{tpc:.2f} tokens per chunk on average (speculative decoding or "
+                "held-back text): ITL is per chunk, TPOT per token"
+            )
+        if lv.failed:
+            kinds = ", ".join(f"{k} {v}" for k, v in lv.errors.items())
+            out.append(f"{tag}{lv.failed} failed requests ({kinds})")
+    for lv in levels:
+        share = (lv.model_extra or {}).get("burst_chunk_share")
+        if share is not None and share > BURST_WARN_SHARE:
+            tag = f"c={lv.concurrency}: " if lv.concurrency is not None and len(levels) > 1 else ""
+            out.append(
+                f"{tag}{share:.0%} of chunks arrived together with the previous one: tokens "
+                "were delivered in bursts (a starved server frontend or client); client TPOT "
+                "understates the decode step, compare server_metrics"
+            )
+    itls = [lv.mean_itl_ms for lv in levels if lv.mean_itl_ms]
+    p99 = lag_ms.get("p99")
+    if itls and p99 is not None and p99 > LAG_WARN_SHARE * min(itls):
+        out.append(
+            f"client event-loop lag p99 {p99:.2f} ms is {p99 / min(itls):.0%} of the "
+            f"mean ITL ({min(itls):.2f} ms): the client is part of what was measured"
+        )
+    if prompts_reused:
+        out.append("synthetic prompts were reused: a prefix cache may have lowered TTFT")
+    if len_source == "approximate":
+        out.append(
+            "the server has no /tokenize: input lengths are approximate "
+            "(total_input_tokens comes from usage)"
+        )
+    return out
