@@ -23,6 +23,8 @@ BURST_WARN_SHARE = 0.2
 
 @dataclass
 class Measurement:
+    """One level of one repeat: its parsed requests, wall time and /metrics delta."""
+
     repeat: int
     level: int | None
     records: list[RequestRecord]
@@ -31,12 +33,14 @@ class Measurement:
 
 
 def _token_weighted_tpot(records: list[RequestRecord]) -> float | None:
+    """Sum of decode time over sum of decode tokens: comparable to a per-token server histogram."""
     num = sum((r.e2el_ms or 0) - (r.ttft_ms or 0) for r in records if r.ok and r.output_tokens > 1)
     den = sum(r.output_tokens - 1 for r in records if r.ok and r.output_tokens > 1)
     return num / den if den else None
 
 
 def level_result(cfg: BenchConfig, level: int | None, ms: list[Measurement]) -> LevelResult:
+    """Pooled summary over repeats, per-repeat summaries, CIs across repeats, server deltas."""
     records = [r for m in ms for r in m.records]
     pooled = summarize(records, sum(m.duration_s for m in ms), level)
     repeats = [Summary(**summarize(m.records, m.duration_s, level)) for m in ms]
