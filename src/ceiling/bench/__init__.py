@@ -1,7 +1,9 @@
 """Streaming load generator (``ceiling bench``) and run comparison (``ceiling compare``).
 
-Modules, one job each: ``sse`` splits the byte stream into timestamped events, ``client`` talks
-HTTP, ``metrics`` turns one stream into per-request numbers and a run into a summary, ``stats``
-holds the statistics, ``workloads`` the prompts and arrival schedules, ``runner`` the
-orchestration, ``results`` the file format, ``compare`` the verdict.
+Modules, one job each: ``config`` (what to run), ``sse`` (bytes -> events with their stream
+offsets), ``client`` (HTTP, socket-time stamps), ``workloads`` (prompts, arrival schedules),
+``metrics`` (one stream -> per-request numbers; a run -> summary), ``stats`` (t-intervals,
+Welch, bootstrap), ``server_metrics`` (/metrics deltas), ``looplag``, ``telemetry`` (bridge to
+the probe's sampler), ``runner`` (orchestration), ``assemble`` (measurements -> result),
+``results`` (the file), ``compare`` (the verdict), ``render`` (tables).
 """
