@@ -331,3 +331,42 @@ def test_launched_engine_dying_mid_doctor(model_dir, tmp_path):
     assert res.bench["single"]["completed"] == 10 and res.attribution is not None
     md = (out / "report.md").read_text()
     assert "The server died during the doctor run" in md and "EngineDeadError" in md
+
+
+def test_measured_step_prefers_the_engine_when_the_client_saw_bursts():
+    from ceiling.diagnose.doctor import measured_step
+
+    def run(client_tok_s, server_itl_ms):
+        r = {
+            "decode_tok_s_per_stream": client_tok_s,
+            "ci": {
+                "decode_tok_s_per_stream": {
+                    "mean": client_tok_s,
+                    "low": client_tok_s * 0.9,
+                    "high": client_tok_s * 1.1,
+                }
+            },
+        }
+        if server_itl_ms is not None:
+            r["server_metrics"] = {
+                "available": True,
+                "quantities": {
+                    "itl": {
+                        "metric": "vllm:inter_token_latency_seconds",
+                        "count": 100,
+                        "server_mean_ms": server_itl_ms,
+                    }
+                },
+            }
+        return r
+
+    m = measured_step(run(660.0, 4.7))  # tokens arrived in bursts: client 1.5 ms, engine 4.7 ms
+    assert m.step_ms == pytest.approx(4.7) and m.step_ci_ms is None
+    assert "engine's own inter-token latency" in m.source and "1.52 ms" in m.source
+    m = measured_step(run(210.0, 4.9))  # they agree: the client's rate and its CI stand
+    assert m.step_ms == pytest.approx(1000 / 210.0)
+    assert m.step_ci_ms == (pytest.approx(1000 / 231.0), pytest.approx(1000 / 189.0))
+    assert "agrees" in m.source
+    m = measured_step(run(210.0, None))
+    assert m.source.startswith("client-measured") and "agrees" not in m.source
+    assert measured_step(None) is None

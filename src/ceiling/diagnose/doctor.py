@@ -91,6 +91,9 @@ class DoctorResult(BaseModel):
     )
     facts: dict[str, Any] | None = None
     findings: list[dict[str, Any]] = Field(default_factory=list)
+    measured: dict[str, Any] | None = Field(
+        None, description="the decode step used for the attribution and its source"
+    )
     attribution: dict[str, Any] | None = None
     levels: list[dict[str, Any]] = Field(default_factory=list)
     verdict: dict[str, Any] | None = None
@@ -373,11 +376,59 @@ def _model_summary(m: dict[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def _measured(single: dict[str, Any] | None) -> tuple[float | None, tuple[float, float] | None]:
+class Measured(BaseModel):
+    """The decode step as measured, and where the number comes from."""
+
+    step_ms: float
+    step_ci_ms: tuple[float, float] | None = None
+    tok_s: float
+    tok_s_ci: tuple[float, float] | None = None
+    source: str
+
+
+def measured_step(run: dict[str, Any] | None) -> Measured | None:
+    """The decode step of a bench result (or one level of it).
+
+    The client's per-stream rate (with its CI across repeats) is the default. When the engine
+    reports its own inter-token latency (bench's ``server_metrics``, from /metrics) and the two
+    disagree by more than CLIENT_AGREEMENT_PCT, the engine's number is the decode step: a
+    starved client or frontend delivers tokens in bursts, and then the client's timing
+    describes the delivery, not the step (throughput-killers.md H1).
+    """
+    from ceiling.diagnose.verdict import CLIENT_AGREEMENT_PCT
     from ceiling.report.extract import decode_stat
 
-    mean, lo, hi = decode_stat(single)
-    return mean, ((lo, hi) if lo is not None and hi is not None else None)
+    if not run:
+        return None
+    mean, lo, hi = decode_stat(run)
+    if mean is None and run.get("mean_tpot_ms"):
+        mean = 1000.0 / float(run["mean_tpot_ms"])
+    itl = ((run.get("server_metrics") or {}).get("quantities") or {}).get("itl") or {}
+    srv = itl.get("server_mean_ms")
+    client_step = 1000.0 / mean if mean else None
+    if srv and (client_step is None or abs(client_step - srv) > CLIENT_AGREEMENT_PCT / 100 * srv):
+        seen = f"; the client saw {client_step:.3g} ms" if client_step else ""
+        return Measured(
+            step_ms=float(srv),
+            tok_s=1000.0 / float(srv),
+            source=(
+                f"the engine's own inter-token latency ({itl.get('metric')}, "
+                f"{int(itl.get('count') or 0)} tokens, /metrics){seen}: the client's timing "
+                "is not the decode step here"
+            ),
+        )
+    if client_step is None:
+        return None
+    ci = (lo, hi) if lo is not None and hi is not None else None
+    step_ci = (1000.0 / hi, 1000.0 / lo) if ci and lo > 0 and hi > 0 else None
+    return Measured(
+        step_ms=client_step,
+        step_ci_ms=step_ci,
+        tok_s=mean,
+        tok_s_ci=ci,
+        source="client-measured decode rate (ceiling bench, per stream)"
+        + (f"; the engine's own inter-token latency agrees ({srv:.3g} ms)" if srv else ""),
+    )
 
 
 # ---------------------------------------------------------------------------- the flow
@@ -632,8 +683,8 @@ def _levels(
     pts = concurrency_points(res.bench.get("concurrency"))
     rows = []
     for p in pts:
-        tpot = p.get("mean_tpot_ms")
-        if not tpot:
+        m = measured_step(p)
+        if m is None:
             continue
         c = int(p["concurrency"])
         if host is not None and footprint is not None:
@@ -650,20 +701,21 @@ def _levels(
                 comps = {}
         else:
             comps = {}
-        rows.append((c, float(tpot), comps, p.get("output_throughput")))
+        rows.append((c, m.step_ms, comps, p.get("output_throughput")))
     return attribute_levels(rows)
 
 
 def _attribute(
     cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any, variant: Any
 ) -> None:
-    from ceiling.diagnose.attribute import attribute, step_ci_ms, step_ms
+    from ceiling.diagnose.attribute import attribute
 
-    mean, ci = _measured(res.bench.get("single"))
+    m = measured_step(res.bench.get("single"))
     levels = _levels(cfg, res, footprint, host, variant)
     res.levels = [lv.model_dump() for lv in levels]
-    if mean is None or not res.prediction:
+    if m is None or not res.prediction:
         return
+    res.measured = m.model_dump()
     comps = res.prediction.get("components_ms") or {}
     if host is not None:
         basis = (
@@ -677,10 +729,10 @@ def _attribute(
             f"(TP={res.prediction.get('deployment', {}).get('tp', '?')})"
         )
     a = attribute(
-        step_ms(mean),
+        m.step_ms,
         comps,
-        basis=basis,
-        measured_ci_ms=step_ci_ms(*(ci or (None, None))),
+        basis=f"{basis}; measured step: {m.source}",
+        measured_ci_ms=m.step_ci_ms,
         kinds=res.prediction.get("component_kind"),
     )
     res.attribution = a.model_dump()
@@ -690,7 +742,8 @@ def _verdict(cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any) ->
     from ceiling.diagnose.attribute import Attribution, LevelAttribution
     from ceiling.diagnose.verdict import VerdictInputs, build_verdict
 
-    mean, ci = _measured(res.bench.get("single"))
+    m = measured_step(res.bench.get("single"))
+    mean, ci = (m.tok_s, m.tok_s_ci) if m else (None, None)
     pred = res.prediction if (res.prediction or {}).get("kind") != "cpu-floors" else None
     floors = None
     if host is not None and footprint is not None:

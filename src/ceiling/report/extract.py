@@ -44,7 +44,7 @@ def ci_text(mean: Any, low: Any, high: Any, unit: str = "", digits: int = 2) -> 
     if num(mean) is None:
         return "–"
     if num(low) is None or num(high) is None:
-        return fmt(mean, digits, unit) + " (no CI: one repeat)"
+        return fmt(mean, digits, unit) + " (no CI)"
     return f"{fmt(mean, digits, unit)} (95 % CI {fmt(low, digits)}–{fmt(high, digits)})"
 
 

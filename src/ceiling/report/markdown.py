@@ -53,12 +53,14 @@ def verdict_lines(doc: Doc) -> list[str]:
     out = ["## Verdict", ""]
     if v.get("headline"):
         out += [f"**{v['headline']}**", ""]
-    single = (doc.get("bench") or {}).get("single")
-    mean, lo, hi = decode_stat(single)
-    if mean is None:
-        mean, lo, hi = v.get("measured_tok_s"), v.get("measured_ci_low"), v.get("measured_ci_high")
+    mean, lo, hi = v.get("measured_tok_s"), v.get("measured_ci_low"), v.get("measured_ci_high")
+    if num(mean) is None:
+        mean, lo, hi = decode_stat((doc.get("bench") or {}).get("single"))
     what = "Baseline" if doc.get("kind") == "sweep" else "Measured"
     out.append(f"- {what} single-stream decode: {ci_text(mean, lo, hi, 'tok/s')}")
+    source = (doc.get("measured") or {}).get("source")
+    if source:
+        out.append(f"- Decode step from: {source}")
     if num(v.get("predicted_tok_s")) is not None:
         out.append(
             f"- Predicted ceiling for this exact configuration: {fmt(v['predicted_tok_s'])} tok/s"
