@@ -20,14 +20,14 @@ def test_single_stream_exact_length_and_consistent_tpot(vllm_server, tmp_path: P
         mode="single",
         max_tokens=64,
         input_len=32,
-        requests=3,
+        requests=4,
         warmup=1,
         ignore_eos=True,
         save_detailed=True,
         out=out,
     )
     res = run_bench(cfg, progress=False)
-    assert not res.partial and res.failed == 0 and res.completed == 3
+    assert not res.partial and res.failed == 0 and res.completed == 4
     assert res.model_id == vllm_server.model
     assert res.input_len_source == "tokenize"
     assert res.requests is not None
@@ -35,16 +35,22 @@ def test_single_stream_exact_length_and_consistent_tpot(vllm_server, tmp_path: P
         assert rec.output_tokens == 64 and rec.output_tokens_source == "usage"
         assert rec.usage_tokens == 64 and rec.finish_reason == "length" and not rec.short
         assert rec.prompt_tokens is not None and abs(rec.prompt_tokens - 32) <= 2
-        assert rec.tpot_ms is not None and rec.tpot_ms > 0
+        assert rec.tpot_ms is not None and rec.tpot_ms >= 0
         # TPOT consistent with E2E: E2E = TTFT + 63 * TPOT.
         assert rec.e2el_ms == pytest.approx(rec.ttft_ms + 63 * rec.tpot_ms, rel=1e-6)
         # Chunk count and usage agree except for occasional multi-token chunks.
         assert 0.8 * 64 <= rec.chunks <= 64
-    assert res.total_output_tokens == 3 * 64
+    assert res.total_output_tokens == 4 * 64
     assert res.decode_tok_s_per_stream is not None and res.decode_tok_s_per_stream > 0
+    # vLLM's CPU frontend on a busy 2-core box sometimes holds a response back and sends it in
+    # one burst (TPOT 0 at any client): then the result must say so rather than hide it.
+    burst = [r for r in res.requests if r.tpot_ms == 0]
+    assert len(burst) < len(res.requests)
+    if burst:
+        assert any("delivered in bursts" in w for w in res.warnings)
     sm = res.server_metrics
     assert sm is not None and sm["available"] and sm["engine"] == "vllm"
-    assert sm["quantities"]["ttft"]["count"] == 3
+    assert sm["quantities"]["ttft"]["count"] == 4
     assert load_result(out).mean_tpot_ms == res.mean_tpot_ms
 
 
