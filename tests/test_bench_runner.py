@@ -287,3 +287,17 @@ def test_server_without_ignore_eos_extension_gets_plain_requests() -> None:
     assert "ignore_eos" not in bodies[-1] and "min_tokens" not in bodies[-1]
     assert any("rejected ignore_eos" in w for w in res.warnings)
     assert any("ended before max_tokens" in w for w in res.warnings)
+
+
+def test_concurrency_bounded_by_duration_and_steady_state_window() -> None:
+    with SSEServer(Plan(itl_s=0.002, ttft_s=0.002)) as srv:
+        res = run_bench(
+            _cfg(srv.url, mode="concurrency", concurrency=[2], duration=0.6, max_tokens=20),
+            progress=False,
+        )
+    lv = res.levels[0]
+    assert lv.completed >= 4 and lv.failed == 0
+    # Sending stops at the deadline; in-flight requests finish, so the level ends soon after.
+    assert 0.55 < lv.duration < 2.0
+    extra = lv.model_extra or {}
+    assert 0 < extra["steady_state_duration"] <= lv.duration
