@@ -133,6 +133,7 @@ def test_client_hypothesis_from_server_metrics():
 
     assert answer(5.31, 4.89).startswith("no: the engine's own inter-token latency")
     assert answer(4.0, 6.0).startswith("partly: the client sees 6 ms")
+    assert answer(4.7, 1.5).startswith("the client's timing is unreliable here")
     assert answer(None, 4.9) is None
 
 

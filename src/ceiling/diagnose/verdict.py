@@ -344,8 +344,9 @@ def _client_hypothesis(inp: VerdictInputs) -> Hypothesis | None:
         )
     else:
         ans = (
-            f"no: the engine reports a longer inter-token latency ({srv:.3g} ms) than the "
-            f"client measures ({cli:.3g} ms; chunks may carry several tokens)"
+            f"the client's timing is unreliable here: it saw {cli:.3g} ms per token, the engine "
+            f"reports {srv:.3g} ms ({diff:+.2g} %): tokens reach the client in bursts (a "
+            "starved API frontend or client), so the attribution uses the engine's number"
         )
     return Hypothesis(
         hypothesis="The client or the measurement, not the server, is slow",

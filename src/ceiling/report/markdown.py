@@ -177,8 +177,9 @@ def _concurrency(doc: Doc) -> list[str]:
             [
                 c,
                 fmt(p.get("output_throughput")),
-                fmt(p.get("decode_tok_s_per_stream")),
                 fmt(p.get("mean_tpot_ms"), 3),
+                fmt(a.get("measured_step_ms"), 3),
+                fmt(a.get("decode_tok_s_total")),
                 fmt(p.get("mean_ttft_ms"), 3),
                 fmt(a.get("predicted_step_ms"), 4),
                 fmt(a.get("unexplained_per_token_ms"), 4),
@@ -191,8 +192,9 @@ def _concurrency(doc: Doc) -> list[str]:
             [
                 "concurrency",
                 "output tok/s",
-                "tok/s per stream",
-                "mean TPOT ms (= step)",
+                "client TPOT ms",
+                "decode step ms",
+                "decode tok/s (all streams)",
                 "mean TTFT ms",
                 "floors ms per step",
                 "unexplained ms per token",
@@ -203,9 +205,10 @@ def _concurrency(doc: Doc) -> list[str]:
     ]
     if lv:
         out += [
-            "A step serves one token per running stream: when the unexplained time per step "
-            "stays flat as streams are added, it is per-step overhead (host, launch), and its "
-            "share per token falls.",
+            "The decode step is the client's TPOT, or the engine's own inter-token latency when "
+            "the two disagree (see the verdict). A step serves one token per running stream: "
+            "when the unexplained time per step stays flat as streams are added, it is per-step "
+            "overhead (host, launch), and its share per token falls.",
             "",
         ]
     return out
