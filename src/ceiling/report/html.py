@@ -131,11 +131,30 @@ def build_plots(doc: Doc) -> dict[str, list[str]]:
     bench = doc.get("bench") or {}
     pts = concurrency_points(bench.get("concurrency"))
     if pts:
-        agg = [(p["concurrency"], num(p.get("output_throughput")) or 0.0) for p in pts]
-        per = [(p["concurrency"], num(p.get("decode_tok_s_per_stream")) or 0.0) for p in pts]
+        series = {
+            "output tok/s, end to end": [
+                (p["concurrency"], v) for p in pts if (v := num(p.get("output_throughput")))
+            ]
+        }
+        levels = doc.get("levels") or []
+        if levels:  # from the decode step (the engine's own when the client saw bursts)
+            series["decode tok/s, all streams"] = [
+                (float(lv["concurrency"]), v)
+                for lv in levels
+                if (v := num(lv.get("decode_tok_s_total")))
+            ]
+            series["decode tok/s per stream"] = [
+                (float(lv["concurrency"]), v / lv["concurrency"])
+                for lv in levels
+                if (v := num(lv.get("decode_tok_s_total")))
+            ]
+        else:
+            series["decode tok/s per stream (client)"] = [
+                (p["concurrency"], v) for p in pts if (v := num(p.get("decode_tok_s_per_stream")))
+            ]
         out["Throughput vs concurrency"] = [
             plots.lines(
-                {"output tok/s (all streams)": agg, "decode tok/s per stream": per},
+                {k: v for k, v in series.items() if v},
                 "Throughput vs concurrency",
                 "concurrent streams",
                 "tok/s",
