@@ -28,7 +28,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ceiling.diagnose.expect import (
+    describe_hardware,
+    find_model_dir,
+    model_summary,
+    predict_cpu,
+    predict_gpu,
+)
+from ceiling.diagnose.judge import Measured, attribute_result, measured_step, verdict_result
 from ceiling.errors import CeilingError
+
+__all__ = ["DoctorConfig", "DoctorResult", "Measured", "measured_step", "run_doctor"]
 
 SCHEMA_VERSION = 1
 FLAG_HYPOTHESES = ("--num-scheduler-steps",)
@@ -174,13 +184,6 @@ class _Recorder:
         self.result.stages.append(Stage(name=name, status="skipped", message=why))
 
 
-def _arg_value(variant: Any, *names: str) -> str | None:
-    for a in getattr(variant, "args", []) or []:
-        if a.flag.lstrip("-") in names:
-            return a.values[0] if a.values else "true"
-    return None
-
-
 # ---------------------------------------------------------------------------- stages
 
 
@@ -229,66 +232,6 @@ def _flag_stage(
         st.message = ", ".join(answers) or "engine unknown: none checked"
 
 
-def _hardware(cfg: DoctorConfig, res: DoctorResult) -> Any:
-    """Probe GPUs; on a machine without them, describe (and measure) the CPU."""
-    from ceiling.probe.topology import probe
-
-    topo = probe()
-    if topo.gpus and not cfg.gpu:
-        g = topo.gpus[0]
-        res.hardware = {
-            "kind": "gpu",
-            "name": g.catalog_name or g.name,
-            "gpus": len(topo.gpus),
-            "link": topo.link_for([x.index for x in topo.gpus]),
-            "description": f"{len(topo.gpus)} x {g.name}"
-            + (
-                f" (catalog: {g.catalog_name})"
-                if g.catalog_name
-                else " (not in the predict catalog: pass --gpu)"
-            ),
-        }
-        return None
-    if cfg.gpu:
-        res.hardware = {
-            "kind": "gpu",
-            "name": cfg.gpu,
-            "gpus": cfg.tp or 1,
-            "link": None,
-            "description": f"{cfg.gpu} (given with --gpu, not probed)",
-        }
-        return None
-    from ceiling.diagnose.cpu_host import describe_cpu
-
-    host = describe_cpu(measure=cfg.measure_cpu)
-    res.hardware = {
-        "kind": "cpu",
-        "name": host.name,
-        "cores": host.cores,
-        "mem_bw_GBps": host.mem_bw_GBps,
-        "gflops": host.gflops,
-        "measured": host.measured,
-        "source": host.source,
-        "description": host.description,
-        "gpu_probe": topo.reason or "no NVIDIA GPU found",
-    }
-    if not host.measured:
-        res.assumptions.append(f"CPU rates are assumed, not measured: {host.source}")
-    return host
-
-
-def _model_dir(cfg: DoctorConfig, variant: Any, models: list[dict[str, Any]]) -> str | None:
-    if cfg.model_path:
-        return cfg.model_path
-    if variant is not None and variant.model_path() is not None:
-        return str(variant.model_path())
-    for m in models:
-        root = m.get("root")
-        if root and Path(root).exists():
-            return str(root)
-    return models[0].get("root") if models else None
-
-
 def _bench(cfg: DoctorConfig, url: str, model: str, mode: str, out: Path) -> dict[str, Any]:
     from ceiling.bench.config import BenchConfig
     from ceiling.bench.runner import run_bench
@@ -321,114 +264,6 @@ def _bench(cfg: DoctorConfig, url: str, model: str, mode: str, out: Path) -> dic
             out=out,
         )
     return run_bench(bc, progress=cfg.progress).model_dump(mode="json")
-
-
-def _predict_gpu(
-    cfg: DoctorConfig,
-    res: DoctorResult,
-    model: str,
-    variant: Any,
-    batch: int = 1,
-    what_if: bool = True,
-) -> dict[str, Any]:
-    from ceiling.predict.api import PredictRequest, predict
-
-    facts = res.facts or {}
-    tp = (
-        cfg.tp
-        or facts.get("tensor_parallel_size")
-        or int(_arg_value(variant, "tensor-parallel-size", "tp") or 1)
-    )
-    graphs = cfg.cuda_graphs
-    if graphs is None and facts.get("enforce_eager") is not None:
-        graphs = not facts["enforce_eager"] and facts.get("cudagraph_mode") not in ("NONE",)
-    if graphs is None:
-        graphs = _arg_value(variant, "enforce-eager") not in ("true", "True", "1")
-    req = PredictRequest(
-        model=model,
-        gpu=res.hardware["name"],
-        tp=tp,
-        gpus=max(tp, 1),
-        link=res.hardware.get("link"),
-        engine=(cfg.engine or "vllm")
-        if (cfg.engine or "vllm") in ("vllm", "sglang", "trtllm")
-        else "generic",
-        cuda_graphs=graphs,
-        batch=batch,
-        context=cfg.input_len + cfg.max_tokens // 2,
-        prompt_len=cfg.input_len,
-        what_if=what_if,
-    )
-    return predict(req).model_dump(mode="json")
-
-
-def _model_summary(m: dict[str, Any]) -> str:
-    """One line from predict's model dict (catalog name, size, format)."""
-    parts = [
-        str(m.get("name") or "?"),
-        f"{m.get('architecture')}" if m.get("architecture") else "",
-        f"{m.get('layers')} layers" if m.get("layers") else "",
-        f"{m.get('total_params_B')} B params" if m.get("total_params_B") else "",
-        f"{m.get('active_params_B')} B active" if m.get("experts") else "",
-        str(m.get("quantization") or ""),
-        f"{m.get('weight_GB')} GB of weights" if m.get("weight_GB") else "",
-    ]
-    return ", ".join(p for p in parts if p)
-
-
-class Measured(BaseModel):
-    """The decode step as measured, and where the number comes from."""
-
-    step_ms: float
-    step_ci_ms: tuple[float, float] | None = None
-    tok_s: float
-    tok_s_ci: tuple[float, float] | None = None
-    source: str
-
-
-def measured_step(run: dict[str, Any] | None) -> Measured | None:
-    """The decode step of a bench result (or one level of it).
-
-    The client's per-stream rate (with its CI across repeats) is the default. When the engine
-    reports its own inter-token latency (bench's ``server_metrics``, from /metrics) and the two
-    disagree by more than CLIENT_AGREEMENT_PCT, the engine's number is the decode step: a
-    starved client or frontend delivers tokens in bursts, and then the client's timing
-    describes the delivery, not the step (throughput-killers.md H1).
-    """
-    from ceiling.diagnose.verdict import CLIENT_AGREEMENT_PCT
-    from ceiling.report.extract import decode_stat
-
-    if not run:
-        return None
-    mean, lo, hi = decode_stat(run)
-    if mean is None and run.get("mean_tpot_ms"):
-        mean = 1000.0 / float(run["mean_tpot_ms"])
-    itl = ((run.get("server_metrics") or {}).get("quantities") or {}).get("itl") or {}
-    srv = itl.get("server_mean_ms")
-    client_step = 1000.0 / mean if mean else None
-    if srv and (client_step is None or abs(client_step - srv) > CLIENT_AGREEMENT_PCT / 100 * srv):
-        seen = f"; the client saw {client_step:.3g} ms" if client_step else ""
-        return Measured(
-            step_ms=float(srv),
-            tok_s=1000.0 / float(srv),
-            source=(
-                f"the engine's own inter-token latency ({itl.get('metric')}, "
-                f"{int(itl.get('count') or 0)} tokens, /metrics){seen}: the client's timing "
-                "is not the decode step here"
-            ),
-        )
-    if client_step is None:
-        return None
-    ci = (lo, hi) if lo is not None and hi is not None else None
-    step_ci = (1000.0 / hi, 1000.0 / lo) if ci and lo > 0 and hi > 0 else None
-    return Measured(
-        step_ms=client_step,
-        step_ci_ms=step_ci,
-        tok_s=mean,
-        tok_s_ci=ci,
-        source="client-measured decode rate (ceiling bench, per stream)"
-        + (f"; the engine's own inter-token latency agrees ({srv:.3g} ms)" if srv else ""),
-    )
 
 
 # ---------------------------------------------------------------------------- the flow
@@ -523,13 +358,13 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
         else:
             rec.skip("inspect log", "no log file (pass --log with --url)")
         with rec.stage("hardware") as st:
-            host = _hardware(cfg, res)
+            host = describe_hardware(cfg, res)
             st.message = res.hardware.get("description")
-        model_dir = _model_dir(cfg, variant, models)
+        model_dir = find_model_dir(cfg, variant, models)
         footprint = None
         with rec.stage("predict") as st:
             if host is not None:
-                footprint = _predict_cpu(cfg, res, host, model_dir, served)
+                footprint = predict_cpu(cfg, res, host, model_dir, served)
                 st.message = "CPU floors (predict's GPU catalog not applicable)"
             else:
                 if model_dir is None:
@@ -537,11 +372,11 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
                         "cannot find the model config",
                         fix="pass --model-path (dir, config.json or catalog name)",
                     )
-                res.prediction = _predict_gpu(cfg, res, model_dir, variant)
+                res.prediction = predict_gpu(cfg, res, model_dir, variant)
                 res.model = {
                     "name": served,
                     "path": model_dir,
-                    "summary": _model_summary(res.prediction.get("model") or {}),
+                    "summary": model_summary(res.prediction.get("model") or {}),
                 }
                 res.assumptions += list(res.prediction.get("assumptions") or [])
                 st.message = (
@@ -554,54 +389,15 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
                 _inspect(res, log_path, res.target.get("engine"), max(cfg.concurrency or [1]))
                 st.message = f"{len(res.findings)} findings"
         with rec.stage("attribute") as st:
-            _attribute(cfg, res, footprint, host, variant)
+            attribute_result(cfg, res, footprint, host, variant)
             st.message = (res.attribution or {}).get("bound_by") or "no decode measurement"
         with rec.stage("verdict"):
-            _verdict(cfg, res, footprint, host)
+            verdict_result(cfg, res, footprint, host)
         res.title = (
             f"ceiling doctor — {served or 'server'} on "
             f"{'CPU ' + res.hardware.get('name', '') if host else res.hardware.get('name')}"
         )
         _reproduce(cfg, res, url, served)
-
-
-def _predict_cpu(
-    cfg: DoctorConfig, res: DoctorResult, host: Any, model_dir: str | None, served: str | None
-) -> Any:
-    """The CPU 'prediction': the model's bytes and FLOPs at this CPU's rates (floors only)."""
-    from ceiling.diagnose.cpu_host import cpu_floor_components, model_footprint
-
-    if model_dir is None:
-        raise CeilingError("cannot find the model's files", fix="pass --model-path")
-    footprint = model_footprint(model_dir)
-    res.model = {
-        "name": served,
-        "path": model_dir,
-        "summary": footprint.summary,
-        **footprint.model_dump(),
-    }
-    ctx = cfg.input_len + cfg.max_tokens // 2
-    res.prediction_note = (
-        "the predict catalog describes GPUs; on this CPU the floors are the model's bytes and "
-        f"FLOPs at this CPU's {'measured' if host.measured else 'ASSUMED'} rates; launch/host "
-        "components are not predicted, so they appear in the unexplained remainder"
-    )
-    res.prediction = {
-        "kind": "cpu-floors",
-        "components_ms": cpu_floor_components(footprint, host, batch=1, context=ctx),
-        "batch": 1,
-        "context": ctx,
-        "what_if": [],
-    }
-    res.assumptions.append(
-        f"weights are read once per decode step at their on-disk size "
-        f"({footprint.weight_bytes / 1e6:.3g} MB, {footprint.dtype})"
-    )
-    res.assumptions.append(
-        f"mean decode context {ctx} tokens (prompt {cfg.input_len} + half of "
-        f"{cfg.max_tokens} generated)"
-    )
-    return footprint
 
 
 def _bench_stage(
@@ -672,145 +468,6 @@ def _inspect(res: DoctorResult, log_path: Path, engine: str | None, concurrency:
     data = facts.model_dump(mode="json")
     res.findings = list(data.pop("findings", []) or [])
     res.facts = data
-
-
-def _levels(
-    cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any, variant: Any
-) -> list[Any]:
-    from ceiling.diagnose.attribute import attribute_levels
-    from ceiling.report.extract import concurrency_points
-
-    pts = concurrency_points(res.bench.get("concurrency"))
-    rows = []
-    for p in pts:
-        m = measured_step(p)
-        if m is None:
-            continue
-        c = int(p["concurrency"])
-        if host is not None and footprint is not None:
-            from ceiling.diagnose.cpu_host import cpu_floor_components
-
-            ctx = cfg.input_len + cfg.concurrency_max_tokens // 2
-            comps = cpu_floor_components(footprint, host, batch=c, context=ctx)
-        elif res.prediction and res.model:
-            try:
-                comps = _predict_gpu(cfg, res, res.model["path"], variant, batch=c, what_if=False)[
-                    "components_ms"
-                ]
-            except CeilingError:
-                comps = {}
-        else:
-            comps = {}
-        rows.append((c, m.step_ms, comps, p.get("output_throughput")))
-    return attribute_levels(rows)
-
-
-def _attribute(
-    cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any, variant: Any
-) -> None:
-    from ceiling.diagnose.attribute import attribute
-
-    m = measured_step(res.bench.get("single"))
-    levels = _levels(cfg, res, footprint, host, variant)
-    res.levels = [lv.model_dump() for lv in levels]
-    if m is None or not res.prediction:
-        return
-    res.measured = m.model_dump()
-    comps = res.prediction.get("components_ms") or {}
-    if host is not None:
-        basis = (
-            f"CPU floors: weights {footprint.weight_bytes / 1e6:.3g} MB and KV at "
-            f"{host.mem_bw_GBps:.3g} GB/s, {2 * footprint.params / 1e6:.3g} MFLOP per token "
-            f"at {host.gflops:.3g} GFLOP/s ({'measured' if host.measured else 'assumed'})"
-        )
-    else:
-        basis = (
-            f"predict for {res.hardware.get('name')} "
-            f"(TP={res.prediction.get('deployment', {}).get('tp', '?')})"
-        )
-    a = attribute(
-        m.step_ms,
-        comps,
-        basis=f"{basis}; measured step: {m.source}",
-        measured_ci_ms=m.step_ci_ms,
-        kinds=res.prediction.get("component_kind"),
-    )
-    res.attribution = a.model_dump()
-
-
-def _verdict(cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any) -> None:
-    from ceiling.diagnose.attribute import Attribution, LevelAttribution
-    from ceiling.diagnose.verdict import VerdictInputs, build_verdict
-
-    m = measured_step(res.bench.get("single"))
-    mean, ci = (m.tok_s, m.tok_s_ci) if m else (None, None)
-    pred = res.prediction if (res.prediction or {}).get("kind") != "cpu-floors" else None
-    floors = None
-    if host is not None and footprint is not None:
-        floors = (
-            f"{footprint.weight_bytes / 1e6:.3g} MB of weights per step at "
-            f"{host.mem_bw_GBps:.3g} GB/s"
-        )
-    hidden = (
-        footprint.hidden_size
-        if footprint
-        else ((res.prediction or {}).get("model", {}).get("hidden_size"))
-    )
-    tp = int(((res.prediction or {}).get("deployment") or {}).get("tp") or cfg.tp or 1)
-    details = (pred or {}).get("details") or {}
-    link_bw = None
-    link_name = ((pred or {}).get("hardware") or {}).get("link")
-    if link_name:
-        from ceiling.spec.hardware import load_link
-
-        with contextlib.suppress(CeilingError):
-            link_bw = load_link(link_name).bw_GBps
-    itl = (
-        (((res.bench.get("single") or {}).get("server_metrics") or {}).get("quantities")) or {}
-    ).get("itl") or {}
-    inp = VerdictInputs(
-        server_itl_ms=itl.get("server_mean_ms"),
-        client_itl_ms=itl.get("client_mean_ms"),
-        allreduce_bytes=details.get("allreduce_bytes"),
-        allreduces_per_step=details.get("allreduces"),
-        link_bw_GBps=link_bw,
-        attribution=Attribution(**res.attribution) if res.attribution else None,
-        measured_tok_s=mean,
-        measured_ci=ci,
-        prediction=pred,
-        prediction_note=res.prediction_note,
-        hardware_kind="cpu" if host is not None else "gpu",
-        tp=tp,
-        hidden_size=hidden,
-        findings=res.findings,
-        flag_checks=res.flag_checks,
-        levels=[LevelAttribution(**lv) for lv in res.levels],
-        target_tok_s=cfg.target_tok_s,
-        floors_detail=floors,
-    )
-    v = build_verdict(inp)
-    if host is not None and footprint is not None and res.attribution:
-        w_ms = footprint.weight_bytes / (host.mem_bw_GBps * 1e9) * 1e3
-        m_ms = res.attribution["measured_step_ms"]
-        v.notes.insert(
-            0,
-            f"The numbers that decide it: reading {footprint.weight_bytes / 1e6:.3g} MB of "
-            f"weights at this CPU's {host.mem_bw_GBps:.3g} GB/s takes {w_ms * 1000:.3g} us, "
-            f"while a measured decode step takes {m_ms:.3g} ms ({m_ms / w_ms:.0f}x longer): "
-            "the time goes to the framework (Python, scheduling, per-operator dispatch), "
-            "not to memory traffic."
-            + (
-                f" The weights even fit in this CPU's {host.llc_bytes / 2**20:.0f} MiB "
-                "last-level cache, so the DRAM-speed figure is an upper bound of the read time."
-                if host.llc_bytes and footprint.weight_bytes < host.llc_bytes
-                else ""
-            ),
-        )
-    if res.server_died:
-        v.notes.insert(
-            0, f"The server died {res.server_death}; the verdict uses what was measured before."
-        )
-    res.verdict = v.model_dump()
 
 
 def _reproduce(cfg: DoctorConfig, res: DoctorResult, url: str, model: str | None) -> None:
