@@ -5,177 +5,45 @@ committed to the ledger the moment it finishes), stop early once the variant can
 significantly beat the baseline, tear the server down. The baseline runs first and in full, so
 the others have something to be compared with.
 
-Trials are generators of events (``launched``, ``repeat``, ``stopped_early``, ``failed``,
-``done``) so that the same trial code runs in this process (:class:`LocalExecutor`) or on a Ray
-cluster node (:class:`RayExecutor`) while the ledger stays on the driver: a lost worker loses at
-most the repeat it was running.
+Trials (``trial.py``) stream events back; this module keeps the ledger on the driver, commits
+every event as it arrives, and writes ``sweep.json`` and the report at the end.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
 from ceiling.sweep.early_stop import decide, gain_interval
 from ceiling.sweep.ledger import FINISHED, Ledger
-from ceiling.sweep.plan import EarlyStop, Plan, fingerprint, load_plan, materialize
+from ceiling.sweep.plan import Plan, fingerprint, load_plan, materialize
+from ceiling.sweep.trial import (
+    Event,
+    Executor,
+    LocalExecutor,
+    RayExecutor,
+    TrialFn,
+    TrialSpec,
+    execute_trial,
+)
+
+__all__ = [
+    "Event",
+    "Executor",
+    "LocalExecutor",
+    "RayExecutor",
+    "SweepResult",
+    "TrialSpec",
+    "execute_trial",
+    "run_sweep",
+]
 
 SCHEMA_VERSION = 1
-
-Event = dict[str, Any]
-
-
-class TrialSpec(BaseModel):
-    """Everything a trial needs, picklable (it travels to Ray workers)."""
-
-    name: str
-    variant_path: str
-    fingerprint: str
-    bench: dict[str, Any]
-    repeats_total: int
-    repeats_done: int = 0
-    samples_done: list[float] = Field(default_factory=list)
-    baseline_samples: list[float] | None = None
-    early_stop: EarlyStop = Field(default_factory=EarlyStop)
-    launch_timeout_s: float = 1800.0
-    out_dir: str
-    log_dir: str
-
-
-TrialFn = Callable[[TrialSpec], Iterator[Event]]
-
-
-def execute_trial(spec: TrialSpec) -> Iterator[Event]:
-    """The real trial: launch the engine, bench repeat by repeat, tear down.
-
-    Failures to launch (preflight passed but the engine died) become a ``failed`` event with the
-    engine's classified cause and its log path; the sweep goes on with the next variant.
-    """
-    from ceiling.bench.config import BenchConfig
-    from ceiling.bench.runner import run_bench
-    from ceiling.engines.variant import load_variant
-    from ceiling.run.launcher import launch
-
-    variant = load_variant(spec.variant_path).with_overrides(log_dir=spec.log_dir)
-    samples = list(spec.samples_done)
-    try:
-        with launch(variant, timeout_s=spec.launch_timeout_s, progress=False) as server:
-            yield {"type": "launched", "log_path": str(server.log_path), "url": server.url}
-            for idx in range(spec.repeats_done, spec.repeats_total):
-                out = Path(spec.out_dir) / "results" / f"{spec.name}-{spec.fingerprint}-r{idx}.json"
-                cfg = BenchConfig(
-                    **{
-                        **spec.bench,
-                        "url": server.url,
-                        "model": server.model,
-                        "repeat": 1,
-                        "out": out,
-                    }
-                )
-                res = run_bench(cfg, progress=False)
-                if res.partial:
-                    # A partial repeat is not a measurement. A live server means the user
-                    # interrupted (Ctrl-C): leave the trial resumable. A dead one is a failure.
-                    if server.alive():
-                        raise KeyboardInterrupt(res.partial_reason or "interrupted")
-                    yield {
-                        "type": "failed",
-                        "log_path": str(server.log_path),
-                        "error": f"server died during repeat {idx}: {res.partial_reason}",
-                    }
-                    return
-                tok = res.decode_tok_s_per_stream
-                yield {
-                    "type": "repeat",
-                    "idx": idx,
-                    "tok_s": tok,
-                    "result": res.model_dump(mode="json"),
-                    "result_path": str(out),
-                }
-                if tok is not None:
-                    samples.append(tok)
-                if spec.baseline_samples is not None:
-                    d = decide(spec.baseline_samples, samples, spec.early_stop)
-                    if d.stop:
-                        yield {"type": "stopped_early", "reason": d.reason}
-                        return
-    except CeilingError as exc:
-        log = getattr(exc, "log_path", None)
-        yield {"type": "failed", "error": exc.message, "log_path": str(log) if log else None}
-        return
-    yield {"type": "done"}
-
-
-class Executor(Protocol):
-    """Runs one trial somewhere and streams its events back to the driver."""
-
-    def run(self, spec: TrialSpec, trial_fn: TrialFn) -> Iterator[Event]: ...
-
-    def close(self) -> None: ...
-
-
-class LocalExecutor:
-    """Trials in this process, one after another."""
-
-    def run(self, spec: TrialSpec, trial_fn: TrialFn) -> Iterator[Event]:
-        yield from trial_fn(spec)
-
-    def close(self) -> None:
-        pass
-
-
-class RayExecutor:
-    """Trials as Ray tasks (streaming generators) on nodes with the GPUs they need.
-
-    The ledger stays on the driver: each event comes back as soon as the worker yields it and
-    is committed before the next one is read. ``address=None`` starts a local Ray instance
-    (this is how it is tested on a CPU-only machine).
-    """
-
-    def __init__(
-        self, address: str | None = None, gpus_per_trial: float = 0, cpus_per_trial: float = 1
-    ) -> None:
-        try:
-            import ray
-        except ImportError as exc:
-            raise CeilingError(
-                "the Ray executor needs the `ray` package",
-                fix="pip install 'ceiling[ray]' (or use executor: local)",
-            ) from exc
-        self.ray = ray
-        if not ray.is_initialized():
-            kwargs: dict[str, Any] = (
-                {"address": address}
-                if address
-                else {"num_cpus": max(int(cpus_per_trial), 1), "include_dashboard": False}
-            )
-            ray.init(ignore_reinit_error=True, log_to_driver=False, **kwargs)
-        self.gpus, self.cpus = gpus_per_trial, cpus_per_trial
-
-    def run(self, spec: TrialSpec, trial_fn: TrialFn) -> Iterator[Event]:
-        ray = self.ray
-
-        def remote_trial(payload: dict[str, Any]) -> Iterator[Event]:
-            yield from trial_fn(TrialSpec.model_validate(payload))
-
-        task = ray.remote(remote_trial).options(
-            num_gpus=self.gpus, num_cpus=self.cpus, num_returns="streaming", max_retries=0
-        )
-        gen = task.remote(spec.model_dump(mode="json"))
-        try:
-            for ref in gen:
-                yield ray.get(ref)
-        except ray.exceptions.RayError as exc:
-            yield {"type": "failed", "error": f"ray worker failed: {exc}".splitlines()[0]}
-
-    def close(self) -> None:
-        if self.ray.is_initialized():
-            self.ray.shutdown()
 
 
 class VariantSummary(BaseModel):
