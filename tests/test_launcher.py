@@ -235,3 +235,44 @@ def test_shm_note_only_when_nearly_full(tmp_path, monkeypatch):
     assert note and "1 stale engine segment" in note and "ceiling shm --apply" in note
     monkeypatch.setattr(launcher, "SHM_LOW_BYTES", 0)
     assert launcher._shm_note(tmp_path) is None
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_killing_ceiling_launch_tears_the_engine_down(fake_variant, signame):
+    """`kill <ceiling launch>` (or Ctrl-C, which shells ignore for background jobs) must not
+    orphan the engine: the launcher's teardown runs and the port is freed."""
+    import signal
+    import subprocess
+    import time
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ceiling",
+            "launch",
+            "--skip-preflight",
+            str(fake_variant(port=port)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        # a background job: SIGINT arrives ignored, as under `ceiling launch ... &`
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    deadline = time.monotonic() + 60
+    while not port_in_use("127.0.0.1", port):
+        assert proc.poll() is None and time.monotonic() < deadline, "fake engine never came up"
+        time.sleep(0.1)
+    time.sleep(0.5)  # past readiness, into the serve loop
+    proc.send_signal(getattr(signal, signame))
+    out, _ = proc.communicate(timeout=60)
+    assert "stopped" in out and "port free" in out, out
+    assert not port_in_use("127.0.0.1", port)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -110,11 +110,16 @@ class _State:
             self.stop(f"server stopped answering ({raw.error})")
 
 
-def _on_sigint(state: _State, loop: asyncio.AbstractEventLoop) -> None:
-    """First Ctrl-C: stop and keep what was measured. A second one interrupts for real."""
-    state.stop("interrupted (Ctrl-C)")
-    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        loop.remove_signal_handler(signal.SIGINT)
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _on_sigint(state: _State, loop: asyncio.AbstractEventLoop, signum: int) -> None:
+    """First Ctrl-C (or SIGTERM): stop and keep what was measured. A second one interrupts
+    for real."""
+    state.stop("interrupted (Ctrl-C)" if signum == signal.SIGINT else "terminated (SIGTERM)")
+    for sig in _STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(sig)
 
 
 class _Prompts:
@@ -193,8 +198,9 @@ async def _run(cfg: BenchConfig, show_progress: bool) -> RunResult:
         path = "/v1/chat/completions" if cfg.chat else "/v1/completions"
         state = _State(client=client)
         loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signal.SIGINT, _on_sigint, state, loop)
+        for sig in _STOP_SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, _on_sigint, state, loop, sig)
         try:
             prompts, len_source = await _prompts(cfg, client, model)
             telemetry = Telemetry() if cfg.telemetry else None
@@ -214,8 +220,9 @@ async def _run(cfg: BenchConfig, show_progress: bool) -> RunResult:
             lag_ms = await lag.stop()
             tele = telemetry.stop() if telemetry else None
         finally:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(signal.SIGINT)
+            for sig in _STOP_SIGNALS:
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.remove_signal_handler(sig)
     return _assemble(ctx, started, len_source, measurements, lag_ms, tele)
 
 

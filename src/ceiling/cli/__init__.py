@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from any command becomes ``error: ...`` plus ``fix: ...`` on stderr and its exit code.
     """
     _register_all()
+    previous = _route_termination_signals()
     try:
         app(args=argv, prog_name="ceiling")
     except SystemExit as exc:
@@ -73,7 +74,39 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        _restore_signals(previous)
     return 0
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _route_termination_signals() -> dict[int, object]:
+    """Make SIGTERM/SIGHUP (and SIGINT, which shells ignore for background jobs) unwind the
+    stack like Ctrl-C, so that every ``finally`` runs: a launched engine is torn down and a
+    partial result is written instead of being orphaned or lost when someone kills ``ceiling``.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous: dict[int, object] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous[sig] = signal.signal(sig, _interrupt)
+        except (OSError, ValueError):  # pragma: no cover - platform without the signal
+            continue
+    return previous
+
+
+def _restore_signals(previous: dict[int, object]) -> None:
+    import signal
+
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":  # pragma: no cover

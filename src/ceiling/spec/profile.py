@@ -51,7 +51,8 @@ class HardwareProfile(BaseModel):
     copy_bw_GBps: float | None = Field(None, description="device-to-device copy, read+write")
     mem_bw_GBps: float | None = Field(None, description="achieved HBM/GDDR read bandwidth")
     gemv_bw_GBps: dict[str, float] = Field(
-        default_factory=dict, description="achieved weight-read bandwidth at decode shapes, per dtype"
+        default_factory=dict,
+        description="achieved weight-read bandwidth at decode shapes, per dtype",
     )
     kernel_launch_us_eager: float | None = None
     kernel_launch_us_graph: float | None = None
