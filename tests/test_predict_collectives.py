@@ -98,3 +98,31 @@ def test_alltoall_and_send_positive():
     link = load_link("pcie5-switch")
     assert alltoall_us(link, 8, 8 * 7168 * 2) > alltoall_us(link, 8, 7168 * 2) > 0
     assert send_us(link, 14336) > link.p2p_us
+
+
+def test_profile_fit_prefers_default_settings_and_matching_graph_mode():
+    """A commbench profile lists tuning variants and eager fits too; the deployment (default
+    NCCL, CUDA graphs on) must be described by the default graph fit at its world size."""
+    from ceiling.predict.collectives import _profile_fit
+    from ceiling.spec.profile import CollectiveFit, HardwareProfile
+
+    def fit(alpha, n, graph, env=None):
+        return CollectiveFit(
+            world_size=n, alpha_us=alpha, beta_GBps=100, in_cuda_graph=graph, env=env or {}
+        )
+
+    prof = HardwareProfile(
+        collectives=[
+            fit(50, 8, False, {"NCCL_ALGO": "Tree"}),
+            fit(40, 8, False),
+            fit(30, 8, True, {"NCCL_PROTO": "LL", "NCCL_NVLS_ENABLE": "0"}),
+            fit(20, 8, True, {"NCCL_NVLS_ENABLE": "0"}),
+            fit(10, 4, True),
+            fit(5, 1, True),
+        ]
+    )
+    assert _profile_fit(prof, "nccl", 8, in_cuda_graph=True).alpha_us == 20
+    assert _profile_fit(prof, "nccl", 8, in_cuda_graph=False).alpha_us == 40
+    assert _profile_fit(prof, "nccl", 4, in_cuda_graph=True).alpha_us == 10
+    assert _profile_fit(prof, "nccl", 2, in_cuda_graph=True).alpha_us == 10  # nearest, never n=1
+    assert _profile_fit(prof, "oneshot", 8) is None

@@ -13,26 +13,55 @@ from ceiling.spec.profile import CollectiveFit, HardwareProfile
 
 
 def _profile_fit(
-    profile: HardwareProfile | None, impl: str, n: int, collective: str = "allreduce"
+    profile: HardwareProfile | None,
+    impl: str,
+    n: int,
+    collective: str = "allreduce",
+    in_cuda_graph: bool | None = None,
 ) -> CollectiveFit | None:
+    """The measured fit that best describes this deployment's collective.
+
+    A commbench profile holds one fit per (setting, world size, eager/graph). The deployment
+    runs the default NCCL settings (no NCCL_* tuning variables), inside a CUDA graph when graphs
+    are on: prefer fits that match on world size first, then on graph mode, then on default
+    settings, so that a tuning variant measured earlier in the file never stands in for the
+    default.
+    """
     if profile is None:
         return None
     fits = [
-        c for c in profile.collectives if c.collective == collective and c.implementation == impl
+        c
+        for c in profile.collectives
+        if c.collective == collective and c.implementation == impl and c.world_size > 1
     ]
     if not fits:
         return None
-    exact = [c for c in fits if c.world_size == n]
-    return exact[0] if exact else min(fits, key=lambda c: abs(c.world_size - n))
+
+    def rank(c: CollectiveFit) -> tuple[int, int, int]:
+        graph_mismatch = 0 if in_cuda_graph is None or c.in_cuda_graph == in_cuda_graph else 1
+        tuned = 1 if any(k.startswith("NCCL_") and k not in _SAFETY_ENV for k in c.env) else 0
+        return (abs(c.world_size - n), graph_mismatch, tuned)
+
+    return min(fits, key=rank)
+
+
+# Variables commbench sets in every process for safety (NVLink multicast off); they are not
+# tuning, so a fit carrying only these still describes the default configuration.
+_SAFETY_ENV = frozenset({"NCCL_NVLS_ENABLE"})
 
 
 def allreduce_us(
-    link: Link, impl: str, n: int, nbytes: float, profile: HardwareProfile | None = None
+    link: Link,
+    impl: str,
+    n: int,
+    nbytes: float,
+    profile: HardwareProfile | None = None,
+    in_cuda_graph: bool | None = None,
 ) -> float:
     """Latency of one allreduce of ``nbytes`` over ``n`` ranks (microseconds)."""
     if n <= 1 or impl == "none":
         return 0.0
-    fit = _profile_fit(profile, impl, n)
+    fit = _profile_fit(profile, impl, n, in_cuda_graph=in_cuda_graph)
     if fit is not None:
         scale = 1.0
         if fit.world_size != n and impl == "nccl":

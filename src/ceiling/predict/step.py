@@ -107,8 +107,16 @@ def achieved_bw(
     """Achieved weight-read bandwidth (GB/s) and where the number comes from."""
     if profile is not None:
         if profile.gemv_bw_GBps:
-            bw = max(profile.gemv_bw_GBps.values())
-            return bw, f"weight-read bandwidth {bw:.0f} GB/s (measured GEMV, profile)"
+            # bf16 GEMV is the reference weight-read path: calibrate's int8/fp8 figures come
+            # from torch's generic kernels (_int_mm, _scaled_mm), not the engines' quantized
+            # kernels (Marlin, CUTLASS), so they say little about an engine's INT4/FP8 reads.
+            dtype = (
+                "bf16"
+                if "bf16" in profile.gemv_bw_GBps
+                else max(profile.gemv_bw_GBps, key=profile.gemv_bw_GBps.__getitem__)
+            )
+            bw = profile.gemv_bw_GBps[dtype]
+            return bw, f"weight-read bandwidth {bw:.0f} GB/s (measured {dtype} GEMV, profile)"
         if profile.mem_bw_GBps:
             return (
                 profile.mem_bw_GBps,
@@ -255,7 +263,7 @@ def collectives_per_step(s: Setup, tokens: float) -> tuple[float, dict[str, Any]
         if impl == "oneshot" and act_bytes > s.rules.custom_ar_max_bytes:
             impl = "nccl"  # engines fall back to NCCL above their custom-allreduce buffer
             info["allreduce_impl"] = "nccl (message above the custom-allreduce buffer)"
-        one = allreduce_us(link, impl, d.tp, act_bytes, s.profile)
+        one = allreduce_us(link, impl, d.tp, act_bytes, s.profile, in_cuda_graph=d.cuda_graphs)
         total_us += n_ar * one
         info.update(allreduces=n_ar, allreduce_bytes=int(act_bytes), allreduce_us=round(one, 2))
     if d.ep > 1 and d.dp > 1:
