@@ -1,7 +1,8 @@
 """All engine-specific knowledge: one adapter module per engine, looked up by name.
 
 A new engine is one new module with an :class:`~ceiling.engines.base.Engine` subclass, listed in
-``_ADAPTERS``.
+``_ADAPTERS`` (base.py says what a subclass provides). The registration order is the order in
+which ``bench.server_metrics`` tries the engines' metric names.
 """
 
 from __future__ import annotations
@@ -37,3 +38,8 @@ def get_engine(name: str) -> Engine:
         )
     module, cls = _ADAPTERS[key]
     return getattr(importlib.import_module(module), cls)()
+
+
+def all_engines() -> list[Engine]:
+    """Every adapter, in registration order."""
+    return [get_engine(name) for name in _ADAPTERS]

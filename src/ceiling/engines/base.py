@@ -1,12 +1,17 @@
 """What every engine adapter provides, and the shared machinery (finding the engine, caching).
 
-An adapter (one file per engine: vllm.py, sglang.py, llamacpp.py) knows four things about its
-engine and nothing else lives outside ``ceiling.engines``:
-- how to find it and build its server command line (``locate``, ``launch_command``);
+An adapter (one file per engine: vllm.py, sglang.py, llamacpp.py) knows these things about its
+engine, and none of them lives outside ``ceiling.engines``:
+- how to find it and build its server command line (``locate``, ``launch_command``: by default
+  ``python -m <server_module> <model_flag> MODEL``);
 - which flags and environment variables it accepts (``flag_table``, asked of the installed engine
-  and cached per version) and which flags it removed or renamed (a data file);
-- how its log reads while starting (``phase_of``, ``ready_line``); why it died is read with
-  ``data/death_causes.yaml`` (rules may be limited to some engines);
+  through ``data/dump_args.py`` and cached per version) and which flags it removed or renamed (a
+  data file);
+- how its log reads while starting (``log_phases``/``phase_of``, ``ready_line``); why it died is
+  read with ``data/death_causes.yaml`` (rules may be limited to some engines);
+- the grammar of its start-up log for ``ceiling inspect`` (``claims_log``, ``parse_log`` ->
+  :class:`~ceiling.diagnose.logs.EngineFacts`; helpers in ``logparse.py``);
+- the names of its Prometheus latency histograms (``metric_prefix``, ``metric_histograms``);
 - where its readiness endpoints are (``health_paths``).
 """
 
@@ -17,19 +22,22 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
 
 if TYPE_CHECKING:
+    from ceiling.diagnose.logs import EngineFacts
     from ceiling.engines.variant import Variant
 
 DATA_DIR = Path(__file__).parent / "data"
+DUMP_SCRIPT = DATA_DIR / "dump_args.py"
 
 
 class FlagSpec(BaseModel):
@@ -91,11 +99,29 @@ class Engine:
     """Base class of engine adapters. Subclasses set the class attributes and override hooks."""
 
     name: str = ""
+    display_name: str = ""  # how messages name the engine ("SGLang")
     ready_line: str = ""
     health_paths: tuple[str, ...] = ("/health", "/v1/models")
     default_port: int = 8000
     env_prefixes: tuple[str, ...] = ()
     dist_names: tuple[str, ...] = ()
+    # the server: ``python -m <server_module> <model_flag> MODEL [<served_name_flag> NAME]``
+    server_module: str = ""
+    model_flag: str = ""  # empty: the model is a positional argument
+    served_name_flag: str = "--served-model-name"
+    flags_module: str = ""  # what dump_args.py imports for the flags (named when that fails)
+    # start-up phases for the launch progress: (pattern, phase), first match wins, after
+    # ``shard_progress`` (groups: percent, shards loaded, shards in all)
+    log_phases: ClassVar[Sequence[tuple[re.Pattern[str], str]]] = ()
+    shard_progress: ClassVar[re.Pattern[str] | None] = None
+    # ``ceiling inspect``: a start-up log is this engine's when ``log_marker`` occurs in its first
+    # 400 lines; engines are asked in ``log_claim_rank`` order (lower first)
+    log_marker: ClassVar[re.Pattern[str] | None] = None
+    log_claim_rank: int = 100
+    # Prometheus /metrics: our quantity (ttft, itl, queue, e2el, prefill, decode) -> histogram
+    # names, newest first; every name starts with ``metric_prefix``
+    metric_prefix: str = ""
+    metric_histograms: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     # ---- install -------------------------------------------------------------------------
     def locate(self, variant: Variant) -> EngineInstall:
@@ -144,13 +170,62 @@ class Engine:
                 return
 
     # ---- command line --------------------------------------------------------------------
+    def server_argv(self, install: EngineInstall) -> list[str]:
+        """The server command before the model (``command``, else ``python -m server_module``)."""
+        if install.command:
+            return list(install.command)
+        return [str(install.python), "-m", self.server_module]
+
     def launch_command(self, variant: Variant, install: EngineInstall, port: int) -> LaunchPlan:
-        raise NotImplementedError
+        """The server command, the model, the served name, host and port, then the user's flags.
+
+        The served name, host and port are added only when the variant's flags do not set them.
+        """
+        argv = [*self.server_argv(install)]
+        argv += [self.model_flag, variant.model] if self.model_flag else [variant.model]
+        user = variant.argv()
+        if variant.served_model_name and not has_flag(user, self.served_name_flag):
+            argv += [self.served_name_flag, variant.served_model_name]
+        if not has_flag(user, "--host"):
+            argv += ["--host", variant.host]
+        if not has_flag(user, "--port"):
+            argv += ["--port", str(port)]
+        return LaunchPlan(argv=[*argv, *user], env={}, notes=list(install.notes))
 
     # ---- flags ---------------------------------------------------------------------------
     def dump_flags(self, install: EngineInstall) -> FlagTable:
-        """Ask the installed engine for its flags (slow: imports the engine). Uncached."""
-        raise NotImplementedError
+        """Ask the installed engine for its flags (slow: imports the engine). Uncached.
+
+        By default the engine's own parser, imported in its Python by ``data/dump_args.py``.
+        """
+        if install.python is None:
+            raise CeilingError(
+                f"cannot ask {self.display_name} for its flags without its Python",
+                fix=f"set `python:` in the variant to the environment that has {self.display_name}",
+            )
+        table, why = self.dump_flags_with_parser(install)
+        if table is None:
+            raise CeilingError(
+                f"could not read {self.display_name}'s flags from {install.python}: {why}",
+                fix=f"check that `import {self.flags_module}` works in that environment",
+            )
+        return table
+
+    def dump_flags_with_parser(self, install: EngineInstall) -> tuple[FlagTable | None, str]:
+        """Run ``data/dump_args.py <name>`` in the engine's Python: (table, "") or (None, why)."""
+        proc = subprocess.run(
+            [str(install.python), str(DUMP_SCRIPT), self.name],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            env=quiet_env(),
+        )
+        if proc.returncode != 0:
+            return None, (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        data = json.loads(proc.stdout)
+        data["version"] = install.version or data.get("version", "unknown")
+        return FlagTable.model_validate(data), ""
 
     def flag_table(self, install: EngineInstall, refresh: bool = False) -> FlagTable:
         """The engine's flags, cached per (engine, version, python) under the user cache dir."""
@@ -184,7 +259,39 @@ class Engine:
     # ---- logs ----------------------------------------------------------------------------
     def phase_of(self, line: str) -> str | None:
         """A short description of the start-up phase this log line shows, if any."""
+        if self.shard_progress is not None:
+            m = self.shard_progress.search(line)
+            if m:
+                return f"loading weights {m.group(2)}/{m.group(3)} shards"
+        for pattern, phase in self.log_phases:
+            if pattern.search(line):
+                return phase
         return None
+
+    def claims_log(self, lines: list[str]) -> bool:
+        """Whether ``lines`` (ANSI colour removed) are this engine's start-up log."""
+        return self.log_marker is not None and bool(self.log_marker.search("\n".join(lines[:400])))
+
+    def reads_logs(self) -> bool:
+        """Whether this adapter has a start-up log grammar (overrides :meth:`parse_log`)."""
+        return type(self).parse_log is not Engine.parse_log
+
+    def parse_log(self, lines: list[str], facts: EngineFacts) -> None:
+        """Fill ``facts`` from the start-up log ``lines`` (ANSI colour and ``\\r`` removed)."""
+        raise NotImplementedError(f"{self.name}: no start-up log grammar")
+
+
+def has_flag(argv: list[str], flag: str) -> bool:
+    """Whether ``argv`` sets ``flag`` (``--flag``, ``--flag=v`` or its ``_`` spelling)."""
+    alt = flag.replace("-", "_")
+    return any(t == flag or t.startswith(flag + "=") or t == "--" + alt[2:] for t in argv)
+
+
+def quiet_env() -> dict[str, str]:
+    """The environment for asking an engine about itself: no colour, no usage stats, offline."""
+    env = dict(os.environ)
+    env.update({"NO_COLOR": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"})
+    return env
 
 
 def _which(exe: str) -> str | None:
