@@ -10,32 +10,24 @@ from __future__ import annotations
 
 import math
 import re
+from functools import cache
 from typing import Any
 
-#: Quantity -> histogram names to try, newest first (vLLM V1, older vLLM, SGLang).
-HISTOGRAMS: dict[str, tuple[str, ...]] = {
-    "ttft": (
-        "vllm:time_to_first_token_seconds",
-        "sglang:time_to_first_token_seconds",
-    ),
-    "itl": (
-        "vllm:inter_token_latency_seconds",
-        "vllm:time_per_output_token_seconds",
-        "sglang:inter_token_latency_seconds",
-        "sglang:time_per_output_token_seconds",
-    ),
-    "queue": (
-        "vllm:request_queue_time_seconds",
-        "sglang:queue_time_seconds",
-        "sglang:request_queue_time_seconds",
-    ),
-    "e2el": (
-        "vllm:e2e_request_latency_seconds",
-        "sglang:e2e_request_latency_seconds",
-    ),
-    "prefill": ("vllm:request_prefill_time_seconds",),
-    "decode": ("vllm:request_decode_time_seconds",),
-}
+
+@cache
+def histograms() -> dict[str, tuple[str, ...]]:
+    """Quantity -> histogram names to try: every engine's, in registration order (vLLM, SGLang).
+
+    Each engine adapter lists its own names, newest first (``metric_histograms``).
+    """
+    from ceiling.engines import all_engines
+
+    out: dict[str, tuple[str, ...]] = {}
+    for engine in all_engines():
+        for quantity, names in engine.metric_histograms.items():
+            out[quantity] = out.get(quantity, ()) + tuple(names)
+    return out
+
 
 _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
@@ -62,9 +54,12 @@ def parse_prometheus(text: str) -> dict[str, float]:
 
 def engine_of(totals: dict[str, float]) -> str | None:
     """Which engine's names the scrape uses (``vllm``, ``sglang``) or None."""
-    for prefix in ("vllm:", "sglang:"):
-        if any(k.startswith(prefix) for k in totals):
-            return prefix[:-1]
+    from ceiling.engines import all_engines
+
+    for engine in all_engines():
+        prefix = engine.metric_prefix
+        if prefix and any(k.startswith(prefix) for k in totals):
+            return engine.name
     return None
 
 
@@ -91,7 +86,7 @@ def add_deltas(
 def histogram_means_ms(d: dict[str, float]) -> dict[str, Any]:
     """Per quantity: mean over the interval in ms and the number of observations."""
     out: dict[str, Any] = {}
-    for quantity, names in HISTOGRAMS.items():
+    for quantity, names in histograms().items():
         for name in names:
             ds, dc = d.get(name + "_sum"), d.get(name + "_count")
             if ds is None or dc is None:
