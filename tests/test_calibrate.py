@@ -84,3 +84,27 @@ def test_recorded_h200_profile_drives_predict():
     weights_gb = with_prof["components_ms"]["weights"] * max(prof.gemv_bw_GBps.values()) / 1e3
     assert 14 < weights_gb < 17  # ~15 GB of Llama-8B weights read at the measured bandwidth
     assert any("profile" in a for a in with_prof["assumptions"])
+
+
+def test_gemv_line_fit_recovers_fixed_cost_and_bandwidth():
+    from ceiling.probe.calibrate import fit_line
+
+    # 6 us fixed + bytes / 4000 GB/s, exactly
+    pts = [(b, 6.0 + b / 4000e3) for b in (2e6, 6e6, 22e6, 50e6, 235e6)]
+    fixed, bw = fit_line(pts)
+    assert fixed == pytest.approx(6.0, abs=1e-3) and bw == pytest.approx(4000, rel=1e-3)
+    with pytest.raises(ValueError):
+        fit_line([(1e6, 10.0), (2e6, 9.0)])  # time falling with bytes: broken measurement
+
+
+def test_fit_goes_into_the_profile_as_predicts_two_numbers(cpu_result):
+    """The aggregate GEMV figure folds fixed costs in; predict adds them per kernel, so the
+    profile must carry the fitted slope and intercept instead."""
+    from ceiling.probe.calibrate import GemvFit, to_profile
+
+    res = cpu_result.model_copy(deep=True)
+    res.gemv_fit = GemvFit(dtype="bf16", batch=1, fixed_us=6.1, bw_GBps=4286.0, points=[])
+    prof = to_profile(res)
+    assert prof.gemm_fixed_us_graph == 6.1
+    assert prof.gemv_bw_GBps["bf16"] == 4286.0
+    assert any("6.1 us fixed" in n for n in prof.notes)

@@ -60,6 +60,18 @@ class GemvPoint(BaseModel):
     tflops: float
 
 
+class GemvFit(BaseModel):
+    """t_us = fixed_us + bytes / (bw_GBps * 1e3) for one GEMV kernel, fitted over shapes."""
+
+    dtype: str
+    batch: int
+    fixed_us: float = Field(description="per-kernel cost that does not scale with bytes")
+    bw_GBps: float = Field(description="asymptotic weight-read bandwidth (the slope)")
+    points: list[tuple[int, float]] = Field(
+        default_factory=list, description="(weight bytes of one GEMV, median us per GEMV)"
+    )
+
+
 class CalibrateResult(BaseModel):
     schema_version: int = SCHEMA_VERSION
     created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
@@ -70,6 +82,7 @@ class CalibrateResult(BaseModel):
     mem_read_GBps: float
     copy_GBps: float = Field(description="bytes read + bytes written per second")
     gemv: list[GemvPoint] = Field(default_factory=list)
+    gemv_fit: GemvFit | None = None
     skipped: dict[str, str] = Field(default_factory=dict, description="dtype -> why not measured")
     launch_us_eager: float
     launch_us_graph: float | None = None
@@ -173,6 +186,11 @@ def run_calibrate(
         if cuda:
             torch.cuda.empty_cache()
 
+    if cuda and s.get("fit_shapes") and "bf16" not in result.skipped:
+        say("GEMV per-kernel fit (bf16)")
+        result.gemv_fit = _gemv_fit(torch, dev, timer, s)
+        torch.cuda.empty_cache()
+
     say("launch overhead")
     result.launch_us_eager, result.launch_us_graph = _launch(torch, dev, cuda, s["launch_kernels"])
     return result
@@ -261,6 +279,45 @@ def _gemv(
     return points
 
 
+def _gemv_fit(torch: Any, dev: Any, timer: _Timer, s: dict[str, Any]) -> GemvFit:
+    """Time each decode shape alone (bf16, batch 1, in a CUDA graph, over copies that exceed
+    the L2) and fit a line: the intercept is the fixed cost of one GEMV kernel, the slope the
+    asymptotic bandwidth. An aggregate bandwidth over a mix of shapes folds the fixed costs in;
+    predict adds them per kernel, so it needs the two apart."""
+    budget = s["fit_MiB"] * 2**20
+    points: list[tuple[int, float]] = []
+    for n_out, k in (tuple(x) for x in s["fit_shapes"]):
+        nbytes = n_out * k * 2
+        copies = max(8, int(budget // nbytes))
+        ws = [torch.randn(n_out, k, dtype=torch.bfloat16, device=dev) * 0.02 for _ in range(copies)]
+        x = torch.randn(1, k, dtype=torch.bfloat16, device=dev)
+
+        def step(ws=ws, x=x) -> None:
+            for w in ws:
+                torch.nn.functional.linear(x, w)
+
+        t = timer(_graphed(torch, step))
+        points.append((nbytes, round(t / copies * 1e6, 3)))
+        del ws
+    fixed_us, bw = fit_line(points)
+    return GemvFit(dtype="bf16", batch=1, fixed_us=fixed_us, bw_GBps=bw, points=points)
+
+
+def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares t_us = a + bytes * b over (bytes, us) points -> (a us, 1 / b in GB/s)."""
+    n = len(points)
+    if n < 2:
+        raise ValueError("a line needs two points")
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    sxx = sum((p[0] - mx) ** 2 for p in points)
+    sxy = sum((p[0] - mx) * (p[1] - my) for p in points)
+    slope = sxy / sxx  # us per byte
+    if slope <= 0:
+        raise ValueError("GEMV time does not grow with bytes: the measurement is broken")
+    return round(my - slope * mx, 3), round(1 / slope / 1e3, 1)
+
+
 def _padded(dtype: str, b: int) -> int:
     if dtype == "fp8":
         return max(16, math.ceil(b / 16) * 16)
@@ -336,6 +393,16 @@ def to_profile(result: CalibrateResult) -> HardwareProfile:
         f"calibrate: read {result.mem_read_GBps} GB/s, copy {result.copy_GBps} GB/s (r+w), "
         f"torch {result.torch_version}"
     )
+    gemv_bw = result.gemv_bw()
+    fit = result.gemv_fit
+    if fit is not None:
+        # predict charges each GEMM its fixed cost on top of bytes / bandwidth, so the
+        # bandwidth it needs is the fitted slope, not the aggregate that folds fixed costs in
+        gemv_bw[fit.dtype] = fit.bw_GBps
+        notes.append(
+            f"gemv {fit.dtype} batch {fit.batch}: {fit.fixed_us} us fixed + bytes / "
+            f"{fit.bw_GBps} GB/s per kernel (fitted over {len(fit.points)} shapes)"
+        )
     return HardwareProfile(
         machine=f"{result.host} ({result.device_name}), {result.created[:10]}"
         + (" - CPU measurement" if cpu else ""),
@@ -345,7 +412,8 @@ def to_profile(result: CalibrateResult) -> HardwareProfile:
         gpu_name_raw=result.device_name,
         mem_bw_GBps=result.mem_read_GBps,
         copy_bw_GBps=result.copy_GBps,
-        gemv_bw_GBps=result.gemv_bw(),
+        gemv_bw_GBps=gemv_bw,
+        gemm_fixed_us_graph=fit.fixed_us if fit else None,
         kernel_launch_us_eager=result.launch_us_eager,
         kernel_launch_us_graph=result.launch_us_graph,
         notes=notes,

@@ -194,6 +194,13 @@ def calibrate(res: CalibrateResult, datasheet_GBps: float | None) -> None:
     )
     for k, v in res.skipped.items():
         c.print(f"{k}: not measured: {v}")
+    if res.gemv_fit is not None:
+        f = res.gemv_fit
+        pts = ", ".join(f"{b / 1e6:.0f} MB {t:g} us" for b, t in f.points)
+        c.print(
+            f"one {f.dtype} GEMV at batch {f.batch}: {f.fixed_us:g} us fixed + bytes / "
+            f"{f.bw_GBps:g} GB/s ({pts})"
+        )
     c.print(
         f"kernel launch: {res.launch_us_eager:g} us eager"
         + ("" if res.launch_us_graph is None else f", {res.launch_us_graph:g} us in a CUDA graph")
