@@ -50,7 +50,11 @@ def measured_step(run: dict[str, Any] | None) -> Measured | None:
     srv = itl.get("server_mean_ms")
     client_step = 1000.0 / mean if mean else None
     if srv and (client_step is None or abs(client_step - srv) > CLIENT_AGREEMENT_PCT / 100 * srv):
-        seen = f"; the client saw {client_step:.3g} ms" if client_step else ""
+        seen = (
+            f"; the client's decode rate implies {client_step:.3g} ms per token"
+            if client_step
+            else ""
+        )
         return Measured(
             step_ms=float(srv),
             tok_s=1000.0 / float(srv),
