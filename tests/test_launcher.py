@@ -276,3 +276,12 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_secret_flag_values_never_reach_the_launch_record():
+    from ceiling.run.launcher import redact_argv
+
+    argv = ["python", "-c", "line1\nline2", "serve", "m", "--api-key", "sk-123", "--hf-token=hf_x"]
+    assert redact_argv(argv) == [
+        "python", "-c", "<shim>", "serve", "m", "--api-key", "***", "--hf-token=***",
+    ]  # fmt: skip

@@ -310,6 +310,30 @@ def _redact(env: dict[str, str]) -> dict[str, str]:
     return {k: ("***" if any(h in k.upper() for h in SECRET_HINTS) else v) for k, v in env.items()}
 
 
+def redact_argv(argv: list[str]) -> list[str]:
+    """The command line with secret-looking flag values masked (``--api-key X``,
+    ``--hf-token=X``) and the inline shim script shortened, for files a user keeps."""
+    out: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next:
+            out.append("***")
+            mask_next = False
+            continue
+        name, eq, _value = arg.partition("=")
+        secret = arg.startswith("-") and any(
+            h in name.upper().replace("-", "_") for h in SECRET_HINTS
+        )
+        if secret and eq:
+            out.append(f"{name}=***")
+        elif secret:
+            out.append(arg)
+            mask_next = True
+        else:
+            out.append(arg if "\n" not in arg else "<shim>")
+    return out
+
+
 def start(
     variant: Variant,
     timeout_s: float = 1800.0,
@@ -359,7 +383,7 @@ def start(
         "variant": variant.name,
         "engine": engine.name,
         "engine_version": install.version,
-        "argv": [a if "\n" not in a else "<shim>" for a in plan.argv],
+        "argv": redact_argv(plan.argv),
         "variant_env": _redact(variant.env),
         "pid": proc.pid,
         "port": port,
