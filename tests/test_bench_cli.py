@@ -138,3 +138,21 @@ def test_ctrl_c_on_the_command_line_writes_a_partial_result(tmp_path: Path) -> N
     assert "partial result written" in err and "Traceback" not in err
     data = json.loads(out.read_text())
     assert data["partial"] is True and data["completed"] >= 2
+
+
+def test_logit_bias_is_sent_as_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with SSEServer(Plan()) as srv:
+        rc = main(
+            [
+                "bench", "--url", srv.url, "--max-tokens", "4", "--requests", "1",
+                "--warmup", "0", "--no-ignore-eos", "--logit-bias", '{"1": -100, "2": -100}',
+                "--quiet", "--json", "--out", str(tmp_path / "run.json"),
+            ]
+        )  # fmt: skip
+        body = srv.bodies[0]
+    assert rc == 0
+    assert body["logit_bias"] == {"1": -100.0, "2": -100.0}
+    assert "ignore_eos" not in body and "min_tokens" not in body
+    assert main(["bench", "--logit-bias", "[1, 2]", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "bad --logit-bias" in err and "Traceback" not in err

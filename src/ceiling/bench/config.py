@@ -32,6 +32,7 @@ class BenchConfig(BaseModel):
     repeat: int = Field(default=1, ge=1)
     warmup: int = Field(default=1, ge=0)
     ignore_eos: bool = True
+    logit_bias: dict[str, float] | None = None  # sent as is (token id -> bias)
     chat: bool = False
     temperature: float | None = None
     save_detailed: bool = False

@@ -251,6 +251,7 @@ async def _send(ctx: _Ctx, index: int, repeat: int) -> _Sent:
         max_tokens=max_t,
         ignore_eos=cfg.ignore_eos and state.ignore_eos,
         temperature=cfg.temperature,
+        logit_bias=cfg.logit_bias,
     )
     state.in_flight += 1
     try:

@@ -120,6 +120,7 @@ def request_body(
     max_tokens: int,
     ignore_eos: bool,
     temperature: float | None,
+    logit_bias: dict[str, float] | None = None,
 ) -> bytes:
     """Serialized streaming request (done before the send timestamp is taken)."""
     body: dict[str, Any] = {
@@ -143,6 +144,10 @@ def request_body(
         body["min_tokens"] = max_tokens
     if temperature is not None:
         body["temperature"] = temperature
+    if logit_bias:
+        # OpenAI's field; banning the special tokens (-100) gives exactly max_tokens on servers
+        # without ignore_eos (llama.cpp)
+        body["logit_bias"] = logit_bias
     return json.dumps(body, separators=(",", ":")).encode()
 
 

@@ -16,6 +16,24 @@ def _levels(text: str) -> list[int]:
         raise CeilingError(f"bad --concurrency {text!r}", fix="e.g. --concurrency 1,2,4,8") from err
 
 
+def _logit_bias(text: str | None) -> dict[str, float] | None:
+    import json
+
+    from ceiling.errors import CeilingError
+
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError("not a JSON object")
+        return {str(k): float(v) for k, v in value.items()}
+    except (ValueError, TypeError) as err:
+        raise CeilingError(
+            f"bad --logit-bias {text!r}: {err}", fix="""e.g. --logit-bias '{"2": -100}'"""
+        ) from err
+
+
 def register(app: typer.Typer) -> None:
     """Add ``bench`` and ``compare`` to the app."""
 
@@ -48,6 +66,11 @@ def register(app: typer.Typer) -> None:
         warmup: int = typer.Option(1, "--warmup", help="Warm-up requests, excluded."),
         ignore_eos: bool = typer.Option(
             True, "--ignore-eos/--no-ignore-eos", help="Generate exactly max_tokens."
+        ),
+        logit_bias: str = typer.Option(
+            None,
+            "--logit-bias",
+            help="JSON token id -> bias, sent as is (ban EOS on servers without ignore_eos).",
         ),
         chat: bool = typer.Option(False, "--chat", help="Use /v1/chat/completions."),
         temperature: float = typer.Option(None, "--temperature", help="Sampling temperature."),
@@ -95,6 +118,7 @@ def register(app: typer.Typer) -> None:
             repeat=repeat,
             warmup=warmup,
             ignore_eos=ignore_eos,
+            logit_bias=_logit_bias(logit_bias),
             chat=chat,
             temperature=temperature,
             save_detailed=save_detailed,
