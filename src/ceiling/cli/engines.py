@@ -52,8 +52,10 @@ def launch_cmd(
 
 
 def inspect_cmd(
-    log: Path = typer.Argument(..., help="Engine log file (vLLM or SGLang)."),
-    engine: str | None = typer.Option(None, "--engine", help="vllm | sglang (default: detect)."),
+    log: Path = typer.Argument(..., help="Engine log file (vLLM, SGLang or llama.cpp)."),
+    engine: str | None = typer.Option(
+        None, "--engine", help="vllm | sglang | llamacpp (default: detect)."
+    ),
     concurrency: int | None = typer.Option(
         None, "--concurrency", help="Streams you intend to serve (checked against KV capacity)."
     ),

@@ -110,6 +110,9 @@ class Engine:
     model_flag: str = ""  # empty: the model is a positional argument
     served_name_flag: str = "--served-model-name"
     flags_module: str = ""  # what dump_args.py imports for the flags (named when that fails)
+    # whether the parser takes ``--max-model-len`` and ``--max_model_len`` alike (vLLM's does);
+    # when False, preflight wants each flag spelled exactly as the parser defines it
+    dash_underscore_alias: bool = True
     # start-up phases for the launch progress: (pattern, phase), first match wins, after
     # ``shard_progress`` (groups: percent, shards loaded, shards in all)
     log_phases: ClassVar[Sequence[tuple[re.Pattern[str], str]]] = ()

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 _HUMAN_INT = re.compile(r"^\d+(\.\d+)?\s*[kKmMgGtT]?[iI]?[bB]?$")
+# values of a ``bool_word`` flag (the words llama-cpp-python's ``_parse_bool_arg`` accepts)
+_BOOL_WORDS = frozenset({"1", "on", "t", "true", "y", "yes", "0", "off", "f", "false", "n", "no"})
 
 
 class Problem(BaseModel):
@@ -143,6 +145,22 @@ def check_args(args: list[Arg], table: FlagTable, engine: Engine) -> list[Proble
         if spec is None:
             problems.append(_unknown_flag(arg, base, lookup, engine, table.version))
             continue
+        if not engine.dash_underscore_alias and not negated and arg.flag not in spec.options:
+            right = next((o for o in spec.options if o.startswith("--")), spec.options[0])
+            problems.append(
+                Problem(
+                    level="error",
+                    kind="bad_flag_form",
+                    subject=arg.flag,
+                    message=(
+                        f"{arg.flag} is spelled {right} by {engine.display_name}, whose parser "
+                        "does not take - and _ alike"
+                    ),
+                    fix=f"write {right}",
+                    suggestion=right,
+                )
+            )
+            continue
         if spec.dest in seen and spec.kind != "append":  # append flags accumulate
             problems.append(
                 Problem(
@@ -212,7 +230,7 @@ def _unknown_flag(
     removed = engine.removed_flags().get(name) or engine.removed_flags().get(
         name.removeprefix("no-")
     )
-    long_opts = sorted({o for o in lookup if o.startswith("--")})
+    long_opts = sorted({o for spec in lookup.values() for o in spec.options if o[:2] == "--"})
     close = difflib.get_close_matches(base, long_opts, n=3, cutoff=0.6)
     suggestion = close[0] if close else None
     if removed:
@@ -323,6 +341,15 @@ def _check_value(flag: str, spec: FlagSpec, value: str, engine: Engine) -> Probl
     elif kind.startswith("human_readable_int"):
         if not (_HUMAN_INT.match(value) or (kind.endswith("auto") and value == "auto")):
             return _type_problem(flag, value, "an integer like 512, 4k or 1M")
+    elif kind == "bool_word":  # a boolean spelled as a value (llama-cpp-python: --verbose false)
+        if value.strip().lower() not in _BOOL_WORDS:
+            return _type_problem(flag, value, "true or false (1/0, yes/no, on/off)")
+    elif kind == "json_object":
+        try:
+            if not isinstance(json.loads(value), dict):
+                return _type_problem(flag, value, "a JSON object")
+        except json.JSONDecodeError:
+            return _type_problem(flag, value, "a JSON object")
     elif value.lstrip().startswith(("{", "[")):
         try:
             parsed = json.loads(value)

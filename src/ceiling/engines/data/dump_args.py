@@ -2,7 +2,8 @@
 
 Usage (with the ENGINE's Python, not ceiling's): ``python dump_args.py vllm|sglang|llamacpp``.
 It imports the engine's own argument parser, the ground truth its server parses with (vLLM:
-``make_arg_parser`` of ``vllm serve``; SGLang: ``ServerArgs.add_cli_args``). Importing an engine
+``make_arg_parser`` of ``vllm serve``; SGLang: ``ServerArgs.add_cli_args``; llama-cpp-python:
+``add_args_from_model(parser, Settings)`` as its ``__main__`` does). Importing an engine
 takes 10-40 s, so ceiling caches the answer per (python, engine version). Must not import ceiling.
 """
 
@@ -32,12 +33,20 @@ def _sglang_parser():
 
 
 def _llamacpp_parser():
+    # what ``python -m llama_cpp.server`` builds (llama_cpp/server/__main__.py): every field of
+    # its pydantic ``Settings`` as ``--field_name`` (underscores only; booleans take a value,
+    # parsed by ``_parse_bool_arg``), plus ``--config_file``
     from llama_cpp.server.cli import add_args_from_model
-    from llama_cpp.server.settings import ConfigFileSettings
+    from llama_cpp.server.settings import Settings
 
     parser = argparse.ArgumentParser(prog="llama_cpp.server")
-    add_args_from_model(parser, ConfigFileSettings)
+    add_args_from_model(parser, Settings)
+    parser.add_argument("--config_file", type=str, help="Path to a config file to load.")
     return parser
+
+
+# llama-cpp-python's value parsers, named as ceiling's preflight checks them
+_TYPE_NAMES = {"_parse_bool_arg": "bool_word", "_parse_json_object_arg": "json_object"}
 
 
 def _sglang_env() -> list:
@@ -96,8 +105,8 @@ def _kind(action) -> str:
 def _type_name(t) -> str | None:
     if t is None:
         return None
-    name = getattr(t, "__name__", None) or type(t).__name__
-    return str(name)
+    name = str(getattr(t, "__name__", None) or type(t).__name__)
+    return _TYPE_NAMES.get(name, name)
 
 
 def main() -> None:
