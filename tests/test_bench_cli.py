@@ -156,3 +156,27 @@ def test_logit_bias_is_sent_as_given(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["bench", "--logit-bias", "[1, 2]", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "bad --logit-bias" in err and "Traceback" not in err
+
+
+def test_out_to_a_device_or_fifo_is_written_into_never_replaced(tmp_path):
+    """`--out /dev/null` must not turn the device node into a regular file (the atomic
+    tmp-then-rename write would replace what other processes own)."""
+    import os
+    import stat
+    import threading
+
+    from ceiling.bench.results import RunResult, save_result
+
+    result = RunResult.model_validate({})  # every field has a default
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    save_result(result, fifo)
+    reader.join(timeout=10)
+    assert stat.S_ISFIFO(fifo.stat().st_mode)  # still a FIFO
+    assert got and '"schema_version"' in got[0]
+    assert not (tmp_path / "pipe.tmp").exists()
+    save_result(result, Path(os.devnull))
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)

@@ -130,12 +130,27 @@ def summary_dict(result: RunResult) -> dict[str, Any]:
 
 
 def save_result(result: RunResult, path: Path) -> Path:
-    """Write the result JSON (creating folders); returns the path."""
+    """Write the result JSON (creating folders); returns the path.
+
+    A regular file is replaced atomically (temporary file, then rename), so a crash never leaves
+    half a result. Anything else that already exists at ``path`` (``/dev/null``, ``/dev/stdout``,
+    a FIFO) is written into, never replaced: the rename would swap a device node that other
+    processes own for a plain file.
+    """
+    import stat
+
     from ceiling.console import dumps
 
+    text = dumps(result.model_dump(mode="json", exclude_none=False)) + "\n"
+    if path.is_dir():
+        raise CeilingError(f"--out {path} is a directory", fix="name a file, e.g. run.json")
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        with path.open("w") as f:
+            f.write(text)
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(dumps(result.model_dump(mode="json", exclude_none=False)) + "\n")
+    tmp.write_text(text)
     tmp.replace(path)
     return path
 
