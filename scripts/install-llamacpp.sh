@@ -16,6 +16,6 @@ else
   echo "installing llama-cpp-python[server]==$VERSION into $VENV (compiles llama.cpp: about 9 minutes the first time)"
   "$PY" -m venv "$VENV"
   CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" "$VENV/bin/pip" install -q --disable-pip-version-check \
-    "llama-cpp-python[server]==$VERSION" "gguf==$GGUF_VERSION" 2>&1 | grep -v "^WARNING: Location" || true
+    "llama-cpp-python[server]==$VERSION" "gguf==$GGUF_VERSION" 2>&1 | { grep -v "^WARNING: Location" || true; }
 fi
 "$VENV/bin/python" -c "import llama_cpp, llama_cpp.server.app, gguf; print('llama_cpp', llama_cpp.__version__, 'ok')"

