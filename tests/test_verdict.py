@@ -142,3 +142,23 @@ def test_measurement_far_below_prediction_is_not_called_bound_by_it():
     v = build_verdict(VerdictInputs(attribution=a, measured_tok_s=172.0))
     assert v.headline.startswith("Faster than predicted")
     assert "launch" in v.headline and v.bound_by == "prediction overestimates"
+
+
+def test_a_level_whose_requests_failed_claims_no_gain():
+    """llama-cpp-python's server drops concurrent streams (7 of 8 requests failed at 2): the
+    one request that completed must not be read as '+82 % with two streams'."""
+    a = attribute(1.0, {"weights": 0.1}, basis="cpu")
+    lv = attribute_levels(
+        [(1, 0.97, {"weights": 0.1}, 823.0), (2, 1.06, {"weights": 0.1}, 338.0)],
+        [
+            {"completed": 8, "failed": 0, "errors": {}},
+            {"completed": 1, "failed": 7, "errors": {"connection": 7}},
+        ],
+    )
+    v = build_verdict(
+        VerdictInputs(attribution=a, measured_tok_s=1000.0, hardware_kind="cpu", levels=lv)
+    )
+    streams = next(h for h in v.hypotheses if "streams" in h.hypothesis)
+    assert streams.answer.startswith("not served: at concurrency 2, 7 of 8 requests failed")
+    assert "connection 7" in streams.answer and streams.predicted_gain_pct is None
+    assert not any("streams at once" in c.change for c in v.changes)

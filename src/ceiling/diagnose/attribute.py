@@ -11,7 +11,7 @@ overestimates.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -174,18 +174,27 @@ class LevelAttribution(BaseModel):
     output_tok_s: float | None = Field(
         None, description="end-to-end output tok/s of the level (includes prefill and TTFT)"
     )
+    completed: int | None = None
+    failed: int = Field(
+        0, description="requests that failed at this level: the level was not really served"
+    )
+    errors: dict[str, int] = Field(default_factory=dict, description="failures by kind")
 
 
 def attribute_levels(
     levels: Sequence[tuple[int, float, Mapping[str, float], float | None]],
+    outcomes: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[LevelAttribution]:
-    """Per concurrency level: (concurrency, measured step ms, components at that batch, tok/s).
+    """Per concurrency level: (concurrency, measured step ms, components at that batch, tok/s),
+    with each level's request outcomes (completed, failed, errors) beside it.
 
     A host-bound engine shows an unexplained time per *step* that stays roughly flat as the
-    batch grows, so per *token* it falls: that is the signature the report points at.
+    batch grows, so per *token* it falls: that is the signature the report points at. A level
+    whose requests failed says nothing about batching: the verdict leaves it out of any gain.
     """
     out = []
-    for conc, measured, comps, tok_s in levels:
+    for i, (conc, measured, comps, tok_s) in enumerate(levels):
+        oc = outcomes[i] if outcomes and i < len(outcomes) else {}
         predicted = float(sum(v for v in comps.values() if v is not None))
         rest = measured - predicted
         b = max(int(conc), 1)
@@ -199,6 +208,9 @@ def attribute_levels(
                 predicted_per_token_ms=predicted / b,
                 decode_tok_s_total=b * 1000.0 / measured,
                 output_tok_s=tok_s,
+                completed=oc.get("completed"),
+                failed=int(oc.get("failed") or 0),
+                errors=dict(oc.get("errors") or {}),
             )
         )
     return out

@@ -86,10 +86,14 @@ def level_attributions(
 
     pts = concurrency_points(res.bench.get("concurrency"))
     rows = []
+    outcomes = []
     for p in pts:
         m = measured_step(p)
         if m is None:
             continue
+        outcomes.append(
+            {"completed": p.get("completed"), "failed": p.get("failed"), "errors": p.get("errors")}
+        )
         c = int(p["concurrency"])
         if host is not None and footprint is not None:
             from ceiling.diagnose.cpu_host import cpu_floor_components
@@ -106,7 +110,7 @@ def level_attributions(
         else:
             comps = {}
         rows.append((c, m.step_ms, comps, p.get("output_throughput")))
-    return attribute_levels(rows)
+    return attribute_levels(rows, outcomes)
 
 
 def attribute_result(

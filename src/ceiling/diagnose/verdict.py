@@ -296,7 +296,27 @@ def _graph_hypothesis(inp: VerdictInputs, a: Attribution | None) -> Hypothesis |
     return None
 
 
+def _served(levels: Sequence[LevelAttribution]) -> list[LevelAttribution]:
+    """Levels whose requests all completed: only those say anything about batching."""
+    return [lv for lv in levels if not lv.failed]
+
+
 def _streams_hypothesis(levels: Sequence[LevelAttribution]) -> Hypothesis | None:
+    broken = [lv for lv in levels if lv.failed]
+    if broken:
+        b = broken[0]
+        total = b.failed + (b.completed or 0)
+        kinds = ", ".join(f"{k} {v}" for k, v in b.errors.items()) or "errors"
+        return Hypothesis(
+            hypothesis=f"More concurrent streams (-> {b.concurrency})",
+            answer=(
+                f"not served: at concurrency {b.concurrency}, {b.failed} of {total} requests "
+                f"failed ({kinds}); the server did not serve {b.concurrency} streams at once, "
+                "so no throughput gain can be claimed from that level"
+            ),
+            evidence="measured concurrency sweep (failed requests per level)",
+        )
+    levels = _served(levels)
     if len(levels) < 2:
         return None
     lo, hi = levels[0], levels[-1]
@@ -388,7 +408,7 @@ def _changes(inp: VerdictInputs) -> list[Change]:
                 ),
             )
         )
-    lv = inp.levels
+    lv = _served(inp.levels)
     if len(lv) >= 2:
         gain = 100.0 * (lv[-1].decode_tok_s_total / lv[0].decode_tok_s_total - 1.0)
         if gain > 0:

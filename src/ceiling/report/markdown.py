@@ -176,6 +176,7 @@ def _concurrency(doc: Doc) -> list[str]:
         rows.append(
             [
                 c,
+                f"{p.get('completed', '–')}/{p.get('failed', 0)}",
                 fmt(p.get("output_throughput")),
                 fmt(p.get("mean_tpot_ms"), 3),
                 fmt(a.get("measured_step_ms"), 3),
@@ -191,6 +192,7 @@ def _concurrency(doc: Doc) -> list[str]:
         table(
             [
                 "concurrency",
+                "ok/failed",
                 "output tok/s",
                 "client TPOT ms",
                 "decode step ms",
