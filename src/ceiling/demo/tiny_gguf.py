@@ -28,36 +28,30 @@ from collections import Counter
 from itertools import pairwise
 from pathlib import Path
 
-HIDDEN = 128
-LAYERS = 2
-HEADS = 2
-FEED_FORWARD = 256
-CONTEXT = 512
+# The model's shape, seed, special tokens, chat template and corpus are tiny_model.py's (the HF
+# twin served by vLLM): one definition, imported from the sibling file, which loads no heavy
+# package at import time (torch/transformers are imported inside its functions).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiny_model import (
+    CHAT_TEMPLATE,
+    CORPUS,
+    HEADS,
+    HIDDEN,
+    LAYERS,
+    SEED,
+    SPECIAL_TOKENS,
+)
+from tiny_model import INTERMEDIATE as FEED_FORWARD
+from tiny_model import MAX_POSITIONS as CONTEXT
+
 RMS_EPS = 1e-5
 ROPE_BASE = 10000.0
-SEED = 1234
 BUILD_FORMAT = 2  # raise when the file's content changes
 VOCAB_TARGET = 512
 # longest token, in bytes: llama-cpp-python 0.3.36 turns tokens into text through a 32-byte buffer
 # and a longer piece comes out EMPTY (a streamed chunk with no text); string.printable in the
 # corpus would otherwise merge into tokens of up to 52 letters
 MAX_TOKEN_BYTES = 16
-SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]  # ids 0, 1, 2: bos, eos, pad
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<s>' + message['role'] + ': ' + message['content'] + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<s>assistant: ' }}{% endif %}"
-)
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "How fast can this deployment go, and where does the time go?",
-    "Decode is bound by memory bandwidth; prefill is bound by compute.",
-    "Tensor parallel ranks exchange activations with an allreduce per layer.",
-    "Hello, world! This is a tiny model for testing inference engines.",
-    "user: write a short poem about GPUs\nassistant: silicon rivers hum",
-    string.printable,
-]
 # GPT-2's pre-tokenizer, for ASCII text (\p{L} -> letters, \p{N} -> digits)
 _PRE = re.compile(
     r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+"""
