@@ -288,3 +288,19 @@ def test_init_line_with_compilation_time():
 def test_attention_backend_lines(msg, backend, mla):
     f = parse_lines([f"INFO 05-12 10:00:46 [cuda.py:1] {msg}"], engine="vllm")
     assert f.attention_backend == backend and bool(f.mla) is mla
+
+
+def test_finding_fixes_speak_the_engines_flags():
+    """The same finding is fixed with each engine's own flags (engine knowledge lives in the
+    adapters): a llama.cpp user must not be told to raise --gpu-memory-utilization."""
+    from ceiling.diagnose.findings import derive_findings
+    from ceiling.diagnose.logs import EngineFacts
+
+    def kv_fix(engine):
+        facts = EngineFacts(engine=engine, max_concurrency=1.0)
+        return next(f.fix for f in derive_findings(facts, concurrency=4) if f.id == "kv-capacity")
+
+    assert "--gpu-memory-utilization" in kv_fix("vllm")
+    assert "--mem-fraction-static" in kv_fix("sglang")
+    assert "--n_ctx" in kv_fix("llamacpp") and "gpu-memory" not in kv_fix("llamacpp")
+    assert kv_fix(None).startswith("more KV") and "--" not in kv_fix(None)  # neutral advice

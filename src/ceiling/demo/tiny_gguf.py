@@ -40,6 +40,7 @@ from tiny_model import (
     LAYERS,
     SEED,
     SPECIAL_TOKENS,
+    bytes_to_unicode,
 )
 from tiny_model import INTERMEDIATE as FEED_FORWARD
 from tiny_model import MAX_POSITIONS as CONTEXT
@@ -56,23 +57,6 @@ MAX_TOKEN_BYTES = 16
 _PRE = re.compile(
     r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+"""
 )
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable-character table (the byte-level alphabet)."""
-    bs = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs), strict=True))
 
 
 def train_bpe(corpus: list[str], vocab_target: int = VOCAB_TARGET) -> tuple[list[str], list[str]]:

@@ -87,16 +87,16 @@ def build_tokenizer(out: Path, vocab_size: int = 512) -> int:
 
 def _byte_level_chars(text: str) -> list[str]:
     """The byte-level (GPT-2) characters that represent ``text``'s UTF-8 bytes."""
-    table = _bytes_to_unicode()
+    table = bytes_to_unicode()
     return [table[b] for b in text.encode("utf-8")]
 
 
 def _byte_level_decode(token: str) -> list[str]:
-    inverse = {v: k for k, v in _bytes_to_unicode().items()}
+    inverse = {v: k for k, v in bytes_to_unicode().items()}
     return [chr(inverse[c]) if c in inverse else "\ufffd" for c in token]
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable-character table (the ByteLevel alphabet)."""
     bs = (
         list(range(ord("!"), ord("~") + 1))

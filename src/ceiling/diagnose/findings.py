@@ -8,7 +8,8 @@ Thresholds marked *heuristic* are our choice, derived from the catalogue.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -34,9 +35,73 @@ class Finding(BaseModel):
     ref: str | None = None
 
 
+# Findings that follow from one kind of evidence line alone (the log parser's evidence key), in
+# report order. ``fix`` is engine-neutral: an engine adapter's ``finding_fixes`` says it in
+# that engine's flags.
+_FROM_EVIDENCE: dict[str, dict[str, str]] = {
+    "fp8_kv_unavailable": {
+        "id": "fp8-kv-unavailable",
+        "title": "FP8 KV cache unavailable with this backend/model",
+        "severity": "warning",
+        "fix": "pick an attention backend that supports FP8 KV, or accept the BF16 KV size",
+        "kind": "configurable",
+        "predicted_effect": "KV capacity and KV read bandwidth stay at 16-bit (2x FP8)",
+        "ref": "E3",
+    },
+    "partial_cudagraphs": {
+        "id": "partial-cudagraphs",
+        "title": "CUDA graphs only partly used (PIECEWISE downgrade or truncated capture)",
+        "severity": "warning",
+        "fix": "use a full-graph attention backend; capture graphs up to the batch size",
+        "kind": "configurable",
+        "predicted_effect": "up to 4.3x at 30k context in one report (throughput-killers B2)",
+        "ref": "B2",
+    },
+    "default_moe_config": {
+        "id": "default-moe-config",
+        "title": "MoE kernels run with the default (untuned) config",
+        "severity": "info",
+        "fix": "tune the fused-MoE config for this GPU/shape or pick another MoE backend",
+        "kind": "configurable",
+        "predicted_effect": "a few to tens of percent on MoE layers (throughput-killers E1)",
+        "ref": "E1",
+    },
+    "unknown_env": {
+        "id": "unknown-env",
+        "title": "The engine ignored environment variables it does not know",
+        "severity": "warning",
+        "fix": "fix the names (run `ceiling preflight`): these settings were never applied",
+        "kind": "configurable",
+        "predicted_effect": "the run did not test what it meant to test (throughput-killers H2)",
+        "ref": "H2",
+    },
+}
+
+_Fix = Callable[[str, str], str]
+
+
+def _without_fix(spec: dict[str, str]) -> dict[str, Any]:
+    return {k: v for k, v in spec.items() if k != "fix"}
+
+
+def _fixer(engine: str | None) -> _Fix:
+    """finding id, neutral advice -> the advice in the engine's own flags when it has them."""
+    fixes: dict[str, str] = {}
+    if engine:
+        from ceiling.engines import get_engine
+        from ceiling.errors import CeilingError
+
+        try:
+            fixes = get_engine(engine).finding_fixes
+        except CeilingError:
+            fixes = {}
+    return lambda finding_id, neutral: fixes.get(finding_id, neutral)
+
+
 def derive_findings(facts: EngineFacts, concurrency: int | None = None) -> list[Finding]:
     """All findings the facts support (``concurrency``: the load the user intends to serve)."""
     out: list[Finding] = []
+    fix = _fixer(facts.engine)
     on_gpu = facts.device not in ("cpu",)
     ev = facts.evidence
     tp = facts.tensor_parallel_size or 1
@@ -76,7 +141,10 @@ def derive_findings(facts: EngineFacts, concurrency: int | None = None) -> list[
                 title="INT4 compressed-tensors path runs without fusion passes",
                 severity="warning",
                 evidence=ev.get("linear_kernel", []) + ev.get("compilation", []),
-                fix="turn the fusion passes on: -O2/-O3 sets them for quantized models, or -cc.pass_config.fuse_norm_quant=true -cc.pass_config.fuse_act_quant=true (needs -cc.mode=VLLM_COMPILE)",
+                fix=fix(
+                    "int4-without-fusion",
+                    "turn on the engine's norm/activation-quant fusion passes",
+                ),
                 kind="configurable",
                 predicted_effect="unfused norm/activation/quant kernels add launches and memory "
                 "round-trips every layer (throughput-killers B3)",
@@ -93,7 +161,9 @@ def derive_findings(facts: EngineFacts, concurrency: int | None = None) -> list[
                 severity="warning" if on_gpu else "info",
                 evidence=ev.get("eager", []) + ev.get("compilation", [])[:1],
                 # on CPU there are no CUDA graphs: a platform fact, nothing to change
-                fix="remove --enforce-eager (and -cc.cudagraph_mode=NONE)" if on_gpu else None,
+                fix=fix("eager-mode", "turn CUDA graphs on (drop the engine's eager-mode flag)")
+                if on_gpu
+                else None,
                 kind="configurable" if on_gpu else "fundamental",
                 predicted_effect=(
                     "decode step 9.71 -> 4.75 ms with a CUDA graph for a Llama-8B shape on one "
@@ -108,65 +178,15 @@ def derive_findings(facts: EngineFacts, concurrency: int | None = None) -> list[
     if facts.max_concurrency is not None:
         want = concurrency
         if want is not None and facts.max_concurrency < want:
-            out.append(_kv_finding(facts, want))
+            out.append(_kv_finding(facts, want, fix))
         elif want is None and facts.max_concurrency < 1.0:
-            out.append(_kv_finding(facts, 1))
+            out.append(_kv_finding(facts, 1, fix))
 
-    if ev.get("fp8_kv_unavailable"):
-        out.append(
-            Finding(
-                id="fp8-kv-unavailable",
-                title="FP8 KV cache unavailable with this backend/model",
-                severity="warning",
-                evidence=ev["fp8_kv_unavailable"],
-                fix="pick an attention backend that supports FP8 KV, or accept the BF16 KV size",
-                kind="configurable",
-                predicted_effect="KV capacity and KV read bandwidth stay at 16-bit (2x FP8)",
-                ref="E3",
+    for key, spec in _FROM_EVIDENCE.items():
+        if ev.get(key):
+            out.append(
+                Finding(evidence=ev[key], fix=fix(spec["id"], spec["fix"]), **_without_fix(spec))
             )
-        )
-
-    if ev.get("partial_cudagraphs"):
-        out.append(
-            Finding(
-                id="partial-cudagraphs",
-                title="CUDA graphs only partly used (PIECEWISE downgrade or truncated capture)",
-                severity="warning",
-                evidence=ev["partial_cudagraphs"],
-                fix="use a full-graph attention backend; raise max_cudagraph_capture_size to the batch",
-                kind="configurable",
-                predicted_effect="up to 4.3x at 30k context in one report (throughput-killers B2)",
-                ref="B2",
-            )
-        )
-
-    if ev.get("default_moe_config"):
-        out.append(
-            Finding(
-                id="default-moe-config",
-                title="MoE kernels run with the default (untuned) config",
-                severity="info",
-                evidence=ev["default_moe_config"],
-                fix="tune the fused-MoE config for this GPU/shape (benchmark_moe) or pick another MoE backend",
-                kind="configurable",
-                predicted_effect="a few to tens of percent on MoE layers (throughput-killers E1)",
-                ref="E1",
-            )
-        )
-
-    if ev.get("unknown_env"):
-        out.append(
-            Finding(
-                id="unknown-env",
-                title="The engine ignored environment variables it does not know",
-                severity="warning",
-                evidence=ev["unknown_env"],
-                fix="fix the names (run `ceiling preflight`): these settings were never applied",
-                kind="configurable",
-                predicted_effect="the run did not test what it meant to test (throughput-killers H2)",
-                ref="H2",
-            )
-        )
 
     start = facts.startup_s
     load = facts.weights_load_s or facts.model_load_s
@@ -193,7 +213,7 @@ def _is_int4(facts: EngineFacts) -> bool:
     return any(k in text for k in ("WNA16", "W4A16", "Marlin", "int4", "INT4", "wNa16"))
 
 
-def _kv_finding(facts: EngineFacts, want: int) -> Finding:
+def _kv_finding(facts: EngineFacts, want: int, fix: _Fix) -> Finding:
     return Finding(
         id="kv-capacity",
         title=(
@@ -201,8 +221,11 @@ def _kv_finding(facts: EngineFacts, want: int) -> Finding:
         ),
         severity="critical",
         evidence=facts.evidence.get("kv", []),
-        fix="more KV: raise --gpu-memory-utilization, FP8 KV cache, lower --max-model-len, "
-        "DCP, or serve fewer sequences",
+        fix=fix(
+            "kv-capacity",
+            "more KV: give the KV cache more memory, an FP8 KV cache, a shorter max length, "
+            "or serve fewer sequences",
+        ),
         kind="configurable",
         predicted_effect="requests beyond capacity are preempted and recomputed: throughput "
         "collapses (~14x in one report, throughput-killers C1)",

@@ -125,6 +125,9 @@ class Engine:
     # names, newest first; every name starts with ``metric_prefix``
     metric_prefix: str = ""
     metric_histograms: ClassVar[dict[str, tuple[str, ...]]] = {}
+    # ``inspect`` findings: finding id -> how to fix it with THIS engine's flags. A finding whose
+    # id is missing here gets diagnose.findings' engine-neutral advice.
+    finding_fixes: ClassVar[dict[str, str]] = {}
 
     # ---- install -------------------------------------------------------------------------
     def locate(self, variant: Variant) -> EngineInstall:

@@ -96,6 +96,10 @@ class LlamaCppEngine(Engine):
 
     name = "llamacpp"
     display_name = "llama-cpp-python"
+    finding_fixes = {  # noqa: RUF012 (class data, read only)
+        "kv-capacity": "more context: raise --n_ctx (the server runs one request at a time: "
+        "concurrent streams need another server or another engine)",
+    }
     ready_line = "Application startup complete."
     health_paths = ("/v1/models",)
     default_port = 8080

@@ -45,6 +45,11 @@ class SglangEngine(Engine):
 
     name = "sglang"
     display_name = "SGLang"
+    finding_fixes = {  # noqa: RUF012 (class data, read only)
+        "eager-mode": "remove --disable-cuda-graph; raise --cuda-graph-max-bs to the batch",
+        "kv-capacity": "more KV: raise --mem-fraction-static, --kv-cache-dtype fp8_e4m3, lower "
+        "--context-length, or serve fewer sequences (--max-running-requests)",
+    }
     ready_line = "The server is fired up and ready to roll!"
     default_port = 30000
     env_prefixes = ("SGLANG_",)

