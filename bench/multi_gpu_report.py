@@ -61,24 +61,36 @@ def _token(doc: dict) -> list[str]:
 
 def _tp(doc: dict) -> list[str]:
     out = [
-        "| model | TP | variant | graph ms | predicted | eager ms | predicted | weights GB/rank | check |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | TP | split | variant | graph ms | predicted | err | eager ms | predicted | "
+        "collectives in step (graph) ms | weights GB/rank | check |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["rows"]:
+        split = r.get("parallel", "tp")
         if "error" in r:
             out.append(
-                f"| {r['model']} | {r['tp']} | {r['variant']} | failed: {r['error'][:120]} ||||||"
+                f"| {r['model']} | {r['tp']} | {split} | {r['variant']} | "
+                f"failed: {r['error'][:160]} |||||||"
             )
             continue
 
         def ms(k, r=r):
             v = r.get(k)
-            return "-" if v is None else f"{v:.2f}"
+            return "-" if v is None else f"{v:.3f}"
 
+        g, pg = r.get("graph_ms"), r.get("predicted_graph_ms")
+        err = "-" if not g or not pg else f"{100 * (pg - g) / g:+.1f} %"
         ok = "ok" if r.get("finite") and r.get("ranks_consistent") else "FAILED"
         out.append(
-            f"| {r['model']} | {r['tp']} | {r['variant']} | {ms('graph_ms')} | {ms('predicted_graph_ms')} | "
-            f"{ms('eager_ms')} | {ms('predicted_eager_ms')} | {r['weights_GB_per_rank']:.1f} | {ok} |"
+            f"| {r['model']} | {r['tp']} | {split} | {r['variant']} | {ms('graph_ms')} | "
+            f"{ms('predicted_graph_ms')} | {err} | {ms('eager_ms')} | {ms('predicted_eager_ms')} | "
+            f"{ms('comm_in_step_graph_ms')} | {r['weights_GB_per_rank']:.1f} | {ok} |"
+        )
+    if doc.get("running"):
+        run = doc["running"]
+        out.append(
+            f"\ncut off while running {run['model']} TP={run['tp']} {run.get('parallel', 'tp')} "
+            f"{run['variant']}: no row for it"
         )
     return out
 
@@ -86,6 +98,9 @@ def _tp(doc: dict) -> list[str]:
 def main(paths: list[str]) -> int:
     lines: list[str] = []
     for p in paths:
+        if not Path(p).is_file():  # a part that was cut off or never ran: say so, go on
+            lines.append(f"\n## {Path(p).name}\n\nmissing: that step left no file\n")
+            continue
         doc = json.loads(Path(p).read_text())
         lines.append(f"\n## {Path(p).name}\n")
         if "runs" in doc:

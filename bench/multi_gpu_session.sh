@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
-# Multi-GPU evidence run (issue 7), for nvidia-h200-x2 / -x4 / -x8. Two calls, each < 10 min:
+# Multi-GPU evidence run (issues 7 and 10), for nvidia-h200-x2 / -x4 / -x8. Each part < 10 min:
 #
+#   bash bench/multi_gpu_session.sh all
+#       one call for a 2-GPU machine: tp (canary first), then comm; predictions are made
+#       afterwards on any machine with `tp_decode.py --repredict RESULT --profile profile.json`.
 #   bash bench/multi_gpu_session.sh comm
 #       probe (how the GPUs are linked), calibrate, commbench at world sizes 2,4,8 (as many as
 #       the machine has) x sizes 1K..64M x variants of data/commbench.yaml group `issue7`
 #       (default; NCCL_ALGO=Ring/Tree; NCCL_PROTO=LL/LL128/Simple; NCCL_P2P_DISABLE=1;
 #       NCCL_MAX_NCHANNELS=16 + NCCL_BUFFSIZE=16777216), eager and in CUDA graphs, with the
 #       Llama-3.1-70B per-token cost; writes profile.json = calibrate + commbench fits.
-#   bash bench/multi_gpu_session.sh tp PROFILE.json
-#       TP decode steps (Llama-3.1-70B at TP 2/4/8, Qwen3-30B-A3B MoE stack at TP 2/4/8), CUDA
-#       graph and eager, default and NCCL_P2P_DISABLE=1, each beside predict's number with
-#       PROFILE.json (the profile.json the `comm` call brought back, committed under bench/results/).
-# Each part ends with bench/multi_gpu_report.py's Markdown summary (report_<part>.md); at most 7
-# files come back per part (the device tool returns 8).
-# Device tool: run(kind="nvidia-h200-x8", carry=[".whl"], command="bash bench/multi_gpu_session.sh comm")
-#              then commit $OUT's files under bench/results/<date>_h200-x8/ and
-#              run(kind="nvidia-h200-x8", carry=[".whl"],
-#                  command="bash bench/multi_gpu_session.sh tp bench/results/<date>_h200-x8/profile.json")
+#   bash bench/multi_gpu_session.sh tp [PROFILE.json]
+#       a canary (Llama-3.1-8B shape at TP 2, 90 s limit, stops at the first failure with every
+#       rank's stage and stack), then TP decode steps: dense (Llama-3.1-8B, Qwen3-32B at TP 1 and
+#       the machine's TP sizes; Llama-3.1-70B at those TP sizes) and MoE (Qwen3-30B-A3B at TP and
+#       EP), CUDA graph and eager, default and NCCL_P2P_DISABLE=1, each with the same step timed
+#       without its collectives (the in-step allreduce cost), beside predict's number.
+# Every tp_decode run saves its rows after each configuration and names the one in flight, and a
+# failed or hung configuration leaves each rank's stage, exit code and last words (stacks) in
+# the row; full rank logs are packed into extras.tgz. At most 8 files come back per call.
+# Device tool: run(kind="nvidia-h200-x2", carry=[".whl"], command="bash bench/multi_gpu_session.sh all")
 #
 # NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
-# NVSHMEM_DISABLE_NVLS=1): the device README says why. Carry .whl (pydantic & co.) if needed.
+# NVSHMEM_DISABLE_NVLS=1): the device README says why. Carry .whl (pydantic & co.: bench/gpu_wheels.sh).
 set -u
 export COLUMNS=${COLUMNS:-160} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PART=${1:-comm}
@@ -38,32 +41,54 @@ if [ -z "$WS" ]; then
   echo "only ${N:-0} GPU(s): multi-GPU runs need 2 or more (set WORLD_SIZES=1 for a path check)" >&2
   WS=1
 fi
+W=/tmp/mg_work; mkdir -p "$W/logs"
 LOG="$OUT/session_$PART.log"
-step() { echo; echo "== $*"; }
+step() { echo; echo "== $* ($(date -u +%T))"; }
+
+comm() {
+  step "probe"; timeout 60 $PY -m ceiling probe --out "$W/probe.json"
+  step "calibrate (GPU 0)"; timeout 150 $PY -m ceiling calibrate --results "$W/calibrate.json" --out "$W/profile_calibrate.json"
+  step "commbench"
+  # results and profile are rewritten after every (variant, world size): a cut-off keeps them
+  timeout 300 $PY -m ceiling commbench --world-sizes "$WS" --sizes 1K..64M --variant issue7 \
+    --model llama-3.1-70b --budget-ms 5 --reps 3 --timeout 120 \
+    --merge "$W/profile_calibrate.json" --out "$OUT/profile.json" --results "$OUT/commbench.json"
+}
+
+tp() {
+  local prof=${1:-}
+  local PROF_ARG=${prof:+--profile $prof}
+  local LAYERS_ARG=${LAYERS:+--layers $LAYERS}   # LAYERS=40: a 70B shape that fits one GPU (path check)
+  local TP1="1,$WS"
+  step "canary: Llama-3.1-8B shape at TP ${WS%%,*} (stops at the first failure)"
+  if ! timeout 150 $PY bench/tp_decode.py --model llama-3.1-8b --tp "${WS%%,*}" --variant default \
+      --iters 10 --timeout 90 --stop-on-error --logs "$W/logs/canary" $PROF_ARG --out "$OUT/tp_canary.json"; then
+    echo "canary failed: the TP matrix is skipped; the row above has every rank's stage and last words"
+    return 1
+  fi
+  step "TP decode, dense (Llama-3.1-8B, Qwen3-32B at TP $TP1; Llama-3.1-70B at TP $WS)"
+  timeout 200 $PY bench/tp_decode.py --model llama-3.1-8b,qwen3-32b --tp "$TP1" --variant default,p2p-off \
+    --iters 20 --timeout 90 --logs "$W/logs/dense" $LAYERS_ARG $PROF_ARG --out "$OUT/tp_decode_dense.json"
+  timeout 150 $PY bench/tp_decode.py --model llama-3.1-70b --tp "$WS" --variant default,p2p-off \
+    --iters 20 --timeout 120 --logs "$W/logs/dense70" $LAYERS_ARG $PROF_ARG --out "$W/tp_decode_dense70.json"
+  step "TP decode, MoE (Qwen3-30B-A3B shape, TP and EP)"
+  timeout 200 $PY bench/tp_decode.py --model qwen3-30b-a3b --tp "$TP1" --parallel tp,ep --variant default,p2p-off \
+    --iters 20 --timeout 90 --logs "$W/logs/moe" $PROF_ARG --out "$OUT/tp_decode_moe.json"
+}
+
 {
   step "machine ($N GPUs, world sizes $WS)"; date -u; nvidia-smi -L; nvidia-smi topo -m
   $PY -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count())"
-  if [ "$PART" = comm ]; then
-    step "probe"; timeout 120 $PY -m ceiling probe --out "$OUT/probe.json"
-    step "calibrate (GPU 0)"; timeout 240 $PY -m ceiling calibrate --results "$OUT/calibrate.json" --out "$OUT/profile_calibrate.json"
-    step "commbench"
-    # results and profile are rewritten after every (variant, world size): a cut-off keeps them
-    timeout 480 $PY -m ceiling commbench --world-sizes "$WS" --sizes 1K..64M --variant issue7 \
-      --model llama-3.1-70b --budget-ms 5 --reps 3 --timeout 120 \
-      --merge "$OUT/profile_calibrate.json" --out "$OUT/profile.json" --results "$OUT/commbench.json"
-    $PY bench/multi_gpu_report.py "$OUT/commbench.json" > "$OUT/report_comm.md"
-  elif [ "$PART" = tp ]; then
-    PROFILE=${2:-$OUT/profile.json}
-    LAYERS_ARG=${LAYERS:+--layers $LAYERS}   # LAYERS=40: a 70B shape that fits one GPU (path check)
-    step "TP decode, dense (Llama-3.1-70B shape)"
-    timeout 330 $PY bench/tp_decode.py --model llama-3.1-70b --tp "$WS" --variant default,p2p-off \
-      --iters 20 --timeout 120 $LAYERS_ARG --profile "$PROFILE" --out "$OUT/tp_decode_dense.json"
-    step "TP decode, MoE (Qwen3-30B-A3B shape)"
-    timeout 230 $PY bench/tp_decode.py --model qwen3-30b-a3b --tp "$WS" --variant default,p2p-off \
-      --iters 20 --timeout 120 --profile "$PROFILE" --out "$OUT/tp_decode_moe.json"
-    $PY bench/multi_gpu_report.py "$OUT"/tp_decode_*.json > "$OUT/report_tp.md"
-  else
-    echo "usage: multi_gpu_session.sh comm | tp PROFILE.json" >&2
-  fi
+  case "$PART" in
+    comm) comm; $PY bench/multi_gpu_report.py "$OUT/commbench.json" > "$OUT/report_comm.md" ;;
+    tp) tp "${2:-$OUT/profile.json}"
+        $PY bench/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json "$W"/tp_decode_dense70.json > "$OUT/report_tp.md" ;;
+    all) tp ""; comm
+         $PY bench/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json "$W"/tp_decode_dense70.json \
+           "$OUT/commbench.json" > "$OUT/report_all.md" ;;
+    *) echo "usage: multi_gpu_session.sh all | comm | tp [PROFILE.json]" >&2 ;;
+  esac
   step "done"; date -u
 } 2>&1 | tee "$LOG"
+# full rank logs and the smaller files in one archive (the device tool returns at most 8 files)
+tar -czf "$OUT/extras.tgz" -C "$W" . 2>/dev/null

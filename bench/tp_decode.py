@@ -63,18 +63,39 @@ def model_config(name: str, tiny: bool) -> dict:
 
 
 def worker(spec_path: str) -> int:
+    from datetime import timedelta
+
+    from ceiling.probe.rankstage import arm
+
+    arm()  # SIGUSR1 -> every thread's stack in this rank's log (the parent's timeout sends it)
+    spec = json.loads(Path(spec_path).read_text())
+    rank, tp = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    hang = spec.get("debug_hang") or {}
+
+    def stage(name: str) -> None:
+        from ceiling.probe.rankstage import stage as mark
+
+        mark(name)
+        if hang.get("rank") == rank and hang.get("stage") == name:
+            time.sleep(10**6)  # fault injection for the harness test: this rank stops here
+
+    stage("import torch")
     import torch
     import torch.distributed as dist
 
-    spec = json.loads(Path(spec_path).read_text())
-    rank, tp = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cuda = spec["device"] == "cuda"
     dev = torch.device(f"cuda:{rank}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(dev)
+    stage("init_process_group")
     dist.init_process_group(
-        spec["backend"], rank=rank, world_size=tp, **({"device_id": dev} if cuda else {})
+        spec["backend"],
+        rank=rank,
+        world_size=tp,
+        timeout=timedelta(seconds=spec.get("pg_timeout_s", 600)),
+        **({"device_id": dev} if cuda else {}),
     )
+    stage("build weights")
     torch.manual_seed(1234 + rank)
     dt = torch.bfloat16
     c, B, S = spec["config"], spec["batch"], spec["context"]
@@ -85,6 +106,10 @@ def worker(spec_path: str) -> int:
     E = c.get("num_experts") or c.get("n_routed_experts") or 0
     K = c.get("num_experts_per_tok") or 0
     hq, hkv = nq // tp, max(1, nkv // tp)
+    ep = bool(spec.get("ep")) and E > 0 and tp > 1
+    assert not ep or E % tp == 0, f"{E} experts do not split over {tp} ranks"
+    routed_here = 0  # (layer, expert) pairs this rank computes: EP's load on this rank
+    comm = True  # False: the same step with every collective left out (its cost = the difference)
     assert hq % hkv == 0, f"{hq} query heads per rank over {hkv} KV heads"
     weight_bytes = kv_bytes = 0
 
@@ -112,9 +137,13 @@ def worker(spec_path: str) -> int:
             "v": kv(B, hkv, S, hd),
         }
         if E:
-            ie = c["moe_intermediate_size"] // tp
-            d.update(router=w(E, H), w13=w(E, 2 * ie, H), w2=w(E, H, ie))
-            d["route"] = _routing(torch, gen, B, E, K, dev)
+            if ep:  # whole experts, E/tp of them on each rank
+                ie, lo, hi = c["moe_intermediate_size"], rank * E // tp, (rank + 1) * E // tp
+            else:  # every expert on every rank, 1/tp of its intermediate columns
+                ie, lo, hi = c["moe_intermediate_size"] // tp, 0, E
+            d.update(router=w(E, H), w13=w(hi - lo, 2 * ie, H), w2=w(hi - lo, H, ie))
+            d["route"] = _routing(torch, gen, B, E, K, dev, lo, hi)
+            routed_here += len(d["route"][3])
         else:
             inter = c["intermediate_size"] // tp
             d.update(wgu=w(2 * inter, H), wd=w(H, inter))
@@ -132,7 +161,7 @@ def worker(spec_path: str) -> int:
         return torch.nn.functional.rms_norm(x, (H,), g, 1e-6)
 
     def ar(x):
-        if tp > 1:
+        if tp > 1 and comm:
             dist.all_reduce(x)
         return x
 
@@ -162,6 +191,8 @@ def worker(spec_path: str) -> int:
     def moe(a, d):
         nonlocal moe_impl
         rows, slots, offs, experts = d["route"]
+        if not experts:  # EP: no token routed to this rank's experts in this layer
+            return torch.zeros(B, H, dtype=dt, device=dev)
         vals = torch.softmax((a @ d["router"].t()).float(), dim=-1).topk(K, dim=-1).values.to(dt)
         wts = vals.reshape(-1).index_select(0, slots)
         xs = a.index_select(0, rows)
@@ -194,7 +225,7 @@ def worker(spec_path: str) -> int:
             a = rms(h, d["ln2"])
             h = h + ar(moe(a, d) if E else mlp(a, d))
         logits = rms(h, lnf) @ lm.t()
-        if tp > 1:
+        if tp > 1 and comm:
             dist.all_gather_into_tensor(gathered, logits)
         else:
             gathered.copy_(logits)
@@ -209,8 +240,10 @@ def worker(spec_path: str) -> int:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t.item())
 
+    stage("first step")
     h = step()
     sync()
+    stage("consistency check")
     finite = bool(torch.isfinite(h).all() and torch.isfinite(gathered).all())
     # every rank must hold the same hidden state after the allreduces
     spread = h.float().clone()
@@ -236,12 +269,15 @@ def worker(spec_path: str) -> int:
         return statistics.median(out)
 
     dist.barrier()
+    stage("eager warm-up")
     for _ in range(spec["warmup"]):
         step()
     sync()
+    stage("eager timing")
     eager_ms = agree_max(timed(step, spec["iters_eager"])) if spec["eager"] else None
     graph_ms = None
     if cuda and spec["graph"]:
+        stage("graph warm-up (side stream)")
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
@@ -249,20 +285,58 @@ def worker(spec_path: str) -> int:
                 step()
         torch.cuda.current_stream().wait_stream(s)
         sync()
+        stage("graph capture")
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             step()
+        stage("graph first replay")
         for _ in range(3):
             g.replay()
         sync()
         dist.barrier()
+        stage("graph timing")
         graph_ms = agree_max(timed(g.replay, spec["iters_graph"]))
+    eager_nc = graph_nc = None
+    if tp > 1 and spec.get("no_comm_twin", True):
+        # the same step without its collectives, timed the same way: graph_ms - graph_ms_no_comm
+        # is what the allreduces cost inside the real step (overlap and launch gaps included)
+        comm = False
+        stage("no-collective twin")
+        if spec["eager"]:
+            eager_nc = agree_max(timed(step, spec["iters_eager"]))
+        if cuda and spec["graph"]:
+            g2 = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g2):
+                step()
+            for _ in range(3):
+                g2.replay()
+            sync()
+            dist.barrier()
+            graph_nc = agree_max(timed(g2.replay, spec["iters_graph"]))
+        comm = True
+    loads = None
+    if ep:
+        t = torch.tensor([float(routed_here)], dtype=torch.float32, device=dev)
+        all_loads = [torch.zeros_like(t) for _ in range(tp)]
+        dist.all_gather(all_loads, t)
+        loads = [int(x.item()) for x in all_loads]
+    stage("write result")
     if rank == 0:
         Path(spec["out"]).write_text(
             json.dumps(
                 {
                     "eager_ms": eager_ms,
                     "graph_ms": graph_ms,
+                    "eager_ms_no_comm": eager_nc,
+                    "graph_ms_no_comm": graph_nc,
+                    "comm_in_step_graph_ms": None
+                    if graph_ms is None or graph_nc is None
+                    else graph_ms - graph_nc,
+                    "comm_in_step_eager_ms": None
+                    if eager_ms is None or eager_nc is None
+                    else eager_ms - eager_nc,
+                    "ep": ep,
+                    "ep_routed_experts_per_rank": loads,
                     "weights_GB_per_rank": weight_bytes / 1e9,
                     "kv_GB_per_rank": kv_bytes / 1e9,
                     "allreduces_per_step": (2 * L + 1) if tp > 1 else 0,
@@ -277,19 +351,25 @@ def worker(spec_path: str) -> int:
                 }
             )
         )
+    stage("final barrier")
     dist.barrier()
+    stage("destroy_process_group")
     dist.destroy_process_group()
+    stage("done")
     return 0
 
 
-def _routing(torch, gen, B, E, K, dev):
-    """Random top-K experts per token, sorted by expert: (rows, slots, offs, [(expert, n)])."""
+def _routing(torch, gen, B, E, K, dev, lo=0, hi=None):
+    """Random top-K experts per token (the same draw on every rank), kept for the experts
+    ``lo..hi-1`` this rank holds, sorted by expert: (rows, slots, offs, [(local expert, n)])."""
+    hi = E if hi is None else hi
     pairs = []
     for b in range(B):
         for j, e in enumerate(torch.randperm(E, generator=gen)[:K].tolist()):
-            pairs.append((e, b, j))
+            if lo <= e < hi:
+                pairs.append((e - lo, b, j))
     pairs.sort()
-    counts = [0] * E
+    counts = [0] * (hi - lo)
     for e, _, _ in pairs:
         counts[e] += 1
     rows = torch.tensor([b for _, b, _ in pairs], device=dev)
@@ -324,88 +404,187 @@ def main() -> int:
         "--gpu", default=None, help="catalog GPU for predict (default: from the profile)"
     )
     ap.add_argument("--link", default=None, help="catalog link kind for predict (default: probe)")
+    ap.add_argument(
+        "--parallel",
+        default="tp",
+        help="tp,ep: how MoE layers split over the ranks (ep: whole experts per rank, as "
+        "vLLM's --enable-expert-parallel; dense models run tp only)",
+    )
+    ap.add_argument(
+        "--no-comm-twin",
+        action="store_true",
+        help="skip timing the same step without its collectives (the in-step allreduce cost)",
+    )
+    ap.add_argument("--logs", type=Path, default=None, help="keep every rank's log under DIR")
+    ap.add_argument(
+        "--stop-on-error",
+        action="store_true",
+        help="stop at the first configuration that fails (a canary run)",
+    )
+    ap.add_argument(
+        "--debug-hang",
+        default=None,
+        metavar="RANK:STAGE",
+        help="fault injection for testing the harness: RANK sleeps at STAGE",
+    )
+    ap.add_argument(
+        "--repredict",
+        type=Path,
+        default=None,
+        metavar="RESULT.json",
+        help="no measurement: recompute predict's columns of a saved result with --profile",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if args.worker:
         return worker(args.worker)
+    if args.repredict:
+        return repredict(args)
+    import signal
 
-    import tempfile
+    def _term(signum, frame):  # `timeout` sends SIGTERM: unwind like Ctrl-C, keeping the record
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _term)
 
     from ceiling.probe.commbench import resolve_variants
-    from ceiling.probe.ranks import run_ranks
 
     cuda, n_gpus = _cuda_facts()
     backend = args.backend if args.backend != "auto" else ("nccl" if cuda else "gloo")
     device = "cuda" if backend == "nccl" else "cpu"
     link = args.link or _probe_link()
-    rows = []
+    hang = None
+    if args.debug_hang:
+        r, _, st = args.debug_hang.partition(":")
+        hang = {"rank": int(r), "stage": st}
+    rows: list[dict] = []
+    configs = []
     for model in args.model.split(","):
         cfg = model_config(model, args.tiny)
+        moe = bool(cfg.get("num_experts") or cfg.get("n_routed_experts"))
         for tp in [int(x) for x in args.tp.split(",")]:
             if device == "cuda" and tp > n_gpus:
                 print(f"skip {model} TP={tp}: {n_gpus} GPU(s)", flush=True)
                 continue
-            for vname, venv in resolve_variants(args.variant.split(","), []):
-                if tp == 1 and vname != "default":
-                    continue  # no collective at TP=1: variants change nothing
-                with tempfile.TemporaryDirectory() as tmp:
-                    spec = {
-                        "device": device,
-                        "backend": backend,
-                        "config": cfg,
-                        "batch": args.batch,
-                        "context": args.context,
-                        "layers": args.layers,
-                        "moe_impl": args.moe_impl,
-                        "attn_impl": args.attn_impl,
-                        "warmup": 3,
-                        "eager": not args.no_eager,
-                        "graph": not args.no_graph,
-                        "iters_eager": max(3, args.iters // 3),
-                        "iters_graph": args.iters,
-                        "out": str(Path(tmp, "r.json")),
-                    }
-                    Path(tmp, "spec.json").write_text(json.dumps(spec))
-                    t0 = time.time()
-                    res = run_ranks(
-                        [
-                            sys.executable,
-                            str(Path(__file__).resolve()),
-                            "--worker",
-                            str(Path(tmp, "spec.json")),
-                        ],
-                        tp,
-                        venv,
-                        args.timeout,
-                    )
-                    row = {
-                        "model": model,
-                        "tp": tp,
-                        "variant": vname,
-                        "env": venv,
-                        "batch": args.batch,
-                        "context": args.context,
-                        "backend": backend,
-                        "wall_s": round(time.time() - t0, 1),
-                    }
-                    if res.ok and Path(spec["out"]).is_file():
-                        row.update(json.loads(Path(spec["out"]).read_text()))
-                    else:
-                        row["error"] = res.describe()
-                if args.layers:
-                    row["predicted_error"] = (
-                        "--layers overrides the depth: predict is for the full model"
-                    )
-                elif not args.tiny and "error" not in row:
-                    row.update(_predicted(model, tp, args, link))
-                rows.append(row)
-                print(_line(row), flush=True)
-                _save(args.out, rows, link, args.profile)  # a cut-off keeps what was measured
+            for mode in args.parallel.split(","):
+                if mode == "ep" and (not moe or tp == 1):
+                    continue  # EP needs experts and more than one rank
+                for vname, venv in resolve_variants(args.variant.split(","), []):
+                    if tp == 1 and vname != "default":
+                        continue  # no collective at TP=1: variants change nothing
+                    configs.append((model, cfg, tp, mode, vname, venv))
+    try:
+        return _run_configs(args, configs, rows, hang, device, backend, link)
+    except KeyboardInterrupt:  # between configurations: the rows are on disk already
+        print("interrupted: rows so far saved", flush=True)
+        return 130
+
+
+def _run_configs(args, configs, rows, hang, device, backend, link) -> int:
+    import tempfile
+
+    from ceiling.probe.ranks import run_ranks
+
+    for model, cfg, tp, mode, vname, venv in configs:
+        base = {
+            "model": model,
+            "tp": tp,
+            "parallel": mode,
+            "variant": vname,
+            "env": venv,
+            "batch": args.batch,
+            "context": args.context,
+            "backend": backend,
+        }
+        # a cut-off (the caller's timeout) still finds which configuration was running
+        _save(args.out, rows, link, args.profile, running=base)
+        print(f"running {_name(base)} ...", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            spec = {
+                "device": device,
+                "backend": backend,
+                "config": cfg,
+                "batch": args.batch,
+                "context": args.context,
+                "layers": args.layers,
+                "moe_impl": args.moe_impl,
+                "attn_impl": args.attn_impl,
+                "warmup": 3,
+                "eager": not args.no_eager,
+                "graph": not args.no_graph,
+                "iters_eager": max(3, args.iters // 3),
+                "iters_graph": args.iters,
+                "ep": mode == "ep",
+                "no_comm_twin": not args.no_comm_twin,
+                "pg_timeout_s": max(30, int(args.timeout)),
+                "debug_hang": hang,
+                "out": str(Path(tmp, "r.json")),
+            }
+            Path(tmp, "spec.json").write_text(json.dumps(spec))
+            t0 = time.time()
+            logs = args.logs / _slug(base) if args.logs else None
+            interrupted = False
+            try:
+                res = run_ranks(
+                    [
+                        sys.executable,
+                        str(Path(__file__).resolve()),
+                        "--worker",
+                        str(Path(tmp, "spec.json")),
+                    ],
+                    tp,
+                    venv,
+                    args.timeout,
+                    keep_logs=logs,
+                )
+            except KeyboardInterrupt as exc:
+                res = getattr(exc, "ranks_outcome", None)
+                interrupted = True
+            row = {**base, "wall_s": round(time.time() - t0, 1)}
+            if res is not None and res.ok and Path(spec["out"]).is_file():
+                row.update(json.loads(Path(spec["out"]).read_text()))
+            else:
+                row["error"] = res.describe() if res is not None else "interrupted"
+                if res is not None:
+                    row["ranks"] = res.to_json()
+        if args.layers:
+            row["predicted_error"] = "--layers overrides the depth: predict is for the full model"
+        elif not args.tiny and "error" not in row:
+            row.update(_predicted(row, args, link))
+        rows.append(row)
+        print(_line(row), flush=True)
+        if "error" in row:
+            for r in row.get("ranks", {}).get("ranks", []):
+                print(f"  rank{r['rank']} last words:", flush=True)
+                for ln in r["last_words"][-15:]:
+                    print(f"    {ln}", flush=True)
+        _save(args.out, rows, link, args.profile)  # a cut-off keeps what was measured
+        if interrupted:
+            print("interrupted: rows so far saved", flush=True)
+            return 130
+        if "error" in row and args.stop_on_error:
+            print("stopping at the first failure (--stop-on-error)", flush=True)
+            break
     _save(args.out, rows, link, args.profile)
     return 0 if rows and all("error" not in r for r in rows) else 1
 
 
-def _save(out: Path | None, rows: list[dict], link: str | None, profile: str | None) -> None:
+def _name(r: dict) -> str:
+    par = "" if r.get("parallel", "tp") == "tp" else f" {r['parallel'].upper()}"
+    return f"{r['model']} TP={r['tp']}{par} {r['variant']}"
+
+
+def _slug(r: dict) -> str:
+    return f"{r['model']}_tp{r['tp']}_{r.get('parallel', 'tp')}_{r['variant']}"
+
+
+def _save(
+    out: Path | None,
+    rows: list[dict],
+    link: str | None,
+    profile: str | None,
+    running: dict | None = None,
+) -> None:
     if out is None:
         return
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -416,16 +595,22 @@ def _save(out: Path | None, rows: list[dict], link: str | None, profile: str | N
         "link": link,
         "profile": profile,
         "rows": rows,
+        "running": running,  # the configuration in flight when this file was written, if any
     }
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(out)
 
 
 def _line(r: dict) -> str:
     if "error" in r:
-        return f"{r['model']} TP={r['tp']} {r['variant']}: ERROR {r['error']}"
+        return f"{_name(r)}: ERROR {r['error']}"
     pred = r.get("predicted_graph_ms")
+    comm = r.get("comm_in_step_graph_ms")
     return (
-        f"{r['model']} TP={r['tp']} {r['variant']}: graph {r['graph_ms']} ms, eager {r['eager_ms']} ms, "
+        f"{_name(r)}: graph {r['graph_ms']} ms, eager {r['eager_ms']} ms"
+        + (f" (collectives in step {comm:.3f} ms)" if comm is not None else "")
+        + ", "
         f"weights/rank {r['weights_GB_per_rank']:.2f} GB, kv/rank {r['kv_GB_per_rank']:.3f} GB"
         + (f", predicted {pred:.3f} ms (graph)" if pred else "")
         + ("" if r.get("finite", True) and r.get("ranks_consistent", True) else " [CHECK FAILED]")
@@ -450,33 +635,99 @@ def _probe_link() -> str | None:
         return None
 
 
-def _predicted(model: str, tp: int, args: argparse.Namespace, link: str | None) -> dict:
-    """predict's numbers for the same configuration (graph and eager), or why not."""
+def _predicted(row: dict, args: argparse.Namespace, link: str | None) -> dict:
+    """predict's numbers for the same configuration (graph and eager), or why not.
+
+    The step here runs NCCL through torch.distributed, so predict is asked for NCCL allreduces
+    (not the engine's custom allreduce); with a profile, the collective fits are the ones
+    measured under the row's own NCCL setting (a p2p-off row is predicted with p2p-off fits)."""
     try:
         from ceiling.predict.api import PredictRequest, predict
         from ceiling.spec.profile import load_profile
 
-        gpu = args.gpu or (load_profile(args.profile).gpu if args.profile else None) or "h200"
-        out = {}
-        for graphs in (True, False):
-            p = predict(
-                PredictRequest(
-                    model=model,
-                    gpu=gpu,
-                    tp=tp,
-                    link=link if tp > 1 else None,
-                    batch=args.batch,
-                    context=args.context,
-                    cuda_graphs=graphs,
-                    profile=args.profile,
-                )
-            ).model_dump()
-            key = "graph" if graphs else "eager"
-            out[f"predicted_{key}_ms"] = p["decode_ms_per_token"]
-            out[f"predicted_{key}_components_ms"] = p["components_ms"]
+        prof = load_profile(args.profile) if args.profile else None
+        gpu = args.gpu or (prof.gpu if prof else None) or "h200"
+        tp = row["tp"]
+        with _variant_profile(prof, row.get("env") or {}) as prof_path:
+            out: dict = {"predicted_with": {"gpu": gpu, "link": link, "profile": args.profile}}
+            for graphs in (True, False):
+                p = predict(
+                    PredictRequest(
+                        model=row["model"],
+                        gpu=gpu,
+                        tp=tp,
+                        ep=tp if row.get("parallel") == "ep" else 1,
+                        link=link if tp > 1 else None,
+                        allreduce="nccl",
+                        batch=row.get("batch", args.batch),
+                        context=row.get("context", args.context),
+                        cuda_graphs=graphs,
+                        profile=prof_path,
+                    )
+                ).model_dump()
+                key = "graph" if graphs else "eager"
+                out[f"predicted_{key}_ms"] = p["decode_ms_per_token"]
+                out[f"predicted_{key}_components_ms"] = p["components_ms"]
+                for extra in ("bound", "expected"):  # predict v2's two figures, when present
+                    if isinstance(p.get(extra), dict):
+                        out[f"predicted_{key}_{extra}_ms"] = p[extra].get("decode_ms_per_token")
         return out
     except Exception as exc:  # the measurement stands on its own
         return {"predicted_error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+class _variant_profile:
+    """A temporary copy of the profile whose collective fits are those measured under the
+    row's NCCL environment (safety variables aside); the path, or None without a profile."""
+
+    def __init__(self, prof, env: dict) -> None:
+        self.prof, self.env, self.path = prof, env, None
+
+    def __enter__(self) -> str | None:
+        if self.prof is None:
+            return None
+        import tempfile
+
+        from ceiling.probe.ranks import always_env
+
+        safe = set(always_env())
+
+        def tuning(e: dict) -> dict:
+            return {k: v for k, v in e.items() if k not in safe}
+
+        want = tuning(self.env)
+        fits = [c for c in self.prof.collectives if tuning(c.env) == want]
+        data = self.prof.model_copy(update={"collectives": fits})
+        fd, self.path = tempfile.mkstemp(suffix=".json", prefix="ceiling-profile-")
+        with os.fdopen(fd, "w") as f:
+            f.write(data.model_dump_json())
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        if self.path:
+            os.unlink(self.path)
+
+
+def repredict(args: argparse.Namespace) -> int:
+    """Recompute the predicted columns of a saved result (a newer predict, another profile)."""
+    doc = json.loads(args.repredict.read_text())
+    link = args.link or doc.get("link")
+    for row in doc["rows"]:
+        for k in [k for k in row if k.startswith("predicted")]:
+            del row[k]
+        full = None if args.tiny else model_config(row["model"], False).get("num_hidden_layers")
+        if "error" in row or args.tiny:
+            pass
+        elif row.get("layers") not in (None, full):
+            row["predicted_error"] = "--layers overrides the depth: predict is for the full model"
+        else:
+            row.update(_predicted(row, args, link))
+        print(_line(row), flush=True)
+    doc["profile"] = args.profile
+    doc["repredicted"] = datetime.now(UTC).isoformat(timespec="seconds")
+    out = args.out or args.repredict
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """One rank of ``ceiling commbench``: run as ``python -m ceiling.probe.commbench_worker SPEC``.
 
 Started fresh for every (variant, world size) by :mod:`ceiling.probe.commbench`, so the NCCL_*
-environment of the variant is what NCCL reads at initialisation. Imports only torch and the
-standard library. Rank 0 prints ``PROGRESS done total`` lines on stdout and writes the result
-JSON to ``spec["out"]``.
+environment of the variant is what NCCL reads at initialisation. Imports only torch, the
+standard library and :mod:`ceiling.probe.rankstage` (standard library only). Rank 0 prints
+``PROGRESS done total`` lines on stdout and writes the result JSON to ``spec["out"]``.
 
 Per message size: one allreduce checked against the exact expected sum (small integers, exact in
 bf16), warm-up, an iteration count sized to a time budget (agreed by all ranks), then ``reps``
@@ -24,6 +24,10 @@ from pathlib import Path
 
 
 def main(spec_path: str) -> int:
+    from ceiling.probe.rankstage import arm, stage
+
+    arm()  # a rank stopped for its time limit leaves its stacks in its log
+    stage("import torch")
     import torch
     import torch.distributed as dist
 
@@ -35,6 +39,7 @@ def main(spec_path: str) -> int:
     if cuda:
         torch.cuda.set_device(dev)
     kwargs = {"device_id": dev} if cuda else {}
+    stage("init_process_group")
     dist.init_process_group(
         spec["backend"],
         rank=rank,
@@ -73,6 +78,7 @@ def main(spec_path: str) -> int:
     sizes = spec["sizes"]
     total = len(sizes)
     for k, size in enumerate(sizes):
+        stage(f"size {size} eager")
         numel = max(1, size // elem)
         idx = torch.arange(numel, device=dev)
         x = ((idx + rank) % 5 - 2).to(dtype)
@@ -116,6 +122,7 @@ def main(spec_path: str) -> int:
             "correct": correct,
         }
         if cuda and spec["graph"]:
+            stage(f"size {size} graph")
             row["graph_time_us"] = _graph_time(torch, dist, x, op, refill, spec, iters, agree, sync)
         rows.append(row)
         if rank == 0:
@@ -136,8 +143,10 @@ def main(spec_path: str) -> int:
         }
         with open(spec["out"], "w") as f:
             json.dump(info, f)
+    stage("final barrier")
     dist.barrier()
     dist.destroy_process_group()
+    stage("done")
     return 0
 
 
