@@ -61,7 +61,7 @@ tp() {
   local LAYERS_ARG=${LAYERS:+--layers $LAYERS}   # LAYERS=40: a 70B shape that fits one GPU (path check)
   local TP1="1,$WS"
   step "canary: Llama-3.1-8B shape at TP ${WS%%,*} (stops at the first failure)"
-  if ! timeout 150 $PY bench/tp_decode.py --model llama-3.1-8b --tp "${WS%%,*}" --variant default \
+  if ! NCCL_DEBUG=WARN timeout 150 $PY bench/tp_decode.py --model llama-3.1-8b --tp "${WS%%,*}" --variant default \
       --iters 10 --timeout 90 --stop-on-error --logs "$W/logs/canary" $PROF_ARG --out "$OUT/tp_canary.json"; then
     echo "canary failed: the TP matrix is skipped; the row above has every rank's stage and last words"
     return 1
