@@ -10,7 +10,7 @@
 #       (default; NCCL_ALGO=Ring/Tree; NCCL_PROTO=LL/LL128/Simple; NCCL_P2P_DISABLE=1;
 #       NCCL_MAX_NCHANNELS=16 + NCCL_BUFFSIZE=16777216), eager and in CUDA graphs, with the
 #       Llama-3.1-70B per-token cost; writes profile.json = calibrate + commbench fits.
-#   bash bench/multi_gpu_session.sh tp [PROFILE.json]
+#   bash bench/multi_gpu_session.sh tp [PROFILE.json]   (no profile: predict with datasheet numbers)
 #       a canary (Llama-3.1-8B shape at TP 2, 90 s limit, stops at the first failure with every
 #       rank's stage and stack), then TP decode steps: dense (Llama-3.1-8B, Qwen3-32B at TP 1 and
 #       the machine's TP sizes; Llama-3.1-70B at those TP sizes) and MoE (Qwen3-30B-A3B at TP and
@@ -70,7 +70,7 @@ tp() {
   timeout 200 $PY bench/tp_decode.py --model llama-3.1-8b,qwen3-32b --tp "$TP1" --variant default,p2p-off \
     --iters 20 --timeout 90 --logs "$W/logs/dense" $LAYERS_ARG $PROF_ARG --out "$OUT/tp_decode_dense.json"
   timeout 150 $PY bench/tp_decode.py --model llama-3.1-70b --tp "$WS" --variant default,p2p-off \
-    --iters 20 --timeout 120 --logs "$W/logs/dense70" $LAYERS_ARG $PROF_ARG --out "$W/tp_decode_dense70.json"
+    --iters 20 --timeout 120 --logs "$W/logs/dense70" $LAYERS_ARG $PROF_ARG --out "$OUT/tp_decode_dense70.json"
   step "TP decode, MoE (Qwen3-30B-A3B shape, TP and EP)"
   timeout 200 $PY bench/tp_decode.py --model qwen3-30b-a3b --tp "$TP1" --parallel tp,ep --variant default,p2p-off \
     --iters 20 --timeout 90 --logs "$W/logs/moe" $PROF_ARG --out "$OUT/tp_decode_moe.json"
@@ -81,10 +81,10 @@ tp() {
   $PY -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count())"
   case "$PART" in
     comm) comm; $PY bench/multi_gpu_report.py "$OUT/commbench.json" > "$OUT/report_comm.md" ;;
-    tp) tp "${2:-$OUT/profile.json}"
-        $PY bench/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json "$W"/tp_decode_dense70.json > "$OUT/report_tp.md" ;;
+    tp) tp "${2:-}"
+        $PY bench/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json > "$OUT/report_tp.md" ;;
     all) tp ""; comm
-         $PY bench/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json "$W"/tp_decode_dense70.json \
+         $PY bench/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json \
            "$OUT/commbench.json" > "$OUT/report_all.md" ;;
     *) echo "usage: multi_gpu_session.sh all | comm | tp [PROFILE.json]" >&2 ;;
   esac

@@ -23,6 +23,7 @@ importable) the same configuration's prediction is recorded beside the measureme
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -297,6 +298,7 @@ def worker(spec_path: str) -> int:
         stage("graph timing")
         graph_ms = agree_max(timed(g.replay, spec["iters_graph"]))
     eager_nc = graph_nc = None
+    g = g2 = None
     if tp > 1 and spec.get("no_comm_twin", True):
         # the same step without its collectives, timed the same way: graph_ms - graph_ms_no_comm
         # is what the allreduces cost inside the real step (overlap and launch gaps included)
@@ -351,6 +353,14 @@ def worker(spec_path: str) -> int:
                 }
             )
         )
+    # NCCL will not release a communicator that a live CUDA graph captured: commDestroySync
+    # polls "until all graphs referencing us die" (src/init.cc, localPersistentRefs), so a
+    # graph still alive here made destroy_process_group wait forever (the TP >= 2 hang of
+    # issue 10: every row measured, no rank exiting). The graphs go first.
+    stage("release graphs")
+    g = g2 = None
+    gc.collect()
+    sync()
     stage("final barrier")
     dist.barrier()
     stage("destroy_process_group")
@@ -541,10 +551,15 @@ def _run_configs(args, configs, rows, hang, device, backend, link) -> int:
                 res = getattr(exc, "ranks_outcome", None)
                 interrupted = True
             row = {**base, "wall_s": round(time.time() - t0, 1)}
-            if res is not None and res.ok and Path(spec["out"]).is_file():
+            measured = Path(spec["out"]).is_file()  # rank 0 writes it once every rank agreed
+            if measured:
                 row.update(json.loads(Path(spec["out"]).read_text()))
-            else:
-                row["error"] = res.describe() if res is not None else "interrupted"
+            if res is None or not res.ok:
+                why = res.describe() if res is not None else "interrupted"
+                if measured:  # the numbers stand; what went wrong after them is on record
+                    row["teardown_error"] = why
+                else:
+                    row["error"] = why
                 if res is not None:
                     row["ranks"] = res.to_json()
         if args.layers:
@@ -553,7 +568,9 @@ def _run_configs(args, configs, rows, hang, device, backend, link) -> int:
             row.update(_predicted(row, args, link))
         rows.append(row)
         print(_line(row), flush=True)
-        if "error" in row:
+        if "error" in row or "teardown_error" in row:
+            if "teardown_error" in row:
+                print(f"  measured, but the ranks failed after: {row['teardown_error']}")
             for r in row.get("ranks", {}).get("ranks", []):
                 print(f"  rank{r['rank']} last words:", flush=True)
                 for ln in r["last_words"][-15:]:
