@@ -665,6 +665,11 @@ def _predicted(row: dict, args: argparse.Namespace, link: str | None) -> dict:
         prof = load_profile(args.profile) if args.profile else None
         gpu = args.gpu or (prof.gpu if prof else None) or "h200"
         tp = row["tp"]
+        if prof is None and link and (row.get("env") or {}).get("NCCL_P2P_DISABLE") == "1":
+            from ceiling.spec.hardware import list_links
+
+            if f"{link}-nop2p" in {lk.name for lk in list_links()}:  # the twin without P2P
+                link = f"{link}-nop2p"
         with _variant_profile(prof, row.get("env") or {}) as prof_path:
             out: dict = {"predicted_with": {"gpu": gpu, "link": link, "profile": args.profile}}
             for graphs in (True, False):
