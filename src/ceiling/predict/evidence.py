@@ -139,7 +139,7 @@ class Evidence:
         if p is None:
             return None
         for f in p.ops:
-            if f.family == family:
+            if f.family == family and (f.engine_kernel or self.generic):
                 return f
         if family == "gemm_bf16" and p.gemm_fixed_us_graph and (p.gemv_bw_GBps or {}).get("bf16"):
             from ceiling.spec.profile import OpFit
@@ -179,6 +179,10 @@ class Evidence:
 
     def _elementwise(self, op: OpSpec) -> OpTime:
         p = self.profile
+        fit = self._profile_fit("elementwise")
+        if fit is not None:
+            us = op.kernels * fit.t0_us / self.clock + op.act_bytes / (0.8 * self.bw_ds * 1e3)
+            return OpTime(us, self._bound(op, fixed=False), "profile", 0.8, "elementwise")
         if p is not None and p.kernel_launch_us_graph:
             t0, src, conf = p.kernel_launch_us_graph + 1.0, "profile", 0.6
         else:

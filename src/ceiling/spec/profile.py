@@ -51,6 +51,12 @@ class OpFit(BaseModel):
     points: list[tuple[float, float]] = Field(
         default_factory=list, description="(bytes, median us) that were fitted"
     )
+    engine_kernel: bool = Field(
+        True,
+        description="the benchmark ran the kernel engines run for this family (cuBLAS linear, "
+        "FlashAttention SDPA); False for stand-ins (PyTorch grouped GEMM for fused MoE), which "
+        "predict uses for the generic engine only",
+    )
     note: str = ""
 
 
