@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -113,11 +114,20 @@ def _log_interp(x: float, pts: list[tuple[float, float]]) -> float:
     return pts[-1][1]
 
 
+def _index(rows: list[list[float]]) -> tuple[dict[tuple[int, int], float], list[int], list[int]]:
+    grid = {(int(a), int(b)): t for a, b, t in rows}
+    return grid, sorted({a for a, _ in grid}), sorted({b for _, b in grid})
+
+
+_GRIDS: dict[int, tuple[dict[tuple[int, int], float], list[int], list[int]]] = {}
+
+
 def _gemm_at(rows: list[list[float]], n: int, k: int) -> tuple[float, bool]:
     """Latency of an (n, k) GEMM by bilinear interpolation in (log n, log k) over the grid."""
-    grid = {(int(a), int(b)): t for a, b, t in rows}
-    ns = sorted({a for a, _ in grid})
-    ks = sorted({b for _, b in grid})
+    idx = _GRIDS.get(id(rows))
+    if idx is None:  # index each table's rows once (the raw tables live for the process)
+        idx = _GRIDS[id(rows)] = _index(rows)
+    grid, ns, ks = idx
 
     def bracket(vals: list[int], v: int) -> tuple[int, int]:
         lo = max([x for x in vals if x <= v], default=vals[0])
@@ -153,8 +163,15 @@ def gemm_measured(
     system: str, engine: str, patterns: list[tuple[str, str]], m: float, n: int, k: int
 ) -> Measured | None:
     """Latency (us) of one GEMM from the tables, interpolated in M (tokens) and (N, K)."""
+    return _gemm_cached(system, engine, tuple(patterns), m, n, k)
+
+
+@cache
+def _gemm_cached(
+    system: str, engine: str, patterns: tuple[tuple[str, str], ...], m: float, n: int, k: int
+) -> Measured | None:
     raw = _raw(system, "gemm")
-    for *_rank, key in _candidates(raw, engine, patterns):
+    for *_rank, key in _candidates(raw, engine, list(patterns)):
         per_m = raw[key]
         ms = sorted(int(x) for x in per_m)
         if not ms or m > ms[-1] * 1.01:
