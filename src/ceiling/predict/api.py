@@ -165,7 +165,7 @@ def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
             )
         if spec.n_experts % req.ep:
             raise CeilingError(f"{spec.n_experts} experts do not split over --ep {req.ep}")
-    default_link = gpu.nvlink or f"pcie{gpu.pcie_gen}-switch"
+    default_link = _default_link(gpu, req.tp * req.pp)
     talks = req.tp * req.pp > 1 or (req.ep > 1 and dp > 1)
     if req.link is None or (not talks and req.link in ("self", "none", "")):
         link = load_link(default_link)
@@ -200,6 +200,21 @@ def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
         spec, gpu, link, dep, rules, consts, profile, impl, reason, kvb, kv_reason, bw, bw_reason
     )
     return s, gpus
+
+
+def _default_link(gpu: Any, world: int) -> str:
+    """The link a box of these GPUs has unless told: NVLink (a 2-way bridge only joins pairs),
+    else PCIe behind switches, without P2P where the driver refuses it (GeForce)."""
+    from ceiling.spec.hardware import list_links
+
+    names = {lk.name for lk in list_links()}
+    if gpu.nvlink and not (gpu.nvlink.endswith("-bridge") and world > 2):
+        return gpu.nvlink
+    if not gpu.p2p_supported:
+        for name in (f"pcie{gpu.pcie_gen}-nop2p", f"pcie{gpu.pcie_gen}-switch-nop2p"):
+            if name in names:
+                return name
+    return f"pcie{gpu.pcie_gen}-switch"
 
 
 def _memory(s: Any, batch: int, context: int) -> dict[str, float]:
