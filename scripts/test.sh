@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 echo "== installing ceiling and its test tools into .venv"
-.venv/bin/pip install -q --disable-pip-version-check -e '.[dev,torch]' 2>&1 | { grep -v "^WARNING: Location" || true; }
+.venv/bin/pip install -q --disable-pip-version-check -e '.[dev,torch,tables]' 2>&1 | { grep -v "^WARNING: Location" || true; }
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "== installing Chromium (headless HTML report test)"
   apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null

@@ -108,3 +108,28 @@ def test_fit_goes_into_the_profile_as_predicts_two_numbers(cpu_result):
     assert prof.gemm_fixed_us_graph == 6.1
     assert prof.gemv_bw_GBps["bf16"] == 4286.0
     assert any("6.1 us fixed" in n for n in prof.notes)
+
+
+def test_ops_microbenchmarks_on_cpu_feed_predict(tmp_path):
+    """calibrate --ops: per-family fits at a model's decode shapes become profile ops that
+    predict uses per op (source 'profile'); stand-in kernels (PyTorch grouped GEMM for fused
+    MoE) are recorded but do not replace an engine's kernel."""
+    from ceiling.predict.api import PredictRequest, predict
+    from ceiling.probe.calibrate_ops import OpsConfig, run_ops, to_profile_ops
+
+    res = run_ops(
+        OpsConfig(device="cpu", models=["qwen3-30b-a3b"], tp=4, batches=[1], contexts=[1024],
+                  budget_MiB=16, reps=1)
+    )  # fmt: skip
+    fams = {f.family: f for f in res.fits}
+    assert {"gemm_bf16", "attn_gqa", "elementwise", "moe_bf16"} <= set(fams)
+    assert fams["gemm_bf16"].engine_kernel and not fams["moe_bf16"].engine_kernel
+    assert all(p.us > 0 and p.nbytes > 0 for p in res.points)
+    assert "gemm_fp8" in res.skipped
+    prof = to_profile_ops(res)
+    assert prof.device == "cpu" and prof.ops
+    path = save_profile(prof, tmp_path / "ops.json")
+    p = predict(PredictRequest(model="qwen3-30b-a3b", gpu="h200", tp=4, profile=str(path)))
+    src = {o.name: o.source for o in p.expected.ops}
+    assert src["attn.o_proj"] == "profile" and src["attention.decode"] == "profile"
+    assert src["moe.experts"] != "profile"

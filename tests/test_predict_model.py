@@ -11,7 +11,6 @@ import pytest
 
 from ceiling.errors import CeilingError
 from ceiling.predict.api import PredictRequest, predict
-from ceiling.predict.calibration import default_csv, evaluate
 from ceiling.predict.moe import expected_distinct, expected_max_load
 from ceiling.spec.profile import CollectiveFit, HardwareProfile, save_profile
 
@@ -56,34 +55,18 @@ def test_h200_probe(key, model, batch, graphs, tol):
     assert floor == pytest.approx(meas["floor_ms_at_gemv_bw"], rel=0.01)
 
 
-def test_calibration_file_within_stated_tolerance():
-    """The prediction is a ceiling: published runs reach 30-110 % of it.
-
-    Stated tolerance: no modelled row beats the ceiling by more than 25 % (fraction <= 1.25);
-    the median fraction of the ceiling reached lies in [0.45, 1.0]; rows at concurrency >= 64
-    (bandwidth/compute-bound, fixed per-step overheads amortized) reach 60-125 % of it.
-    """
-    res = evaluate(default_csv())
-    rows = res["modelled"]
-    assert len(rows) >= 25
-    assert all(r["fraction_of_ceiling"] <= 1.25 for r in rows), rows
-    assert 0.45 <= res["median_fraction_of_ceiling"] <= 1.0
-    big = [r for r in rows if r["concurrency"] >= 64]
-    assert big and all(0.6 <= r["fraction_of_ceiling"] <= 1.25 for r in big), big
-    skipped = {s["id"]: s["why"] for s in res["skipped"]}
-    assert "MTP" in skipped["D005"]
-
-
 def test_founding_case_breakdown():
     p = predict(PredictRequest(**FOUNDING, what_if=True))
     c = p.components_ms
     assert set(c) >= {"weights", "kv", "collectives", "launch", "host"}
     assert sum(c.values()) == pytest.approx(p.decode_ms_per_token, rel=1e-3)
-    # measured 81.4 tok/s (12.3 ms) is below the ceiling; the ceiling is not absurdly high
-    assert 81.4 < p.decode_tok_s_per_stream < 200
-    # vLLM disables custom allreduce on 8 PCIe-only GPUs: NCCL, 2 per layer + 2
+    # expected is what vLLM's kernels deliver: measured 81.4 tok/s (priors-only stated
+    # tolerance: within 15 %); the bound is the physics and sits well above the measurement
+    assert p.decode_tok_s_per_stream == pytest.approx(81.4, rel=0.15)
+    assert p.bound.decode_tok_s_per_stream > 1.5 * 81.4
+    # vLLM disables custom allreduce on 8 PCIe-only GPUs: NCCL, 2 per layer + embedding
     assert p.deployment["allreduce_impl"] == "nccl"
-    assert p.details["allreduces"] == 2 * 61 + 2
+    assert p.details["allreduces"] == 2 * 61 + 1
     assert 2.0 < c["collectives"] < 4.5  # ~124 x 24 us
     assert p.fits_in_memory
     changes = {w.change: w for w in p.what_if}
@@ -179,15 +162,16 @@ def test_profile_overrides_bandwidth_and_collectives(tmp_path):
     path = save_profile(prof, tmp_path / "p.json")
     base = predict(PredictRequest(**FOUNDING))
     p = predict(PredictRequest(**FOUNDING, profile=str(path)))
-    # half the bandwidth of the default 1566 GB/s: weights take twice as long
+    # half the bandwidth of the default 1566 GB/s: the weights component doubles
     assert p.components_ms["weights"] == pytest.approx(2 * base.components_ms["weights"], rel=0.01)
     assert p.details["allreduce_us"] == pytest.approx(48.0 + 14336 / 20e3, rel=1e-3)
-    n_gemm = p.details["gemm_kernels_per_step"]
-    n_other = p.details["kernels_per_step"] - n_gemm
-    assert p.components_ms["launch"] == pytest.approx(
-        (n_gemm * 3.0 + n_other * 0.5) / 1e3, rel=1e-3
-    )
-    assert p.components_ms["launch"] < base.components_ms["launch"]
+    # bf16 GEMMs take the profile's fit (3 us + bytes / 783 GB/s), marked as measured
+    ops = [o for o in p.expected.ops if o.name == "mla.o_proj"]
+    assert ops and all(o.source == "profile" for o in ops)
+    o_bytes = 7168 * 8192 * 2 / 8
+    per_call_us = sum(o.ms for o in ops) / sum(o.count for o in ops) * 1e3
+    assert per_call_us == pytest.approx(3.0 + o_bytes / 783e3, rel=2e-3)
+    assert any(o.source == "profile" for o in p.expected.ops if o.name == "allreduce")
     assert any("profile" in a for a in p.assumptions)
 
 

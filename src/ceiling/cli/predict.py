@@ -17,7 +17,9 @@ def register(app: typer.Typer) -> None:
             "--model",
             help="catalog name (see --list-models), config.json, or model directory",
         ),
-        gpu: str | None = typer.Option(None, "--gpu", help="GPU catalog name (see --list-gpus)"),
+        gpu: str | None = typer.Option(
+            None, "--gpu", help="GPU catalog name (see --list-gpus) or a GPU.yaml file"
+        ),
         gpus: int | None = typer.Option(
             None,
             "--gpus",
@@ -58,8 +60,14 @@ def register(app: typer.Typer) -> None:
         profile: str | None = typer.Option(
             None, "--profile", help="measured hardware profile JSON (calibrate/commbench)"
         ),
+        power_limit: float | None = typer.Option(
+            None, "--power-limit", min=1, help="board power cap in W (published boxes run them)"
+        ),
+        mem_clock: float | None = typer.Option(
+            None, "--mem-clock", min=1, help="memory clock in MHz as nvidia-smi reports it"
+        ),
         what_if: bool = typer.Option(
-            False, "--what-if", help="also rank one-knob changes by predicted tok/s"
+            False, "--what-if", help="also rank one-knob changes by expected tok/s"
         ),
         json_out: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
         list_gpus: bool = typer.Option(False, "--list-gpus", help="list the GPU catalog and exit"),
@@ -68,7 +76,7 @@ def register(app: typer.Typer) -> None:
             False, "--list-models", help="list the shipped model configs and exit"
         ),
     ) -> None:
-        """Predict the decode ceiling (ms/token, tok/s) broken down by component, with what-ifs."""
+        """Predict decode: expected (this engine's kernels) and bound (physics), per operation."""
         from ceiling.predict import render
 
         if list_gpus or list_links or list_models:
@@ -91,7 +99,8 @@ def register(app: typer.Typer) -> None:
                 model=model, gpu=gpu, gpus=gpus, link=link, tp=tp, ep=ep, pp=pp, dp=dp,
                 engine=engine, allreduce=allreduce, cuda_graphs=not no_cuda_graphs, batch=batch,
                 context=context, prompt_len=prompt_len, kv_dtype=kv_dtype,
-                weight_format=weight_format, profile=profile, what_if=what_if,
+                weight_format=weight_format, profile=profile, power_limit=power_limit,
+                mem_clock=mem_clock, what_if=what_if,
             )  # fmt: skip
         except ValidationError as exc:
             err = exc.errors()[0]

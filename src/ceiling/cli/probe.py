@@ -119,10 +119,27 @@ def register(app: typer.Typer) -> None:
             None, "--merge", help="Merge into this existing profile (e.g. commbench's)."
         ),
         json_: bool = typer.Option(False, "--json", help="Print result + profile as JSON."),
+        ops: bool = typer.Option(
+            False, "--ops", help="Also time each decode op (GEMM, MoE, attention, norm) per family."
+        ),
+        model: list[str] = typer.Option(
+            [], "--model", help="Decode shapes of these models for --ops (repeatable)."
+        ),
+        tp: int = typer.Option(1, "--tp", min=1, help="Per-rank shapes at this TP for --ops."),
     ) -> None:
-        """HBM read/copy bandwidth, decode GEMV bandwidth per dtype, kernel launch cost -> profile."""
+        """HBM read/copy bandwidth, decode GEMV bandwidth per dtype, kernel launch cost -> profile.
+
+        With --ops, per-operation microbenchmarks at the models' decode shapes (kernel-family
+        fits that `predict --profile` uses per op)."""
         from ceiling.probe.calibrate import CalibrateConfig
         from ceiling.probe.commands import calibrate_command
 
         cfg = CalibrateConfig(device="cpu" if cpu else "auto", dtypes=dtype or None, scale=scale)
-        raise typer.Exit(calibrate_command(cfg, json_, out, results, merge))
+        ops_cfg = None
+        if ops:
+            from ceiling.probe.calibrate_ops import DEFAULT_MODELS, OpsConfig
+
+            ops_cfg = OpsConfig(
+                device="cpu" if cpu else "auto", models=model or DEFAULT_MODELS, tp=tp
+            )
+        raise typer.Exit(calibrate_command(cfg, json_, out, results, merge, ops_cfg))

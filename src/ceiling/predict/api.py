@@ -39,17 +39,41 @@ class PredictRequest(BaseModel):
     kv_dtype: str = "auto"
     weight_format: str | None = Field(None, description="override: bf16, fp8, nvfp4, int4-g32, ...")
     profile: str | None = None
+    power_limit: float | None = Field(None, gt=0, description="board power cap, W")
+    mem_clock: float | None = Field(None, gt=0, description="memory clock, MHz (nvidia-smi)")
     what_if: bool = False
 
 
 class WhatIf(BaseModel):
     change: str
-    decode_tok_s_per_stream: float
-    delta_pct: float
+    decode_tok_s_per_stream: float = Field(description="expected, with this change")
+    delta_pct: float = Field(description="expected tok/s change vs the request")
     decode_ms_per_token: float
     fits_in_memory: bool
+    bound_tok_s_per_stream: float = Field(0.0, description="the bound with this change")
     moved: str = Field("", description="the component that moves most, 'name a -> b ms'")
     note: str = ""
+
+
+class OpRecord(BaseModel):
+    """One operation of the decode step (per GPU, per step)."""
+
+    name: str
+    count: float = Field(description="calls per step (per token at batch 1)")
+    ms: float = Field(description="time per step, all calls")
+    source: str = Field(description="table | profile | prior | engine (host estimate)")
+    confidence: float = Field(description="0-1: how much the number is trusted")
+    kernel: str = Field("", description="kernel family (data/predict/kernels.yaml)")
+    note: str = ""
+
+
+class StepBlock(BaseModel):
+    """One figure of the decode step: ``expected`` or ``bound``."""
+
+    decode_ms_per_token: float
+    decode_tok_s_per_stream: float
+    components_ms: dict[str, float]
+    ops: list[OpRecord]
 
 
 class BatchPoint(BaseModel):
@@ -81,6 +105,15 @@ class Prediction(BaseModel):
     prefill: dict[str, float]
     details: dict[str, Any]
     assumptions: list[str]
+    expected: StepBlock | None = Field(
+        None, description="what this engine's default kernels deliver (= the top-level figures)"
+    )
+    bound: StepBlock | None = Field(
+        None, description="the physical ceiling: best kernels, best collective, no host time"
+    )
+    evidence: dict[str, Any] = Field(
+        default_factory=dict, description="which evidence was used (tables, profile, priors)"
+    )
     what_if: list[WhatIf] = Field(default_factory=list)
 
 
@@ -110,6 +143,8 @@ def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
     if spec is None:
         spec = _model(req.model, req.weight_format)
     gpu = load_gpu(req.gpu)
+    if req.power_limit is not None or req.mem_clock is not None:
+        gpu = gpu.with_limits(req.power_limit, req.mem_clock)
     per_replica = req.tp * req.pp
     gpus = req.gpus or per_replica * (req.dp or 1)
     if gpus % per_replica:
@@ -130,7 +165,7 @@ def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
             )
         if spec.n_experts % req.ep:
             raise CeilingError(f"{spec.n_experts} experts do not split over --ep {req.ep}")
-    default_link = gpu.nvlink or f"pcie{gpu.pcie_gen}-switch"
+    default_link = _default_link(gpu, req.tp * req.pp)
     talks = req.tp * req.pp > 1 or (req.ep > 1 and dp > 1)
     if req.link is None or (not talks and req.link in ("self", "none", "")):
         link = load_link(default_link)
@@ -165,6 +200,21 @@ def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
         spec, gpu, link, dep, rules, consts, profile, impl, reason, kvb, kv_reason, bw, bw_reason
     )
     return s, gpus
+
+
+def _default_link(gpu: Any, world: int) -> str:
+    """The link a box of these GPUs has unless told: NVLink (a 2-way bridge only joins pairs),
+    else PCIe behind switches, without P2P where the driver refuses it (GeForce)."""
+    from ceiling.spec.hardware import list_links
+
+    names = {lk.name for lk in list_links()}
+    if gpu.nvlink and not (gpu.nvlink.endswith("-bridge") and world > 2):
+        return gpu.nvlink
+    if not gpu.p2p_supported:
+        for name in (f"pcie{gpu.pcie_gen}-nop2p", f"pcie{gpu.pcie_gen}-switch-nop2p"):
+            if name in names:
+                return name
+    return f"pcie{gpu.pcie_gen}-switch"
 
 
 def _memory(s: Any, batch: int, context: int) -> dict[str, float]:
@@ -203,7 +253,8 @@ def _kinds(s: Any) -> dict[str, str]:
         "collectives": link_fix if s.dep.tp > 1 or s.dep.pp > 1 or s.dep.ep > 1 else "none",
         "launch": "configurable (enable CUDA graphs)"
         if not s.dep.cuda_graphs
-        else "fundamental for these kernels (count x fixed cost; fusion or faster small GEMMs cut it)",
+        else "configurable (kernel fixed costs and inefficiency vs the best known kernels: "
+        "the gap to the bound)",
         "host": "configurable (engine overhead, async scheduling)",
         "compute": "fundamental (tensor-core peak)",
     }
@@ -257,6 +308,7 @@ def _core(
                 )
             )
     pre = prefill_ms(s, req.prompt_len) if curve else {}
+    expected_block, bound_block = _blocks(step)
     comps = {k: round(v, 4) for k, v in step.components.items()}
     share = {k: round(v / ms, 4) for k, v in step.components.items()}
     kinds = {k: v for k, v in _kinds(s).items() if k in comps}
@@ -302,7 +354,63 @@ def _core(
         else {},
         details=step.details,
         assumptions=assumptions,
+        expected=expected_block,
+        bound=bound_block,
+        evidence=_evidence_summary(step),
     )
+
+
+def _blocks(step: Any) -> tuple[StepBlock, StepBlock]:
+    def block(ms: float, comps: dict[str, float], attr: str) -> StepBlock:
+        ops = []
+        for r in step.ops:
+            v = getattr(r, attr)
+            if v <= 0 and r.kind != "host":
+                continue
+            ops.append(
+                OpRecord(
+                    name=r.name,
+                    count=r.count,
+                    ms=round(v, 4),
+                    source="physics" if attr == "bound_ms" else r.source,
+                    confidence=round(r.confidence, 2) if attr == "expected_ms" else 1.0,
+                    kernel=r.family,
+                    note=r.note if attr == "expected_ms" else "",
+                )
+            )
+        return StepBlock(
+            decode_ms_per_token=round(ms, 4),
+            decode_tok_s_per_stream=round(1e3 / ms, 2) if ms > 0 else 0.0,
+            components_ms={k: round(v, 4) for k, v in comps.items()},
+            ops=ops,
+        )
+
+    return (
+        block(step.ms, step.components, "expected_ms"),
+        block(step.bound_ms, step.bound_components, "bound_ms"),
+    )
+
+
+def _evidence_summary(step: Any) -> dict[str, Any]:
+    from ceiling.predict import tables
+
+    ti = tables.info()
+    by_source: dict[str, float] = {}
+    for r in step.ops:
+        by_source[r.source] = by_source.get(r.source, 0.0) + r.expected_ms
+    total = sum(by_source.values()) or 1.0
+    return {
+        "tables": (
+            f"aiconfigurator-core {ti.version}"
+            + ("" if ti.pinned else f" (pinned {tables.PINNED})")
+        )
+        if ti
+        else "not installed (pip install 'ceiling[tables]'): priors",
+        "share_of_expected_by_source": {k: round(v / total, 3) for k, v in by_source.items()},
+        "low_confidence_ops": [
+            r.name for r in step.ops if r.confidence < 0.45 and r.expected_ms > 0.02 * total
+        ],
+    }
 
 
 def _assumptions(s: Any, req: PredictRequest, gpus: int, step: Any) -> list[str]:

@@ -1,39 +1,81 @@
-"""Map published decode measurements (decode_calibration.csv) onto predictions.
+"""Validate predict against published decode measurements (never fitted to them).
 
-Used by ``bench/predict_accuracy.py`` (prints the error table) and by the tests (tolerances).
-Each row is turned into a :class:`PredictRequest` from its columns; rows the model cannot
-describe (speculative decoding, checkpoints without a config) are skipped with a reason.
-``fraction_of_ceiling`` is measured throughput / predicted throughput (or predicted latency /
-measured latency): a prediction is a ceiling, so it should be <= 1 up to the model's error.
+Sources (``data/predict/reference/``):
+- ``decode_calibration.csv`` — the project's shared published runs (shared/data);
+- ``decode_validation.csv`` — more published single-stream runs, each with its source and the
+  catalog names it maps to (``ceiling_model``, ``ceiling_gpu``, ``link``...); ``use`` = ``all``
+  (counts for the error figures and the bound) or ``bound`` (a configuration predict does not
+  model — decode context parallel, forked kernels, overclocked memory — checked against the
+  bound only);
+- ``whatif_pairs.csv`` — measured before/after pairs (one knob changed on one box).
+
+For every row: ``expected`` and ``bound`` (both in the row's metric), the signed error of
+``expected``, and whether the measurement beats the bound by more than 5 % (a violation: a bug
+in the bound, never in the row). ``evaluate`` groups |error| by engine, GPU, weight format and
+MoE/dense (median and p90) and counts violations; ``pairs`` gives, for each pair, the measured
+and predicted change in per-stream tok/s, the sign and the gap in percentage points.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from ceiling.errors import CeilingError
 from ceiling.predict.api import PredictRequest, _core
 
 LATENCY_METRICS = {"tpot_ms", "e2e_batch_latency_s"}
+VIOLATION_MARGIN = 0.05
 
-# model column -> (catalog model, --weight-format override or None, note)
-MODELS: dict[str, tuple[str, str | None, str]] = {
-    "lukealonso/Qwen3.5-397B-A17B-NVFP4": (
-        "qwen3.5-397b-a17b-nvfp4",
-        None,
-        "nvidia NVFP4 config used as proxy for lukealonso's NVFP4",
-    ),
-    "nvidia/Qwen3.5-397B-A17B-NVFP4": ("qwen3.5-397b-a17b-nvfp4", None, ""),
-    "QuantTrio/Qwen3.5-397B-A17B-AWQ": ("qwen3.5-397b-a17b", "awq", "AWQ g128 on all linears"),
-    "lukealonso/MiniMax-M2.5-NVFP4": ("minimax-m2.5", "nvfp4", "NVFP4 on all linears"),
-    "mratsim/Minimax-M2.5-BF16-INT4-AWQ": ("minimax-m2.5", "awq", "AWQ g128 on all linears"),
-    "MiniMaxAI/MiniMax-M2.5": ("minimax-m2.5", None, ""),
+# decode_calibration.csv model column -> (catalog model, --weight-format override or None)
+MODELS: dict[str, tuple[str, str | None]] = {
+    "lukealonso/Qwen3.5-397B-A17B-NVFP4": ("qwen3.5-397b-a17b-nvfp4", None),
+    "nvidia/Qwen3.5-397B-A17B-NVFP4": ("qwen3.5-397b-a17b-nvfp4", None),
+    "QuantTrio/Qwen3.5-397B-A17B-AWQ": ("qwen3.5-397b-a17b", "awq"),
+    "lukealonso/MiniMax-M2.5-NVFP4": ("minimax-m2.5", "nvfp4"),
+    "mratsim/Minimax-M2.5-BF16-INT4-AWQ": ("minimax-m2.5", "awq"),
+    "MiniMaxAI/MiniMax-M2.5": ("minimax-m2.5", None),
 }
-GPUS = {"RTX PRO 6000": "rtx-pro-6000", "A100": "a100-80"}
+GPUS = {"RTX PRO 6000": "rtx-pro-6000", "RTX 6000 Pro": "rtx-pro-6000", "A100": "a100-80"}
+
+
+class RowResult(BaseModel):
+    id: str
+    file: str
+    use: str
+    metric: str
+    concurrency: int
+    engine: str
+    gpu: str
+    weight_format: str
+    moe: bool
+    measured: float
+    expected: float
+    bound: float
+    error_pct: float
+    bound_margin_pct: float  # how far the measurement is from the bound (+: below the bound)
+    violation: bool
+
+
+def reference_dir() -> Path:
+    return Path(str(resources.files("ceiling") / "data" / "predict" / "reference"))
+
+
+def default_csv() -> Path:
+    return reference_dir() / "decode_calibration.csv"
+
+
+def validation_csvs() -> list[Path]:
+    return [default_csv(), reference_dir() / "decode_validation.csv"]
+
+
+# ----------------------------------------------------------------------------- row mapping
 
 
 def _gpu(text: str) -> str | None:
@@ -43,127 +85,247 @@ def _gpu(text: str) -> str | None:
     return None
 
 
-def _link(row: dict[str, str]) -> str:
-    ic = row["interconnect"].lower()
-    if "nvlink" in ic:
-        return "nvlink3"
-    return "pcie5-switch"
-
-
 def _context(text: str) -> int:
     t = text.lower()
     if "131072" in t or "128k" in t:
         return 131072
-    return 1024  # "0 (short prompt)", "low ctx", "not stated": a short chat-length context
+    try:
+        return max(int(t.split()[0]), 1)
+    except (ValueError, IndexError):
+        return 1024  # "not stated", "low ctx": a short chat-length context
 
 
 def _kv(text: str) -> str:
     return "fp8" if "fp8" in text.lower() else "auto"
 
 
-def _model_for(row: dict[str, str]) -> tuple[str, str | None, str] | None:
+def _legacy_request(row: dict[str, str]) -> tuple[PredictRequest | None, str]:
+    """decode_calibration.csv's free-text columns -> a request (or why it is skipped)."""
     m = row["model"]
-    for key, val in MODELS.items():
-        if m.startswith(key):
-            return val
-    if m.startswith("Llama 70B"):
-        return ("llama-3.1-70b", None, "Llama-2-70B era: Llama-3.1-70B shape used (vocab differs)")
-    return None
-
-
-def model_row(row: dict[str, str]) -> tuple[float | None, str]:
-    """Predicted value of the row's metric, or (None, why it is skipped)."""
-    if row["spec_decode"].strip().lower() not in ("none", ""):
-        return None, "speculative decoding (MTP) is not modelled"
-    mm = _model_for(row)
+    mm = next((v for k, v in MODELS.items() if m.startswith(k)), None)
+    if mm is None and m.startswith("Llama 70B"):
+        mm = ("llama-3.1-70b", None)
     if mm is None:
-        return None, f"no config for {row['model']} (pruned/unknown checkpoint)"
+        return None, f"no config for {m} (pruned/unknown checkpoint)"
     gpu = _gpu(row["gpu"])
     if gpu is None:
         return None, f"GPU not in catalog: {row['gpu']}"
-    model, fmt, _note = mm
-    engine = row["engine"] if row["engine"] in ("vllm", "sglang", "trtllm") else "generic"
     notes = row["notes"].lower()
     allreduce = "oneshot" if "oneshot" in notes or "custom allreduce" in notes else "auto"
     if "nccl allreduce (before custom ar)" in notes:
         allreduce = "nccl"
-    metric = row["metric"]
-    conc = int(row["concurrency"])
-    tp, ep, pp = int(row["tp"]), int(row["ep"]), int(row["pp"])
     req = PredictRequest(
-        model=model,
+        model=mm[0],
         gpu=gpu,
         gpus=int(row["num_gpus"]),
-        link=_link(row),
-        tp=tp,
-        ep=ep,
-        pp=pp,
-        engine=engine,
-        allreduce=allreduce,
-        batch=conc,
+        link="nvlink3" if "nvlink" in row["interconnect"].lower() else "pcie5-switch",
+        tp=int(row["tp"]),
+        ep=int(row["ep"]),
+        pp=int(row["pp"]),
+        engine=row["engine"] if row["engine"] in ("vllm", "sglang", "trtllm") else "generic",
+        allreduce=allreduce,  # type: ignore[arg-type]
+        batch=int(row["concurrency"]),
         context=_context(row["input_len"]),
         kv_dtype=_kv(row["kv_cache_dtype"]),
-        weight_format=fmt,
+        weight_format=mm[1],
     )
+    return req, ""
+
+
+def _validation_request(row: dict[str, str]) -> tuple[PredictRequest | None, str]:
+    """decode_validation.csv: explicit catalog names."""
+    req = PredictRequest(
+        model=row["ceiling_model"],
+        gpu=row["ceiling_gpu"],
+        gpus=int(row["num_gpus"]),
+        link=row["link"] or None,
+        tp=int(row["tp"]),
+        ep=int(row["ep"] or 1),
+        pp=int(row["pp"] or 1),
+        engine=row["engine"],  # type: ignore[arg-type]
+        allreduce=row["allreduce"] or "auto",  # type: ignore[arg-type]
+        batch=int(row["concurrency"]),
+        context=max(int(row["context"] or 1024), 1),
+        kv_dtype=row["kv_dtype"] or "auto",
+        weight_format=row["weight_format"] or None,
+        mem_clock=float(row["mem_clock"]) if row.get("mem_clock") else None,
+    )
+    return req, ""
+
+
+def request_for(row: dict[str, str]) -> tuple[PredictRequest | None, str]:
+    """The PredictRequest a published row describes, or None and why it is skipped."""
+    if row["spec_decode"].strip().lower() not in ("none", ""):
+        return None, "speculative decoding (MTP) is not modelled"
+    if "ceiling_model" in row:
+        return _validation_request(row)
+    return _legacy_request(row)
+
+
+def predict_row(row: dict[str, str]) -> tuple[tuple[float, float] | None, str]:
+    """(expected, bound) in the row's metric, or (None, why the row is skipped)."""
+    req, why = request_for(row)
+    if req is None:
+        return None, why
+    metric = row["metric"]
     try:
         if metric == "e2e_batch_latency_s":
             # batch of `conc` prompts of input_len, then output_len decode steps (ctx grows)
             inp, out = int(row["input_len"]), int(row["output_len"])
-            req = req.model_copy(update={"context": inp + out // 2, "prompt_len": inp * conc})
+            req = req.model_copy(update={"context": inp + out // 2, "prompt_len": inp * req.batch})
             p = _core(req, strict=False)
-            return (p.prefill["prefill_ms"] + out * p.decode_ms_per_token) / 1e3, ""
+            pre = p.prefill["prefill_ms"]
+            return (
+                (pre + out * p.decode_ms_per_token) / 1e3,
+                (pre + out * p.bound.decode_ms_per_token) / 1e3,  # type: ignore[union-attr]
+            ), ""
         p = _core(req, curve=False, strict=False)
     except CeilingError as err:
         return None, f"cannot model: {err.message}"
+    b = p.bound
+    assert b is not None
     if metric == "decode_tok_s_per_stream":
-        return p.decode_tok_s_per_stream, ""
+        return (p.decode_tok_s_per_stream, b.decode_tok_s_per_stream), ""
     if metric == "aggregate_output_tok_s":
-        return p.aggregate_tok_s, ""
+        k = req.batch * p.deployment["dp"]
+        return (p.aggregate_tok_s, b.decode_tok_s_per_stream * k), ""
     if metric == "tpot_ms":
-        return p.decode_ms_per_token, ""
+        return (p.decode_ms_per_token, b.decode_ms_per_token), ""
     return None, f"metric {metric} not modelled"
 
 
-def default_csv() -> Path:
-    return Path(
-        str(
-            resources.files("ceiling") / "data" / "predict" / "reference" / "decode_calibration.csv"
-        )
-    )
+def _fmt_label(req: PredictRequest) -> str:
+    from ceiling.predict.api import _model
+
+    spec = _model(req.model, req.weight_format)
+    fm = spec.formats()
+    top = max(fm, key=lambda k: fm[k])
+    for prefix, label in (("int4", "int4"), ("awq", "awq"), ("gptq", "gptq"), ("fp8", "fp8")):
+        if top.startswith(prefix):
+            return label
+    return top
 
 
-def evaluate(path: Path) -> dict[str, Any]:
-    rows = list(csv.DictReader(path.open()))
-    modelled, skipped = [], []
-    for row in rows:
-        pred, why = model_row(row)
-        if pred is None:
-            skipped.append({"id": row["id"], "why": why})
+def evaluate(path: Path | list[Path] | None = None) -> dict[str, Any]:
+    """Every row of the validation files, scored; groups; bound violations."""
+    paths = validation_csvs() if path is None else ([path] if isinstance(path, Path) else path)
+    modelled: list[RowResult] = []
+    skipped: list[dict[str, str]] = []
+    n_rows = 0
+    for p in paths:
+        for row in csv.DictReader(p.open()):
+            n_rows += 1
+            pred, why = predict_row(row)
+            if pred is None:
+                skipped.append({"id": row["id"], "why": why})
+                continue
+            exp, bnd = pred
+            meas = float(row["value"])
+            req, _ = request_for(row)
+            assert req is not None
+            latency = row["metric"] in LATENCY_METRICS
+            # margin: + when the measurement is slower than the bound (as physics requires)
+            margin = (meas / bnd - 1) if latency else (bnd / meas - 1)
+            from ceiling.predict.api import _model
+
+            modelled.append(
+                RowResult(
+                    id=row["id"],
+                    file=p.name,
+                    use=row.get("use") or "all",
+                    metric=row["metric"],
+                    concurrency=int(row["concurrency"]),
+                    engine=req.engine,
+                    gpu=req.gpu,
+                    weight_format=_fmt_label(req),
+                    moe=_model(req.model, req.weight_format).is_moe,
+                    measured=meas,
+                    expected=round(exp, 3),
+                    bound=round(bnd, 3),
+                    error_pct=round((exp - meas) / meas * 100, 1),
+                    bound_margin_pct=round(margin * 100, 1),
+                    violation=margin < -VIOLATION_MARGIN,
+                )
+            )
+    scored = [r for r in modelled if r.use == "all"]
+    single = [r for r in scored if r.concurrency == 1]
+    return {
+        "rows": n_rows,
+        "modelled": [r.model_dump() for r in modelled],
+        "skipped": skipped,
+        "single_stream": _stats(single),
+        "all_rows": _stats(scored),
+        "by_group": _groups(single),
+        "bound_violations": [r.id for r in modelled if r.violation],
+        # kept for the old callers: the headline over every scored row
+        "median_abs_error_pct": _stats(scored)["median_abs_error_pct"],
+        "max_abs_error_pct": _stats(scored)["max_abs_error_pct"],
+    }
+
+
+def _p90(xs: list[float]) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return math.nan
+    k = 0.9 * (len(xs) - 1)
+    lo, hi = math.floor(k), math.ceil(k)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def _stats(rows: list[RowResult]) -> dict[str, Any]:
+    errs = [abs(r.error_pct) for r in rows]
+    return {
+        "n": len(rows),
+        "median_abs_error_pct": round(statistics.median(errs), 1) if errs else None,
+        "p90_abs_error_pct": round(_p90(errs), 1) if errs else None,
+        "max_abs_error_pct": round(max(errs), 1) if errs else None,
+        "bound_violations": sum(r.violation for r in rows),
+    }
+
+
+def _groups(rows: list[RowResult]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    keys = {
+        "engine": lambda r: r.engine,
+        "gpu": lambda r: r.gpu,
+        "format": lambda r: r.weight_format,
+        "moe": lambda r: "moe" if r.moe else "dense",
+    }
+    for dim, key in keys.items():
+        buckets: dict[str, list[RowResult]] = {}
+        for r in rows:
+            buckets.setdefault(key(r), []).append(r)
+        for name, rs in sorted(buckets.items()):
+            out[f"{dim}={name}"] = _stats(rs)
+    return out
+
+
+def pairs(path: Path | None = None) -> list[dict[str, Any]]:
+    """Measured vs predicted change of each before/after pair (per-stream tok/s)."""
+    path = path or reference_dir() / "whatif_pairs.csv"
+    rows: dict[str, dict[str, str]] = {}
+    for p in validation_csvs():
+        for row in csv.DictReader(p.open()):
+            rows[row["id"]] = row
+    out = []
+    for pr in csv.DictReader(path.open()):
+        a, b = rows[pr["before"]], rows[pr["after"]]
+        pa, why_a = predict_row(a)
+        pb, why_b = predict_row(b)
+        if pa is None or pb is None:
+            out.append({**pr, "skipped": why_a or why_b})
             continue
-        meas = float(row["value"])
-        err = (pred - meas) / meas * 100
-        frac = pred / meas if row["metric"] in LATENCY_METRICS else meas / pred
-        modelled.append(
+        ma, mb = float(a["value"]), float(b["value"])
+        meas = (mb / ma - 1) * 100
+        pred = (pb[0] / pa[0] - 1) * 100
+        out.append(
             {
-                "id": row["id"],
-                "metric": row["metric"],
-                "concurrency": int(row["concurrency"]),
-                "measured": meas,
-                "predicted": round(pred, 2),
-                "error_pct": round(err, 1),
-                "fraction_of_ceiling": round(frac, 3),
+                **pr,
+                "measured_delta_pct": round(meas, 1),
+                "predicted_delta_pct": round(pred, 1),
+                "right_sign": (meas >= 0) == (pred >= 0) or abs(meas) < 2,
+                "gap_points": round(abs(pred - meas), 1),
+                "within_5_points": abs(pred - meas) <= 5,
             }
         )
-    abs_err = [abs(m["error_pct"]) for m in modelled]
-    return {
-        "rows": len(rows),
-        "modelled": modelled,
-        "skipped": skipped,
-        "median_abs_error_pct": round(statistics.median(abs_err), 1) if abs_err else None,
-        "max_abs_error_pct": round(max(abs_err), 1) if abs_err else None,
-        "median_fraction_of_ceiling": round(
-            statistics.median(m["fraction_of_ceiling"] for m in modelled), 3
-        )
-        if modelled
-        else None,
-    }
+    return out

@@ -17,25 +17,44 @@ def print_prediction(p: Prediction) -> None:
         f"(tp={d['tp']} pp={d['pp']} ep={d['ep']} dp={d['dp']}, {d['engine']}, "
         f"allreduce {d['allreduce_impl']}, graphs {'on' if d['cuda_graphs'] else 'off'})"
     )
+    b = p.bound
     con.print(
-        f"decode ceiling at batch {p.batch}, context {p.context}: "
-        f"[bold]{p.decode_ms_per_token:.2f} ms/token = {p.decode_tok_s_per_stream:.1f} tok/s per stream[/bold]"
+        f"decode at batch {p.batch}, context {p.context}: "
+        f"[bold]expected {p.decode_ms_per_token:.2f} ms/token = {p.decode_tok_s_per_stream:.1f} "
+        f"tok/s per stream[/bold]"
+        + (
+            f"  |  bound {b.decode_ms_per_token:.2f} ms = {b.decode_tok_s_per_stream:.1f} tok/s "
+            f"(expected reaches {p.decode_tok_s_per_stream / b.decode_tok_s_per_stream * 100:.0f} %)"
+            if b and b.decode_tok_s_per_stream
+            else ""
+        )
         + (f", {p.aggregate_tok_s:.0f} tok/s aggregate" if p.batch > 1 or d["dp"] > 1 else "")
     )
-    t = Table(title="decode step breakdown", title_justify="left")
+    t = Table(title="decode step breakdown (ms per token)", title_justify="left")
     t.add_column("component")
-    t.add_column("ms", justify="right")
+    t.add_column("expected", justify="right")
     t.add_column("share", justify="right")
+    t.add_column("bound", justify="right")
     t.add_column("fundamental / configurable")
+    bc = b.components_ms if b else {}
     for name, ms in sorted(p.components_ms.items(), key=lambda kv: -kv[1]):
         t.add_row(
             name,
             f"{ms:.3f}",
             f"{p.component_share[name] * 100:.0f} %",
+            f"{bc.get(name, 0.0):.3f}",
             p.component_kind.get(name, ""),
         )
-    t.add_row("[bold]total[/bold]", f"[bold]{p.decode_ms_per_token:.3f}[/bold]", "100 %", "")
+    t.add_row(
+        "[bold]total[/bold]",
+        f"[bold]{p.decode_ms_per_token:.3f}[/bold]",
+        "100 %",
+        f"[bold]{b.decode_ms_per_token:.3f}[/bold]" if b else "",
+        "",
+    )
     con.print(t)
+    if p.expected is not None:
+        _op_table(p)
     mem = p.memory_GiB_per_gpu
     con.print(
         f"memory per GPU: weights {mem['weights']:.1f} GiB + KV {mem['kv']:.2f} GiB of {mem['usable']:.1f} usable "
@@ -60,21 +79,23 @@ def print_prediction(p: Prediction) -> None:
             )
         con.print(bt)
     if p.what_if:
-        wt = Table(title="what if (one change at a time, ranked)", title_justify="left")
+        wt = Table(title="what if (one change at a time, ranked by expected)", title_justify="left")
         wt.add_column("change")
-        wt.add_column("tok/s", justify="right")
+        wt.add_column("expected tok/s", justify="right")
         wt.add_column("delta", justify="right")
+        wt.add_column("bound", justify="right")
         wt.add_column("what moves")
         wt.add_column("note")
         for w in p.what_if:
             if w.decode_tok_s_per_stream <= 0:
-                wt.add_row(w.change, "-", "-", "", w.note)
+                wt.add_row(w.change, "-", "-", "-", "", w.note)
                 continue
             style = "green" if w.delta_pct > 0.5 else ("red" if w.delta_pct < -0.5 else "")
             wt.add_row(
                 w.change,
                 f"{w.decode_tok_s_per_stream:.1f}",
                 f"[{style}]{w.delta_pct:+.1f} %[/{style}]" if style else f"{w.delta_pct:+.1f} %",
+                f"{w.bound_tok_s_per_stream:.1f}",
                 w.moved,
                 w.note,
             )
@@ -82,6 +103,55 @@ def print_prediction(p: Prediction) -> None:
     con.print("[dim]assumptions:[/dim]")
     for a in p.assumptions:
         con.print(f"[dim]  - {a}[/dim]")
+
+
+def _op_table(p: Prediction) -> None:
+    """Per-operation table: expected vs bound per op (summed over layers), source, confidence."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    bound = {}
+    for o in p.bound.ops if p.bound else []:
+        bound[o.name] = bound.get(o.name, 0.0) + o.ms
+    rows: dict[str, list] = {}
+    for o in p.expected.ops:  # type: ignore[union-attr]
+        r = rows.setdefault(o.name, [0.0, 0.0, o.source, o.confidence, o.kernel, o.note])
+        r[0] += o.count
+        r[1] += o.ms
+    t = Table(title="operations per decode step (this GPU)", title_justify="left")
+    for col in ("op", "count", "expected ms", "bound ms", "gap ms", "source", "conf", "kernel"):
+        t.add_column(
+            col,
+            justify="right"
+            if col in ("count", "expected ms", "bound ms", "gap ms", "conf")
+            else "left",
+        )
+    total = p.decode_ms_per_token or 1.0
+    for name, (count, ms, src, conf, kernel, _note) in sorted(
+        rows.items(), key=lambda kv: -kv[1][1]
+    ):
+        if ms < 0.002 * total:
+            continue
+        bms = bound.get(name, 0.0)
+        t.add_row(
+            name, f"{count:g}", f"{ms:.3f}", f"{bms:.3f}", f"{ms - bms:.3f}", src, f"{conf:.1f}",
+            kernel,
+        )  # fmt: skip
+    out().print(t)
+    ev = p.evidence
+    if ev:
+        out().print(
+            f"[dim]evidence: tables {escape(str(ev.get('tables')))}; share of expected by source "
+            + ", ".join(
+                f"{k} {v * 100:.0f} %" for k, v in ev.get("share_of_expected_by_source", {}).items()
+            )
+            + (
+                f"; low confidence: {', '.join(ev['low_confidence_ops'])}"
+                if ev.get("low_confidence_ops")
+                else ""
+            )
+            + "[/dim]"
+        )
 
 
 def print_catalog(gpus: bool, links: bool, models: bool, as_json: bool) -> None:

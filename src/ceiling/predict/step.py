@@ -96,14 +96,20 @@ class Setup:
 
 @dataclass
 class Step:
-    """One decode step: components (ms) and the facts behind them."""
+    """One decode step: expected components (ms), bound components, the ops, the facts."""
 
     components: dict[str, float]
     details: dict[str, Any] = field(default_factory=dict)
+    bound_components: dict[str, float] = field(default_factory=dict)
+    ops: list[Any] = field(default_factory=list)
 
     @property
     def ms(self) -> float:
         return sum(self.components.values())
+
+    @property
+    def bound_ms(self) -> float:
+        return sum(self.bound_components.values())
 
 
 def achieved_bw(
@@ -319,51 +325,122 @@ def flops_per_gpu(s: Setup, tokens: float, context: float, causal_prefill: bool 
 # ----------------------------------------------------------------------------- the step
 
 
+@dataclass
+class OpRow:
+    """One op of a step with its timing (per step: count x per-call)."""
+
+    name: str
+    kind: str
+    count: float
+    expected_ms: float
+    bound_ms: float
+    source: str
+    confidence: float
+    family: str
+    note: str
+    weight_bytes: float
+    kv_bytes: float
+
+
+def _split(row: OpRow, op: Any, bw_ref: float, consts: dict[str, Any], gpu: GPU) -> dict:
+    """Components of one op's time: roofline parts at the reference bandwidth, the rest launch."""
+    if row.kind == "comm":
+        return {"collectives": row.expected_ms}
+    if row.kind == "host":
+        return {"host": row.expected_ms}
+    w = row.count * op.weight_bytes / (bw_ref * 1e9) * 1e3
+    kv = row.count * op.kv_bytes / (bw_ref * 1e9) * 1e3
+    mem = w + kv
+    comp_peak = gpu.peak_tflops(op.compute) * 1e12 * float(consts["compute_efficiency"])
+    cmp = row.count * op.flops / comp_peak * 1e3 if op.flops else 0.0
+    total = row.expected_ms
+    out: dict[str, float] = {}
+    if mem + max(cmp - mem, 0.0) > total and mem > 0:  # faster than the reference: scale
+        scale = total / (mem + max(cmp - mem, 0.0))
+        w, kv, cmp = w * scale, kv * scale, cmp * scale
+        mem = w + kv
+    out["weights"] = w
+    out["kv"] = kv
+    if cmp > mem:
+        out["compute"] = cmp - mem
+    out["launch"] = max(total - w - kv - out.get("compute", 0.0), 0.0)
+    return out
+
+
 def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) -> Step:
-    """Decode step time (ms) of one replica at ``batch`` concurrent sequences of ``context``."""
+    """Decode step of one replica at ``batch`` sequences of ``context``: expected and bound."""
+    from ceiling.predict.evidence import Evidence
+    from ceiling.predict.ops import build_ops
+
     graphs = s.dep.cuda_graphs if graphs is None else graphs
-    tokens = float(batch)
-    w_bytes, w_by_kind = weight_read_bytes(s, tokens)
-    t_weights = w_bytes / (s.bw_GBps * 1e9) * 1e3
-    kv_tok, state = kv_bytes_per_token_gpu(s, context)
-    kv_read = tokens * (context * kv_tok + 2 * state)
-    t_kv = kv_read / (s.bw_GBps * 1e9) * 1e3
-    t_coll, coll_info = collectives_per_step(s, tokens)
-    n_k = kernels_per_step(s)
-    t_launch = s.kernel_ms(n_k)
+    ops = build_ops(s, batch, context)
+    ev = Evidence(s)
+    rows: list[OpRow] = []
+    comps = {k: 0.0 for k in ("weights", "kv", "collectives", "launch", "host")}
+    bcomps = {k: 0.0 for k in ("weights", "kv", "collectives", "launch", "host")}
+    bw_bound = ev.bound_bw()
+    n_kernels = 0
+    coll_calls = 0.0
+    for op in ops:
+        t = ev.time(op)
+        row = OpRow(
+            op.name, op.kind, op.count, op.count * t.expected_us / 1e3,
+            op.count * t.bound_us / 1e3, t.source, t.confidence, t.family, t.note,
+            op.weight_bytes, op.kv_bytes,
+        )  # fmt: skip
+        rows.append(row)
+        for k, v in _split(row, op, s.bw_GBps, s.consts, s.gpu).items():
+            comps[k] = comps.get(k, 0.0) + v
+        brow = OpRow(**{**row.__dict__, "expected_ms": row.bound_ms})
+        for k, v in _split(brow, op, bw_bound, s.consts, s.gpu).items():
+            bcomps[k] = bcomps.get(k, 0.0) + v
+        if op.kind == "comm":
+            coll_calls += op.count
+        elif op.kind != "host":
+            n_kernels += int(op.count * op.kernels)
     if not graphs:
-        # eager: the CPU issues every kernel; the step is the slower of CPU and GPU
-        gpu_ms = t_weights + t_kv + t_coll + t_launch
-        n_calls = sum(n_k) + coll_info.get("allreduces", 0) + coll_info.get("alltoalls", 0)
-        cpu_ms = n_calls * s.eager_kernel_us / 1e3
-        t_launch += max(0.0, cpu_ms - gpu_ms)
-    flops = flops_per_gpu(s, tokens, context)
-    peak = s.gpu.peak_tflops(_compute_dtype(s.spec)) * 1e12 * float(s.consts["compute_efficiency"])
-    t_compute = max(0.0, flops / peak * 1e3 - (t_weights + t_kv))
-    comps = {
-        "weights": t_weights,
-        "kv": t_kv,
-        "collectives": t_coll,
-        "launch": t_launch,
-        "host": s.rules.host_ms,
-    }
-    if t_compute > 0:
-        comps["compute"] = t_compute
-    details = {
+        # eager: the CPU issues every kernel and collective; the step is the slower of the two
+        gpu_ms = sum(v for k, v in comps.items() if k != "host")
+        cpu_ms = (n_kernels + coll_calls) * s.eager_kernel_us / 1e3
+        comps["launch"] += max(0.0, cpu_ms - gpu_ms)
+    comps = {k: v for k, v in comps.items() if v > 0 or k in ("weights", "kv", "launch", "host")}
+    if s.dep.tp > 1 or s.dep.pp > 1 or s.dep.ep > 1:
+        comps.setdefault("collectives", 0.0)
+    bcomps = {k: v for k, v in bcomps.items() if v > 0 or k in ("weights", "kv")}
+    w_bytes, w_by_kind = weight_read_bytes(s, float(batch))
+    kv_tok, state = kv_bytes_per_token_gpu(s, context)
+    kv_read = batch * (context * kv_tok + 2 * state)
+    allreduces = sum(op.count for op in ops if op.shape.get("collective") == "allreduce")
+    ar = next((r for r in rows if r.name == "allreduce"), None)
+    details: dict[str, Any] = {
         "weight_bytes_read_per_gpu": int(w_bytes),
         "weight_bytes_read_by_kind": {k: int(v) for k, v in sorted(w_by_kind.items())},
         "kv_bytes_read_per_gpu": int(kv_read),
-        "kernels_per_step": sum(n_k),
-        "gemm_kernels_per_step": n_k[0],
-        "flops_per_gpu": flops,
-        **coll_info,
+        "kernels_per_step": n_kernels,
+        "gemm_kernels_per_step": int(sum(op.count for op in ops if op.kind in ("gemm", "moe"))),
+        "flops_per_gpu": flops_per_gpu(s, float(batch), context),
+        "allreduce_impl": s.allreduce_impl,
+        "collective_calls_per_step": int(coll_calls),
     }
+    if allreduces:
+        details["allreduces"] = int(allreduces)
+        details["allreduce_bytes"] = int(batch * s.spec.hidden * 2)
+        if ar is not None:
+            details["allreduce_us"] = round(ar.expected_ms / ar.count * 1e3, 2)
+    a2a = next((r for r in rows if r.name.startswith("alltoall")), None)
+    if a2a is not None:
+        details["alltoalls"] = int(a2a.count)
+        details["alltoall_us"] = round(a2a.expected_ms / a2a.count * 1e3, 2)
+    send = next((r for r in rows if r.name == "pp.send"), None)
+    if send is not None:
+        details["pp_sends"] = int(send.count)
+        details["send_us"] = round(send.expected_ms / send.count * 1e3, 2)
     if s.spec.is_moe:
-        moe_tokens = tokens * (s.dep.dp if s.dep.ep > 1 else 1)
+        moe_tokens = batch * (s.dep.dp if s.dep.ep > 1 else 1)
         details["expected_distinct_experts"] = round(
             expected_distinct(s.spec.n_experts, s.spec.top_k, moe_tokens), 2
         )
-    return Step(comps, details)
+    return Step(comps, details, bound_components=bcomps, ops=rows)
 
 
 def prefill_ms(s: Setup, prompt_len: int) -> dict[str, float]:

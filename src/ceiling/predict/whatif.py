@@ -1,7 +1,8 @@
-"""What-if: the same model and box with one knob changed at a time, ranked by tok/s.
+"""What-if: the same model and box with one knob changed at a time, ranked by expected tok/s.
 
-Each variant is a full prediction of its own (same equations), so the deltas add up honestly:
-a change that moves a component the step does not wait on shows ~0 %.
+Each variant is a full prediction of its own (same ops, same evidence), so the deltas add up
+honestly: a change that moves a component the step does not wait on shows ~0 %. The ranking
+uses ``expected`` (what the engine would deliver); each row also carries the variant's bound.
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ def what_ifs(req: PredictRequest, pred: Prediction) -> list[WhatIf]:
                 delta_pct=round((p.decode_tok_s_per_stream / base - 1) * 100, 1),
                 decode_ms_per_token=p.decode_ms_per_token,
                 fits_in_memory=p.fits_in_memory,
+                bound_tok_s_per_stream=p.bound.decode_tok_s_per_stream if p.bound else 0.0,
                 moved=_moved(pred.components_ms, p.components_ms),
                 note=note,
             )

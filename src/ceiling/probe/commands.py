@@ -116,26 +116,42 @@ def _nccl_fix(error: str) -> str:
 
 
 def calibrate_command(
-    cfg: Any, as_json: bool, out: Path | None, results: Path | None, merge: Path | None
+    cfg: Any,
+    as_json: bool,
+    out: Path | None,
+    results: Path | None,
+    merge: Path | None,
+    ops_cfg: Any = None,
 ) -> int:
     from ceiling.probe import render
     from ceiling.probe.calibrate import run_calibrate, to_profile
     from ceiling.spec.profile import load_profile, save_profile
 
     base = load_profile(merge) if merge else None
+    ops_res = None
     with console().status("calibrating") as status:
         res = run_calibrate(cfg, lambda msg: status.update(f"calibrate: {msg}"))
-    _write(results, res)
+        if ops_cfg is not None:
+            from ceiling.probe.calibrate_ops import run_ops
+
+            ops_res = run_ops(ops_cfg, lambda msg: status.update(f"calibrate --ops: {msg}"))
+    _write(results, res if ops_res is None else {"calibrate": res, "ops": ops_res})
     prof = to_profile(res)
+    if ops_res is not None:
+        from ceiling.probe.calibrate_ops import to_profile_ops
+
+        prof = prof.merge(to_profile_ops(ops_res))
     if base is not None:
         prof = base.merge(prof)
     if out is not None:
         save_profile(prof, out)
         console().print(f"wrote profile {out}")
     if as_json:
-        emit_json({"result": res, "profile": prof})
+        emit_json({"result": res, "ops": ops_res, "profile": prof})
     else:
         render.calibrate(res, _datasheet_bw(prof.gpu))
+        if ops_res is not None:
+            render.calibrate_ops(ops_res)
     return 0
 
 

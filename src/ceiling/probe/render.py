@@ -207,3 +207,31 @@ def calibrate(res: CalibrateResult, datasheet_GBps: float | None) -> None:
     )
     for n in res.notes:
         c.print(f"note: {n}")
+
+
+def calibrate_ops(res: Any) -> None:
+    """Per-op microbenchmarks: each family's fit, then the points."""
+    from rich.table import Table
+
+    c = out()
+    t = Table(title="per-operation fits (t = t0 + bytes / bw, batch 1)", title_justify="left")
+    for col in ("family", "t0 us", "bw GB/s", "points", "kernel"):
+        t.add_column(col, justify="right" if col not in ("family", "kernel") else "left")
+    for f in res.fits:
+        t.add_row(
+            f.family,
+            f"{f.t0_us:.2f}",
+            f"{f.bw_GBps:.0f}" if f.bw_GBps else "-",
+            str(len(f.points)),
+            "engine's" if f.engine_kernel else "stand-in",
+        )
+    c.print(t)
+    pts = Table(title="per-operation points", title_justify="left")
+    for col in ("family", "shape", "batch", "MB", "us", "GB/s"):
+        pts.add_column(col, justify="left" if col in ("family", "shape") else "right")
+    for p in res.points:
+        pts.add_row(p.family, p.label, str(p.batch), f"{p.nbytes / 1e6:.2f}", f"{p.us:.2f}",
+                    f"{p.nbytes / p.us / 1e3:.0f}" if p.us > 0 else "-")  # fmt: skip
+    c.print(pts)
+    for k, v in res.skipped.items():
+        c.print(f"[dim]{k} not measured: {v}[/dim]")

@@ -7,6 +7,7 @@ overrides any of them through :func:`apply_profile`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -17,26 +18,93 @@ from ceiling.spec._data import load_yaml
 
 class GPU(BaseModel):
     name: str
-    full_name: str
+    full_name: str = ""
     arch: str
+    sm: int = Field(0, description="CUDA compute capability x10 (0: not NVIDIA)")
     memory_GiB: float
+    memory_type: str = "hbm"
     mem_bw_GBps: float = Field(description="datasheet bandwidth")
     measured_bw_GBps: float | None = Field(None, description="achieved weight-read bandwidth")
+    l2_MiB: float = 50.0
     tflops: dict[str, float]
     nvlink: str | None = None
     pcie_gen: int = 4
     p2p_supported: bool = True
+    tdp_W: float | None = None
+    mem_clock_MHz: float | None = None
+    aic_system: str | None = None
     aliases: list[str] = Field(default_factory=list)
     source: str = ""
+    limits: dict[str, float] = Field(
+        default_factory=dict, description="--power-limit / --mem-clock applied (see with_limits)"
+    )
 
     @property
     def memory_bytes(self) -> float:
         return self.memory_GiB * 2**30
 
+    @property
+    def arch_class(self) -> str:
+        """The kernel-family class: ampere | ada | hopper | blackwell | blackwell_sm120 | cdna3."""
+        if self.arch == "blackwell" and self.sm >= 110:
+            return "blackwell_sm120"
+        return self.arch
+
+    @property
+    def clock_scale(self) -> float:
+        """SM clock relative to the datasheet's (power limit), 1.0 when unlimited."""
+        return float(self.limits.get("clock_scale", 1.0))
+
+    def with_limits(self, power_limit_W: float | None, mem_clock_MHz: float | None) -> GPU:
+        """This GPU under a power cap and/or another memory clock.
+
+        - memory clock: DRAM bandwidth (datasheet and measured) scales with the clock ratio.
+        - power limit: a decode step is memory-bound and draws well under the board power; the
+          share a decode step needs (``DECODE_POWER_SHARE`` of TDP) is kept at full clocks, and
+          below it SM clocks fall as (limit / needed)^0.8 — the exponent of the RTX PRO 6000
+          power-limit sweep (local-inference-lab/rtx6kpro hardware/blackwell-power-limit-sweep.md:
+          300 W of 600 W -> 0.53 of the SM clock under a tensor burn). Fixed kernel costs and
+          compute peaks scale with that clock; bandwidth does not. An estimate, stated as such.
+        """
+        data = self.model_dump()
+        limits: dict[str, float] = {}
+        if mem_clock_MHz is not None:
+            if not self.mem_clock_MHz:
+                raise CeilingError(
+                    f"--mem-clock needs the default memory clock of {self.name}, which the "
+                    "catalog does not have",
+                    fix="add mem_clock_MHz to a --gpu FILE.yaml, or drop --mem-clock",
+                )
+            ratio = mem_clock_MHz / self.mem_clock_MHz
+            data["mem_bw_GBps"] = self.mem_bw_GBps * ratio
+            if self.measured_bw_GBps:
+                data["measured_bw_GBps"] = self.measured_bw_GBps * ratio
+            limits["mem_clock_MHz"] = mem_clock_MHz
+            limits["mem_clock_ratio"] = ratio
+        if power_limit_W is not None:
+            if not self.tdp_W:
+                raise CeilingError(
+                    f"--power-limit needs the board power of {self.name}, which the catalog "
+                    "does not have",
+                    fix="add tdp_W to a --gpu FILE.yaml, or drop --power-limit",
+                )
+            needed = DECODE_POWER_SHARE * self.tdp_W
+            scale = 1.0 if power_limit_W >= needed else (power_limit_W / needed) ** 0.8
+            data["tflops"] = {k: v * scale for k, v in self.tflops.items()}
+            limits["power_limit_W"] = power_limit_W
+            limits["clock_scale"] = scale
+        data["limits"] = limits
+        return GPU.model_validate(data)
+
     def peak_tflops(self, compute: str) -> float:
         """Dense peak for a compute dtype; without native support the GEMM runs as w-only
         quantization (Marlin-style) in bf16, so bf16 is the fallback."""
         return self.tflops.get(compute, self.tflops["bf16"])
+
+
+# Share of board power a memory-bound decode step draws (an estimate: single-stream decode on
+# the RTX PRO 6000 and H100 runs at roughly half to two thirds of TDP); see GPU.with_limits.
+DECODE_POWER_SHARE = 0.6
 
 
 class NcclFit(BaseModel):
@@ -80,7 +148,10 @@ def _resolve(name: str, cat: dict[str, dict[str, Any]]) -> dict[str, Any] | None
 
 
 def load_gpu(name: str) -> GPU:
-    """A GPU from the catalog by name or alias (``rtx-pro-6000``, ``h200``, ...)."""
+    """A GPU from the catalog by name or alias (``rtx-pro-6000``, ``h200``, ...), or a
+    user-defined GPU from a YAML file (``--gpu my-gpu.yaml``, the catalog's fields)."""
+    if name.endswith((".yaml", ".yml")):
+        return _gpu_file(name)
     entry = _resolve(name, _catalog("gpus.yaml"))
     if entry is None:
         raise CeilingError(
@@ -90,6 +161,36 @@ def load_gpu(name: str) -> GPU:
             + " (see `ceiling predict --list-gpus`)",
         )
     return GPU.model_validate(entry)
+
+
+def _gpu_file(path: str) -> GPU:
+    import yaml
+    from pydantic import ValidationError
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise CeilingError(f"GPU file not found: {p}", fix="pass a YAML file with the GPU's fields")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise CeilingError(f"{p} is not valid YAML: {exc}", fix="fix the file") from exc
+    if not isinstance(data, dict):
+        raise CeilingError(f"{p} must hold one mapping of GPU fields", fix="see docs/predict.md")
+    if len(data) == 1 and isinstance(next(iter(data.values())), dict):
+        name, data = next(iter(data.items()))  # the catalog's own shape: {name: {fields}}
+        data = {"name": name, **data}
+    data.setdefault("name", p.stem)
+    data.setdefault("full_name", data["name"])
+    data.setdefault("source", f"user-defined: {p}")
+    try:
+        return GPU.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(x) for x in first["loc"])
+        raise CeilingError(
+            f"GPU file {p}: field '{field}': {first['msg']}",
+            fix="required: arch, memory_GiB, mem_bw_GBps, tflops (see docs/predict.md)",
+        ) from exc
 
 
 def load_link(name: str) -> Link:

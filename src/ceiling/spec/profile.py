@@ -37,6 +37,29 @@ class CollectiveFit(BaseModel):
     )
 
 
+class OpFit(BaseModel):
+    """A kernel family's latency on this box: ``t = t0_us + bytes / (bw_GBps * 1e3)`` [us].
+
+    Written by ``ceiling calibrate --ops`` (per-op microbenchmarks at decode shapes); predict
+    uses it in place of tables and priors for ops of that family (source ``profile``).
+    """
+
+    family: str = Field(description="kernel family name (data/predict/kernels.yaml)")
+    t0_us: float
+    bw_GBps: float = Field(0.0, description="0: fixed cost only (bandwidth from elsewhere)")
+    batch: int = 1
+    points: list[tuple[float, float]] = Field(
+        default_factory=list, description="(bytes, median us) that were fitted"
+    )
+    engine_kernel: bool = Field(
+        True,
+        description="the benchmark ran the kernel engines run for this family (cuBLAS linear, "
+        "FlashAttention SDPA); False for stand-ins (PyTorch grouped GEMM for fused MoE), which "
+        "predict uses for the generic engine only",
+    )
+    note: str = ""
+
+
 class HardwareProfile(BaseModel):
     """Measured numbers for one machine; each None means 'use the datasheet'."""
 
@@ -62,13 +85,16 @@ class HardwareProfile(BaseModel):
         "intercept t0 of t = t0 + bytes / bw over GEMV sizes (predict's per-GEMM cost)",
     )
     collectives: list[CollectiveFit] = Field(default_factory=list)
+    ops: list[OpFit] = Field(
+        default_factory=list, description="per kernel family (calibrate --ops)"
+    )
     notes: list[str] = Field(default_factory=list)
 
     def merge(self, other: HardwareProfile) -> HardwareProfile:
         """Combine two profiles (e.g. calibrate + commbench); ``other`` wins where both measured."""
         data = self.model_dump()
         for key, value in other.model_dump().items():
-            if key == "collectives":
+            if key in ("collectives", "ops"):
                 data[key] = data[key] + value
             elif key == "gemv_bw_GBps":
                 data[key] = {**data[key], **value}

@@ -1,0 +1,127 @@
+"""Collective ops of a decode step: the engine's choice (expected) and the best algorithm (bound).
+
+Expected, per call:
+- allreduce: the implementation the engine picks (``Deployment.resolve_allreduce``: vLLM/SGLang
+  custom allreduce only for world sizes 2/4/6/8, with P2P, on NVLink or at most two PCIe-only
+  GPUs, below its 8 MiB buffer; vllm/distributed/device_communicators/custom_all_reduce.py),
+  and inside it vLLM's algorithm crossover (csrc/custom_all_reduce.cuh: one-shot for world
+  size 2; on full NVLink one-shot below 512 KB at <= 4 ranks / 256 KB at <= 8, two-shot
+  above; PCIe pairs stay one-shot). Latency from a measured profile (commbench), else
+  aiconfigurator's allreduce table for the GPU when the box is the table's kind (NVLink), else
+  the link's alpha-beta constants (``data/links.yaml``).
+- logits gather (TP), all-to-all (EP with DP attention), pipeline sends: link constants.
+
+Bound: the fastest algorithm the link allows at that size (one-shot where there is P2P, NCCL's
+ring otherwise, or a faster measured fit), never the engine's choice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ceiling.predict.collectives import allreduce_us, alltoall_us, send_us
+from ceiling.predict.ops import OpSpec, OpTime
+
+# aiconfigurator allreduce table rows per implementation (kernel_source substrings)
+_TABLE_IMPL = {
+    ("vllm", "oneshot"): ["vLLM_custom_graph"],
+    ("sglang", "oneshot"): ["SGLang_CustomAllReduce_graph"],
+    ("trtllm", "oneshot"): ["trtllm/"],
+    ("vllm", "twoshot"): ["vLLM_custom_graph"],
+    ("sglang", "twoshot"): ["SGLang_CustomAllReduce_graph"],
+}
+
+
+def _algorithm(s: Any, nbytes: float) -> tuple[str, str]:
+    """(implementation, why) for one allreduce of ``nbytes`` under the engine's rules."""
+    impl = s.allreduce_impl
+    n = s.dep.tp
+    if impl != "oneshot":
+        return impl, ""
+    if nbytes >= s.rules.custom_ar_max_bytes:
+        return "nccl", "message above the custom-allreduce buffer: NCCL"
+    if n > 2 and s.link.custom_ar_class == "nvlink":
+        limit = 512 * 1024 if n <= 4 else 256 * 1024
+        if nbytes >= limit:
+            return "twoshot", f"custom allreduce two-shot above {limit // 1024} KB"
+    return "oneshot", ""
+
+
+def _link_us(s: Any, impl: str, n: int, nbytes: float) -> float:
+    link = s.link
+    if impl == "twoshot" and link.oneshot is not None:
+        o = link.oneshot
+        return o.base_us + 2 * n * o.per_rank_us + 2 * (n - 1) / n * nbytes / (o.ingress_GBps * 1e3)
+    return allreduce_us(link, "nccl" if impl == "twoshot" else impl, n, nbytes)
+
+
+def _table_us(s: Any, impl: str, n: int, nbytes: float) -> tuple[float, str] | None:
+    """Allreduce latency from aiconfigurator's table for this GPU (NVLink boxes only: the tables
+    were measured on NVSwitch systems; a PCIe box's topology varies too much)."""
+    if s.link.kind != "nvlink" or not s.gpu.aic_system or not s.gpu.nvlink:
+        return None
+    from ceiling.predict import tables
+
+    if tables.info() is None:
+        return None
+    needles = ["nccl/"] if impl == "nccl" else _TABLE_IMPL.get((s.dep.engine, impl))
+    if not needles:
+        return None
+    pts = tables.allreduce_points(s.gpu.aic_system, needles, n)
+    if not pts:
+        return None
+    return tables.interp_points(pts, nbytes), f"table {s.gpu.aic_system} {needles[0]}"
+
+
+def best_allreduce_us(s: Any, n: int, nbytes: float) -> float:
+    """The bound: the fastest allreduce the link allows at this size."""
+    link = s.link
+    options = [allreduce_us(link, "nccl", n, nbytes)]
+    if link.oneshot is not None:
+        options.append(allreduce_us(link, "oneshot", n, nbytes))
+        options.append(_link_us(s, "twoshot", n, nbytes))
+    p = s.profile
+    if p is not None:
+        for fit in p.collectives:
+            if fit.collective == "allreduce" and fit.world_size == n:
+                options.append(fit.alpha_us + nbytes / (fit.beta_GBps * 1e3))
+    return min(options)
+
+
+def comm_time(s: Any, op: OpSpec) -> OpTime:
+    """Expected and bound latency (us per call) of one collective op."""
+    sh = op.shape
+    n = int(sh["ranks"])
+    nbytes = float(sh["bytes"])
+    coll = sh["collective"]
+    link = s.link
+    if coll == "allreduce":
+        impl, why = _algorithm(s, nbytes)
+        bound = best_allreduce_us(s, n, nbytes) * float(s.consts.get("bound_comm_fraction", 0.8))
+        base_impl = "nccl" if impl == "twoshot" and link.oneshot is None else impl
+        fit_impl = "oneshot" if impl == "twoshot" else base_impl
+        if s.profile is not None and any(
+            c.collective == "allreduce" and c.implementation == fit_impl
+            for c in s.profile.collectives
+        ):
+            us = allreduce_us(link, fit_impl, n, nbytes, s.profile, in_cuda_graph=s.dep.cuda_graphs)
+            src, conf, note = "profile", 0.9, f"{impl} (commbench fit)"
+        else:
+            tab = _table_us(s, impl, n, nbytes)
+            if tab is not None:
+                us, note = tab
+                src, conf = "table", 0.75
+            else:
+                us = _link_us(s, base_impl, n, nbytes)
+                src, conf, note = "prior", 0.5, f"{impl} ({link.name} constants)"
+        if why:
+            note = f"{note}; {why}"
+        return OpTime(max(us, bound), bound, src, conf, f"allreduce/{impl}", note)
+    if coll == "gather":
+        us = alltoall_us(link, n, nbytes)
+        return OpTime(us, us * 0.5, "prior", 0.4, "gather/nccl", f"{link.name} constants")
+    if coll == "alltoall":
+        us = alltoall_us(link, n, nbytes)
+        return OpTime(us, us * 0.5, "prior", 0.4, "alltoall/nccl", f"{link.name} constants")
+    us = send_us(link, nbytes)
+    return OpTime(us, us * 0.5, "prior", 0.4, "send", f"{link.name} constants")

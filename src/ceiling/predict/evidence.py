@@ -1,0 +1,338 @@
+"""Each op's latency from the best evidence, and its physical bound.
+
+``expected`` (what this engine's default kernels deliver), per call, from the first of:
+
+1. ``profile``: a family fit measured on this box (``ceiling calibrate --ops``; the bf16 GEMV
+   fit of plain ``calibrate`` counts for ``gemm_bf16``);
+2. ``table``: aiconfigurator's measured latency for the engine's kernel at this shape (optional
+   extra, ``ceiling.predict.tables``), checked against the prior (a row more than 3x the prior
+   and 20 us over it is a measurement artifact, not evidence: flagged, skipped);
+3. ``prior``: ``t0 + bytes / (eff x datasheet bandwidth)`` for the GPU class and kernel family
+   (``data/predict/kernel_priors.yaml``, fitted to per-op tables; a class without data borrows
+   the nearest class's numbers at lower confidence).
+
+Table and prior fixed costs come from kernels timed in a loop, whose small weights sit in L2;
+a decode step streams them from DRAM, so both add ``table_cold_us`` (constants.yaml: the
+difference between a cold-cache GEMV intercept and the tables' on one H200).
+
+``bound`` (the physics for this hardware and layout), per call: bytes at
+``bound_bw_fraction`` x datasheet bandwidth (or a faster measured figure), FLOPs at the dense
+peak, whichever is larger, plus ``bound_op_us`` for ops that carry a data dependency (GEMMs,
+attention, MoE); elementwise ops are fusable (no fixed cost); collectives at the fastest
+algorithm the link allows (``ceiling.predict.comm``); no host time.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from ceiling.predict.ops import OpSpec, OpTime
+from ceiling.spec._data import load_yaml
+
+# When a class has no prior for a family, borrow from these classes (in order), lower confidence.
+_BORROW = {
+    "blackwell_sm120": ["blackwell", "hopper", "ada", "ampere"],
+    "blackwell": ["hopper", "blackwell_sm120", "ampere"],
+    "hopper": ["blackwell", "ampere", "ada"],
+    "ada": ["blackwell_sm120", "hopper", "ampere"],
+    "ampere": ["ada", "hopper"],
+    "cdna3": ["hopper", "blackwell", "ampere"],
+}
+
+
+@cache
+def _kernels() -> dict[str, Any]:
+    return load_yaml("predict/kernels.yaml")
+
+
+@cache
+def _priors() -> dict[str, Any]:
+    return load_yaml("predict/kernel_priors.yaml")["classes"]
+
+
+def family_for(op: OpSpec, arch_class: str) -> str:
+    """The kernel family an op runs in (kernels.yaml `formats` rules)."""
+    if op.kind in ("attention",):
+        return "attn_gqa"
+    if op.kind == "mla":
+        return "attn_mla"
+    if op.kind == "gdn":
+        return "attn_gdn"
+    table = _kernels()["formats"]["moe" if op.kind == "moe" else "gemm"]
+    for prefix, rule in table.items():
+        if op.fmt.startswith(prefix):
+            return rule.get(arch_class) or rule["default"]
+    return "moe_bf16" if op.kind == "moe" else "gemm_bf16"
+
+
+def table_patterns(engine: str, family: str, arch_class: str) -> list[tuple[str, str]]:
+    rules = (_kernels()["tables"].get(engine) or {}).get(family) or {}
+    pats = rules.get(arch_class) or rules.get("default") or []
+    return [(str(a), str(b)) for a, b in pats]
+
+
+def prior(family: str, arch_class: str) -> tuple[dict[str, Any], float, str]:
+    """(prior record, confidence, note) for a family on a GPU class, borrowing if needed."""
+    pri = _priors()
+    rec = (pri.get(arch_class) or {}).get(family)
+    if rec is not None:
+        merged = dict(rec)
+        if "eff" not in merged:  # fixed cost known, bandwidth borrowed
+            for other in _BORROW.get(arch_class, []):
+                eff = ((pri.get(other) or {}).get(family) or {}).get("eff")
+                if eff:
+                    merged["eff"] = eff
+                    break
+        return merged, 0.5, ""
+    for other in _BORROW.get(arch_class, []):
+        rec = (pri.get(other) or {}).get(family)
+        if rec is not None:
+            return dict(rec), 0.3, f"no {arch_class} data for {family}: {other} prior"
+    return {"t0_us": 5.0, "eff": 0.7}, 0.2, f"no prior for {family}: generic 5 us + 70 % BW"
+
+
+class Evidence:
+    """Resolves op timings for one prediction setup (``predict.step.Setup``)."""
+
+    def __init__(self, s: Any) -> None:
+        self.s = s
+        self.gpu = s.gpu
+        self.cls = s.gpu.arch_class
+        self.engine = s.dep.engine
+        self.consts = s.consts
+        self.bw_ds = float(s.gpu.mem_bw_GBps)
+        self.cold = float(s.consts.get("table_cold_us", 0.0))
+        self.clock = s.gpu.clock_scale
+        self.system = s.gpu.aic_system if self.engine in ("vllm", "sglang", "trtllm") else None
+        from ceiling.predict import tables
+
+        self.tables = tables if (self.system and tables.info() is not None) else None
+        self.profile = s.profile
+        self.generic = self.engine == "generic"
+
+    # -------------------------------------------------------------------------- helpers
+    def bound_bw(self) -> float:
+        """Bandwidth the bound reads at (GB/s): the best of datasheet x fraction and measured."""
+        frac = float(self.consts.get("bound_bw_fraction", 0.92))
+        best = self.bw_ds * frac
+        if self.gpu.measured_bw_GBps:
+            best = max(best, self.gpu.measured_bw_GBps)
+        p = self.profile
+        if p is not None:
+            for v in [p.mem_bw_GBps, p.copy_bw_GBps, *(p.gemv_bw_GBps or {}).values()]:
+                if v:
+                    best = max(best, float(v))
+        return best
+
+    def peak_flops(self, compute: str) -> float:
+        return self.gpu.peak_tflops(compute) * 1e12
+
+    def _bound(self, op: OpSpec, fixed: bool) -> float:
+        mem = (op.weight_bytes + op.kv_bytes + op.act_bytes) / (self.bound_bw() * 1e3)
+        cmp = op.flops / self.peak_flops(op.compute) * 1e6 if op.flops else 0.0
+        floor = float(self.consts.get("bound_op_us", 0.5)) if fixed else 0.0
+        return max(mem, cmp) + floor
+
+    def _profile_fit(self, family: str):
+        p = self.profile
+        if p is None:
+            return None
+        for f in p.ops:
+            if f.family == family and (f.engine_kernel or self.generic):
+                return f
+        if family == "gemm_bf16" and p.gemm_fixed_us_graph and (p.gemv_bw_GBps or {}).get("bf16"):
+            from ceiling.spec.profile import OpFit
+
+            return OpFit(
+                family=family, t0_us=p.gemm_fixed_us_graph, bw_GBps=p.gemv_bw_GBps["bf16"],
+                note="calibrate's bf16 GEMV fit",
+            )  # fmt: skip
+        return None
+
+    def _compute_floor(self, op: OpSpec) -> float:
+        """Compute-bound time (us) at the dense peak x compute_efficiency."""
+        if not op.flops:
+            return 0.0
+        eff = float(self.consts["compute_efficiency"])
+        return op.flops / (self.peak_flops(op.compute) * eff) * 1e6
+
+    # -------------------------------------------------------------------------- ops
+    def time(self, op: OpSpec) -> OpTime:
+        if op.kind == "comm":
+            from ceiling.predict.comm import comm_time
+
+            return comm_time(self.s, op)
+        if op.kind == "host":
+            return OpTime(self.s.rules.host_ms * 1e3, 0.0, "engine", 0.3, "host",
+                          f"{self.engine} per-step CPU work not hidden (engines.yaml estimate)")  # fmt: skip
+        if self.generic:
+            return self._generic(op)
+        if op.kind in ("elementwise", "sampling"):
+            return self._elementwise(op)
+        family = family_for(op, self.cls)
+        if op.kind == "gemm":
+            return self._gemm(op, family)
+        if op.kind == "moe":
+            return self._moe(op, family)
+        return self._attention(op, family)
+
+    def _elementwise(self, op: OpSpec) -> OpTime:
+        p = self.profile
+        fit = self._profile_fit("elementwise")
+        if fit is not None:
+            us = op.kernels * fit.t0_us / self.clock + op.act_bytes / (0.8 * self.bw_ds * 1e3)
+            return OpTime(us, self._bound(op, fixed=False), "profile", 0.8, "elementwise")
+        if p is not None and p.kernel_launch_us_graph:
+            t0, src, conf = p.kernel_launch_us_graph + 1.0, "profile", 0.6
+        else:
+            t0, src, conf = float(self.consts["elementwise_us"]), "prior", 0.4
+        us = op.kernels * t0 / self.clock + op.act_bytes / (0.8 * self.bw_ds * 1e3)
+        return OpTime(us, self._bound(op, fixed=False), src, conf, "elementwise")
+
+    def _generic(self, op: OpSpec) -> OpTime:
+        """Plain PyTorch (engine `generic`): cuBLAS GEMVs and unfused kernels, measured on an
+        H200 (bench/predict_kernel_cost.py; constants.yaml)."""
+        s = self.s
+        bw = s.bw_GBps
+        if op.kind in ("gemm", "moe"):
+            us = s.gemm_kernel_us + op.weight_bytes / (bw * 1e3)
+            if op.kind == "moe":
+                us += (op.kernels - 1) * s.small_kernel_us
+        else:
+            us = op.kernels * s.small_kernel_us + (op.kv_bytes + op.act_bytes) / (bw * 1e3)
+        us = max(us, self._compute_floor(op))
+        return OpTime(us, self._bound(op, op.kind != "elementwise"), "prior", 0.6, "pytorch")
+
+    def _prior_us(self, rec: dict[str, Any], op: OpSpec, tokens: float, hidden: int = 0) -> float:
+        t0 = float(rec.get("t0_us", 5.0))
+        t0 += float(rec.get("t0_per_khidden_us", 0.0)) * hidden / 1000
+        eff = float(rec.get("eff") or 0.7)
+        if tokens > 1 and rec.get("eff_64"):
+            # between 1 and 64 tokens: log-interpolate the fits at 1 and 64 (beyond: the 64 fit)
+            import math
+
+            w = min(math.log(tokens) / math.log(64), 1.0)
+            eff = eff + w * (float(rec["eff_64"]) - eff)
+            t0 = t0 + w * max(float(rec.get("t0_64_us", t0)) - float(rec.get("t0_us", 5.0)), 0.0)
+        else:
+            t0 += float(rec.get("t0_per_token_us", 0.0)) * max(min(tokens, 64) - 1, 0)
+        nbytes = op.weight_bytes + op.kv_bytes
+        return (t0 + self.cold) / self.clock + nbytes / (eff * self.bw_ds * 1e3)
+
+    def _stream_floor(self, rec: dict[str, Any], op: OpSpec) -> float:
+        """A table row timed in a loop keeps small weights/KV in L2; a decode step streams them
+        from DRAM: never below the bytes at the family's streamed efficiency (the prior's)."""
+        eff = float(rec.get("eff") or 0.7)
+        return self.cold + (op.weight_bytes + op.kv_bytes) / (eff * self.bw_ds * 1e3)
+
+    def _check(self, table_us: float, prior_us: float) -> str:
+        if table_us > 3 * prior_us and table_us - prior_us > 20:
+            return (
+                f"table row {table_us:.0f} us is over 3x the prior {prior_us:.0f} us for this "
+                "family (warm-up/JIT in the measurement or a kernel not used at decode): skipped"
+            )
+        return ""
+
+    def _finish(self, op: OpSpec, us: float, src: str, conf: float, family: str, note: str):
+        us = max(us, self._compute_floor(op))
+        bound = self._bound(op, fixed=True)
+        # physics: no measurement of a streamed op beats the bound
+        us = max(us, bound)
+        return OpTime(us, bound, src, conf, family, note)
+
+    def _gemm(self, op: OpSpec, family: str) -> OpTime:
+        m = float(op.shape.get("m", 1))
+        rec, pconf, pnote = prior(family, self.cls)
+        prior_us = self._prior_us(rec, op, m)
+        fit = self._profile_fit(family)
+        if fit is not None:
+            bw = fit.bw_GBps or float(rec.get("eff") or 0.7) * self.bw_ds
+            us = fit.t0_us / self.clock + op.weight_bytes / (bw * 1e3)
+            return self._finish(op, us, "profile", 0.9, family, fit.note)
+        note = pnote
+        if self.tables is not None and op.name not in ("mla.w_uk_bmm", "mla.w_uv_bmm"):
+            pats = table_patterns(self.engine, family, self.cls)
+            meas = self.tables.gemm_measured(
+                self.system, self.engine, pats, m, int(op.shape["n"]), int(op.shape["k"])
+            )
+            if meas is not None:
+                us = max(meas.us + self.cold, self._stream_floor(rec, op))
+                bad = self._check(us, prior_us)
+                if not bad:
+                    conf = 0.8 if meas.exact else 0.7
+                    return self._finish(op, us / self.clock, "table", conf, family, meas.key)
+                note = bad
+        return self._finish(op, prior_us, "prior", pconf, family, note)
+
+    def _moe(self, op: OpSpec, family: str) -> OpTime:
+        sh = op.shape
+        tokens = float(sh["tokens"])
+        rec, pconf, pnote = prior(family, self.cls)
+        prior_us = self._prior_us(rec, op, tokens, int(sh["hidden"]))
+        fit = self._profile_fit(family)
+        if fit is not None:
+            bw = fit.bw_GBps or float(rec.get("eff") or 0.7) * self.bw_ds
+            us = fit.t0_us / self.clock + op.weight_bytes / (bw * 1e3)
+            return self._finish(op, us, "profile", 0.9, family, fit.note)
+        note = pnote
+        if self.tables is not None:
+            pats = table_patterns(self.engine, family, self.cls)
+            meas = self.tables.moe_measured(
+                self.system, self.engine, pats, tokens, int(sh["hidden"]), int(sh["inter"]),
+                int(sh["experts"]), int(sh["topk"]), int(sh["moe_tp"]),
+            )  # fmt: skip
+            if meas is not None:
+                us = meas.us + self.cold
+                if int(sh.get("ep", 1)) > 1:
+                    # the table holds EP=1 rows: swap its expert bytes (top-k experts of every
+                    # token) for the busiest EP rank's, at the prior's bandwidth
+                    eff = float(rec.get("eff") or 0.7) * self.bw_ds * 1e3
+                    table_bytes = sh["expert_bytes"] * min(sh["experts"], tokens * sh["topk"])
+                    us += (op.weight_bytes - table_bytes) / eff
+                us = max(us, self._stream_floor(rec, op))
+                bad = self._check(us, prior_us)
+                if not bad:
+                    conf = 0.8 if meas.exact else 0.65
+                    return self._finish(
+                        op, us / self.clock, "table", conf, family,
+                        meas.key + (f"; {meas.note}" if meas.note else ""),
+                    )  # fmt: skip
+                note = bad
+        return self._finish(op, prior_us, "prior", pconf, family, note)
+
+    def _attention(self, op: OpSpec, family: str) -> OpTime:
+        sh = op.shape
+        batch = float(sh.get("batch", 1))
+        rec, pconf, pnote = prior(family, self.cls)
+        prior_us = self._prior_us(rec, op, batch)
+        fit = self._profile_fit(family)
+        if fit is not None:
+            bw = fit.bw_GBps or float(rec.get("eff") or 0.7) * self.bw_ds
+            us = fit.t0_us / self.clock + op.kv_bytes / (bw * 1e3)
+            return self._finish(op, us, "profile", 0.9, family, fit.note)
+        note = pnote
+        if self.tables is not None and op.name != "mla.indexer_scores":
+            pats = table_patterns(self.engine, family, self.cls)
+            meas = None
+            if family == "attn_gqa":
+                kvd = sh.get("kv_dtype", "bfloat16")
+                pats = [(a, b or kvd) for a, b in pats]
+                meas = self.tables.attention_measured(
+                    self.system, self.engine, pats, batch, float(sh["context"]),
+                    int(sh["heads"]), int(sh["kv_heads"]), int(sh["head_dim"]),
+                )  # fmt: skip
+            elif family == "attn_mla":
+                kvd = "fp8" if self.s.kv_bytes <= 1 else "bfloat16"
+                pats = [(a, b or kvd) for a, b in pats]
+                meas = self.tables.mla_measured(
+                    self.system, self.engine, pats, batch, float(sh["context"]), int(sh["heads"])
+                )
+            if meas is not None:
+                us = max(meas.us + self.cold, self._stream_floor(rec, op))
+                bad = self._check(us, prior_us)
+                if not bad:
+                    conf = 0.75 if meas.exact else 0.6
+                    return self._finish(op, us / self.clock, "table", conf, family, meas.key)
+                note = bad
+        return self._finish(op, prior_us, "prior", pconf, family, note)

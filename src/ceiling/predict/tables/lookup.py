@@ -1,0 +1,326 @@
+"""Lookups of the aiconfigurator adapter: measured latency at an op's shape, kernel fits."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ceiling.predict.tables.core import Fit
+from ceiling.predict.tables.store import _raw, system_fits
+
+
+def _engine_key(key: str) -> tuple[str, str]:
+    engine, version = key.split("/")[:2]
+    return engine, version
+
+
+def _vkey(v: str) -> tuple[int, ...]:
+    out = []
+    for part in v.replace("rc", ".").replace("post", ".").replace("dev", ".").split("."):
+        out.append(int(part) if part.isdigit() else 0)
+    return tuple(out)
+
+
+def _at(per_batch: dict[str, dict], batch: float) -> Fit:
+    """The fit at ``batch`` (log-interpolated between the nearest measured batch sizes)."""
+    sizes = sorted(per_batch, key=lambda s: float(s) if s != "any" else 0.0)
+    if "any" in per_batch:
+        return Fit.model_validate(per_batch["any"])
+    vals = [float(s) for s in sizes]
+    if batch <= vals[0]:
+        return Fit.model_validate(per_batch[sizes[0]])
+    if batch >= vals[-1]:
+        return Fit.model_validate(per_batch[sizes[-1]])
+    for i in range(1, len(vals)):
+        if vals[i] >= batch:
+            lo, hi = (
+                Fit.model_validate(per_batch[sizes[i - 1]]),
+                Fit.model_validate(per_batch[sizes[i]]),
+            )
+            w = math.log(batch / vals[i - 1]) / math.log(vals[i] / vals[i - 1])
+            return Fit(
+                key=lo.key,
+                t0_us=lo.t0_us + w * (hi.t0_us - lo.t0_us),
+                bw_GBps=1.0 / ((1 - w) / lo.bw_GBps + w / hi.bw_GBps)
+                if lo.bw_GBps > 0 and hi.bw_GBps > 0
+                else max(lo.bw_GBps, hi.bw_GBps),
+                rel_err=max(lo.rel_err, hi.rel_err),
+                points=lo.points + hi.points,
+            )
+    return Fit.model_validate(per_batch[sizes[-1]])
+
+
+def quality(fit: Fit, peers: list[Fit], datasheet_GBps: float) -> Fit:
+    """Mark a fit untrusted when the table looks wrong (see the module docstring)."""
+    notes = []
+    if fit.bw_GBps > 1.02 * datasheet_GBps:
+        notes.append(f"slope {fit.bw_GBps:.0f} GB/s beats the datasheet {datasheet_GBps:.0f}")
+    if fit.rel_err > 0.35:
+        notes.append(f"fit error {fit.rel_err:.0%}")
+    best = min((p.t0_us for p in peers if p.key != fit.key), default=None)
+    if best is not None and fit.t0_us > 3 * best and fit.t0_us - best > 10:
+        notes.append(
+            f"fixed cost {fit.t0_us:.0f} us vs {best:.0f} us for the same format in another "
+            "engine's table on this GPU (measurement artifact or a kernel not used at decode)"
+        )
+    if notes:
+        return fit.model_copy(update={"trusted": False, "note": "; ".join(notes)})
+    return fit
+
+
+class Measured(BaseModel):
+    """A table latency for one op at its exact (or nearest) shape."""
+
+    key: str
+    us: float
+    exact: bool = Field(description="the table holds this shape; False: scaled from a neighbour")
+    note: str = ""
+
+
+def _candidates(
+    table: dict[str, Any], engine: str, patterns: list[tuple[str, str]]
+) -> list[tuple[int, int, tuple[int, ...], str]]:
+    """Table keys matching ``patterns`` ((kernel substring, dtype) in preference order), ordered:
+    the engine's own table first (newest version), then other engines' tables."""
+    out = []
+    for key in table:
+        parts = key.split("/")
+        eng, ver, rest = parts[0], parts[1], "/".join(parts[2:])
+        for rank, (needle, dtype) in enumerate(patterns):
+            if needle.lower() in rest.lower() and (not dtype or rest.endswith("/" + dtype)):
+                out.append((0 if eng == engine else 1, rank, tuple(-x for x in _vkey(ver)), key))
+                break
+    out.sort()
+    return out
+
+
+def _log_interp(x: float, pts: list[tuple[float, float]]) -> float:
+    """y at x by interpolation in log x over sorted (x, y) points (clamped at the ends)."""
+    pts = sorted(pts)
+    if x <= pts[0][0]:
+        return pts[0][1]
+    if x >= pts[-1][0]:
+        return pts[-1][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
+        if x0 <= x <= x1:
+            if x1 == x0:
+                return y0
+            w = math.log(x / x0) / math.log(x1 / x0)
+            return y0 + w * (y1 - y0)
+    return pts[-1][1]
+
+
+def _index(rows: list[list[float]]) -> tuple[dict[tuple[int, int], float], list[int], list[int]]:
+    grid = {(int(a), int(b)): t for a, b, t in rows}
+    return grid, sorted({a for a, _ in grid}), sorted({b for _, b in grid})
+
+
+_GRIDS: dict[int, tuple[dict[tuple[int, int], float], list[int], list[int]]] = {}
+
+
+def _gemm_at(rows: list[list[float]], n: int, k: int) -> tuple[float, bool]:
+    """Latency of an (n, k) GEMM by bilinear interpolation in (log n, log k) over the grid."""
+    idx = _GRIDS.get(id(rows))
+    if idx is None:  # index each table's rows once (the raw tables live for the process)
+        idx = _GRIDS[id(rows)] = _index(rows)
+    grid, ns, ks = idx
+
+    def bracket(vals: list[int], v: int) -> tuple[int, int]:
+        lo = max([x for x in vals if x <= v], default=vals[0])
+        hi = min([x for x in vals if x >= v], default=vals[-1])
+        return lo, hi
+
+    (n0, n1), (k0, k1) = bracket(ns, n), bracket(ks, k)
+    exact = n0 == n1 == n and k0 == k1 == k
+
+    def at(a: int, b: int) -> float | None:
+        return grid.get((a, b))
+
+    corners = [at(n0, k0), at(n0, k1), at(n1, k0), at(n1, k1)]
+    if any(c is None for c in corners):
+        near = min(grid, key=lambda ab: abs(math.log(ab[0] / n)) + abs(math.log(ab[1] / k)))
+        scale = (n * k) / (near[0] * near[1])
+        return grid[near] * max(scale, 1.0) ** 0.5, False  # crude, marked not exact
+
+    def w(v: int, lo: int, hi: int) -> float:
+        if hi == lo:
+            return 0.0
+        return math.log(max(v, lo) / lo) / math.log(hi / lo)
+
+    wn, wk = w(min(n, n1), n0, n1), w(min(k, k1), k0, k1)
+    c00, c01, c10, c11 = (float(c) for c in corners)  # type: ignore[arg-type]
+    t = (1 - wn) * ((1 - wk) * c00 + wk * c01) + wn * ((1 - wk) * c10 + wk * c11)
+    # outside the grid: extrapolate in proportion to the weight bytes
+    t *= max(n / n1, 1.0) * max(k / k1, 1.0)
+    return t, exact
+
+
+def gemm_measured(
+    system: str, engine: str, patterns: list[tuple[str, str]], m: float, n: int, k: int
+) -> Measured | None:
+    """Latency (us) of one GEMM from the tables, interpolated in M (tokens) and (N, K)."""
+    return _gemm_cached(system, engine, tuple(patterns), m, n, k)
+
+
+@cache
+def _gemm_cached(
+    system: str, engine: str, patterns: tuple[tuple[str, str], ...], m: float, n: int, k: int
+) -> Measured | None:
+    raw = _raw(system, "gemm")
+    for *_rank, key in _candidates(raw, engine, list(patterns)):
+        per_m = raw[key]
+        ms = sorted(int(x) for x in per_m)
+        if not ms or m > ms[-1] * 1.01:
+            continue
+        pts = []
+        exact = True
+        for mm in ms:
+            t, ex = _gemm_at(per_m[str(mm)], n, k)
+            pts.append((float(mm), t))
+            exact = exact and ex
+        return Measured(key=key, us=_log_interp(max(m, 1.0), pts), exact=exact)
+    return None
+
+
+def moe_measured(
+    system: str,
+    engine: str,
+    patterns: list[tuple[str, str]],
+    tokens: float,
+    hidden: int,
+    inter: int,
+    experts: int,
+    topk: int,
+    moe_tp: int,
+) -> Measured | None:
+    """Fused-MoE latency (us) at the model's exact shape (hidden x inter x experts x top-k)."""
+    raw = _raw(system, "moe")
+    shape = f"{hidden}x{inter}x{experts}x{topk}"
+    for *_rank, key in _candidates(raw, engine, patterns):
+        rows = (raw[key] or {}).get(shape)
+        if not rows:
+            continue
+        tps = sorted({int(r[1]) for r in rows})
+        tp = min(tps, key=lambda x: (abs(math.log(x / moe_tp)), x))
+        pts = [(float(r[0]), float(r[2])) for r in rows if int(r[1]) == tp]
+        if not pts or tokens > max(p[0] for p in pts) * 1.01:
+            continue
+        us = _log_interp(max(tokens, 1.0), pts)
+        note = "" if tp == moe_tp else f"measured at moe_tp={tp}, scaled to {moe_tp}"
+        if tp != moe_tp:
+            us *= tp / moe_tp if tp > moe_tp else 1.0  # more shards per rank -> less to read
+        return Measured(key=key, us=us, exact=tp == moe_tp, note=note)
+    return None
+
+
+def attention_measured(
+    system: str,
+    engine: str,
+    patterns: list[tuple[str, str]],
+    batch: float,
+    context: float,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+) -> Measured | None:
+    """GQA decode attention (us) per layer at (heads, KV heads, head dim) per rank."""
+    raw = _raw(system, "attention")
+    want = f"{heads}x{kv_heads}x{head_dim}"
+    for *_rank, key in _candidates(raw, engine, patterns):
+        shapes = raw[key] or {}
+        exact = want in shapes
+        if exact:
+            shape = want
+        else:
+            same = [s for s in shapes if s.split("x")[1:] == [str(kv_heads), str(head_dim)]]
+            if not same:
+                continue
+            shape = min(same, key=lambda s: abs(math.log(int(s.split("x")[0]) / heads)))
+        rows = shapes[shape]
+        bs = sorted({int(r[0]) for r in rows})
+        if batch > bs[-1] * 1.01:
+            continue
+        per_b = []
+        for b in bs:
+            pts = [(float(r[1]), float(r[2])) for r in rows if int(r[0]) == b]
+            per_b.append((float(b), _log_interp(max(context, 1.0), pts)))
+        us = _log_interp(max(batch, 1.0), per_b)
+        return Measured(
+            key=key, us=us, exact=exact, note="" if exact else f"nearest head count ({shape})"
+        )
+    return None
+
+
+def mla_measured(
+    system: str, engine: str, patterns: list[tuple[str, str]], batch: float, context: float,
+    heads: int,
+) -> Measured | None:  # fmt: skip
+    """MLA decode attention kernel (us) per layer at ``heads`` query heads per rank."""
+    raw = _raw(system, "mla")
+    for *_rank, key in _candidates(raw, engine, patterns):
+        shapes = raw[key] or {}
+        if not shapes:
+            continue
+        shape = min(shapes, key=lambda s: abs(math.log(int(s) / heads)))
+        rows = shapes[shape]
+        bs = sorted({int(r[0]) for r in rows})
+        if batch > bs[-1] * 1.01:
+            continue
+        per_b = []
+        for b in bs:
+            pts = [(float(r[1]), float(r[2])) for r in rows if int(r[0]) == b]
+            per_b.append((float(b), _log_interp(max(context, 1.0), pts)))
+        us = _log_interp(max(batch, 1.0), per_b)
+        return Measured(key=key, us=us, exact=int(shape) == heads)
+    return None
+
+
+def kernel_fit(
+    system: str, family: str, engine: str, patterns: list[tuple[str, str]], batch: float
+) -> Fit | None:
+    """The line fit of one kernel (``family``: gemm, moe, attention, mla, gdn) at ``batch``."""
+    data = system_fits(system)
+    if data is None:
+        return None
+    table = data.get(family) or {}
+    for *_rank, key in _candidates(table, engine, patterns):
+        return _at(table[key], batch)
+    return None
+
+
+def allreduce_points(system: str, impl_needles: list[str], n: int) -> list[list[float]] | None:
+    """Measured (bytes, us) points of one allreduce implementation at world size ``n``."""
+    data = system_fits(system)
+    if data is None:
+        return None
+    best: tuple[tuple[int, ...], list[list[float]]] | None = None
+    for key, per_n in (data.get("comm") or {}).items():
+        if str(n) not in per_n:
+            continue
+        low = key.lower()
+        if any(needle.lower() in low for needle in impl_needles):
+            ver = _vkey(key.split("/")[1])
+            if best is None or ver > best[0]:
+                best = (ver, per_n[str(n)])
+    return best[1] if best else None
+
+
+def interp_points(points: list[list[float]], nbytes: float) -> float:
+    """Latency (us) at ``nbytes`` by log-log interpolation over measured points."""
+    pts = sorted(points)
+    if nbytes <= pts[0][0]:
+        return pts[0][1]
+    if nbytes >= pts[-1][0]:
+        b, t = pts[-1]
+        return t * nbytes / b
+    for (b0, t0), (b1, t1) in itertools.pairwise(pts):
+        if b0 <= nbytes <= b1:
+            if b1 == b0:
+                return t0
+            w = math.log(nbytes / b0) / math.log(b1 / b0)
+            return math.exp(math.log(t0) + w * (math.log(t1) - math.log(t0)))
+    return pts[-1][1]

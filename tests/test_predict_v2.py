@@ -1,0 +1,252 @@
+"""predict v2: expected and bound from per-operation evidence, validated on published runs."""
+
+from __future__ import annotations
+
+import json
+from importlib import util
+
+import pytest
+
+from ceiling.errors import CeilingError
+from ceiling.predict import tables
+from ceiling.predict.api import PredictRequest, predict
+from ceiling.predict.calibration import evaluate, pairs
+from ceiling.predict.tables import build as tables_build
+from ceiling.predict.tables import lookup as tables_lookup
+from ceiling.spec.hardware import list_gpus, load_gpu
+
+FOUNDING = dict(
+    model="kimi-k2.5", gpu="rtx-pro-6000", gpus=8, link="pcie5-switch", tp=8, engine="vllm"
+)
+
+
+@pytest.fixture
+def priors_only(monkeypatch):
+    """Predict from the shipped priors, whether or not the tables extra is installed."""
+    monkeypatch.setenv("CEILING_NO_TABLES", "1")
+    tables.info.cache_clear()
+    yield
+    tables.info.cache_clear()
+
+
+# ----------------------------------------------------------------------------- contract
+
+
+def test_json_contract_expected_and_bound(priors_only):
+    p = predict(PredictRequest(**FOUNDING, what_if=True))
+    d = json.loads(p.model_dump_json())
+    for key in ("decode_ms_per_token", "decode_tok_s_per_stream", "components_ms"):
+        assert key in d
+    for key in ("fits_in_memory", "assumptions", "what_if", "expected", "bound"):
+        assert key in d
+    for block in ("expected", "bound"):
+        b = d[block]
+        assert set(b) >= {"decode_ms_per_token", "decode_tok_s_per_stream", "components_ms", "ops"}
+        assert b["ops"] and set(b["ops"][0]) >= {"name", "count", "ms", "source", "confidence"}
+        assert sum(o["ms"] for o in b["ops"]) == pytest.approx(b["decode_ms_per_token"], rel=0.01)
+    # the top level is the expected figure; the bound is faster, op by op
+    assert d["decode_tok_s_per_stream"] == d["expected"]["decode_tok_s_per_stream"]
+    assert d["components_ms"] == d["expected"]["components_ms"]
+    assert d["bound"]["decode_ms_per_token"] < d["decode_ms_per_token"]
+    exp = {}
+    for o in d["expected"]["ops"]:
+        exp[o["name"]] = exp.get(o["name"], 0.0) + o["ms"]
+    for o in d["bound"]["ops"]:
+        assert o["ms"] <= exp.get(o["name"], 0.0) + 1e-6, o["name"]
+    assert {o["source"] for o in d["expected"]["ops"]} <= {"table", "profile", "prior", "engine"}
+    assert "priors" in d["evidence"]["tables"]
+    # what-ifs rank by expected and carry the bound of each variant
+    ranked = [w["decode_tok_s_per_stream"] for w in d["what_if"] if w["fits_in_memory"]]
+    assert ranked == sorted(ranked, reverse=True)
+    assert all(w["bound_tok_s_per_stream"] > 0 for w in d["what_if"] if w["fits_in_memory"])
+
+
+def test_op_decomposition_names_the_ops(priors_only):
+    mla = predict(PredictRequest(**FOUNDING))
+    names = {o.name for o in mla.expected.ops}
+    assert {
+        "attention.mla",
+        "mla.q_a_kv_a_proj",
+        "mla.w_uk_bmm",
+        "moe.experts",
+        "moe.router",
+    } <= names
+    assert {"allreduce", "lm_head", "sampling", "host"} <= names
+    kernels = {o.name: o.kernel for o in mla.expected.ops}
+    assert kernels["moe.experts"] == "moe_w4a16"  # Marlin MoE for compressed-tensors INT4
+    assert kernels["attention.mla"] == "attn_mla"
+    hybrid = predict(PredictRequest(model="qwen3.5-397b-a17b-nvfp4", gpu="rtx-pro-6000", tp=4))
+    names = {o.name for o in hybrid.expected.ops}
+    assert {"gdn.recurrent_update", "gdn.in_proj", "attention.decode"} <= names
+    kernels = {o.name: o.kernel for o in hybrid.expected.ops}
+    assert kernels["moe.experts"] == "moe_nvfp4"
+    # no FP4 tensor cores on Hopper: vLLM runs NVFP4 weights through Marlin (weight-only)
+    hop = predict(PredictRequest(model="qwen3.5-397b-a17b-nvfp4", gpu="h200", tp=4))
+    assert {o.name: o.kernel for o in hop.expected.ops}["moe.experts"] == "moe_w4a16"
+
+
+def test_engine_allreduce_rules(priors_only):
+    """vLLM custom allreduce: off on > 2 PCIe-only GPUs, on for 2 PCIe GPUs and on NVLink;
+    two-shot above 256 KB at 8 NVLink ranks (csrc/custom_all_reduce.cuh)."""
+    pcie8 = predict(PredictRequest(**FOUNDING))
+    assert pcie8.deployment["allreduce_impl"] == "nccl"
+    pcie2 = predict(
+        PredictRequest(model="minimax-m2.5", gpu="rtx-pro-6000", tp=2, weight_format="nvfp4")
+    )
+    assert pcie2.deployment["allreduce_impl"] == "oneshot"
+    nv = predict(PredictRequest(model="deepseek-v3", gpu="h200", tp=8))
+    assert nv.deployment["allreduce_impl"] == "oneshot"
+    fam = {o.name: o.kernel for o in nv.expected.ops}
+    assert fam["allreduce"] == "allreduce/oneshot"
+    big = predict(PredictRequest(model="deepseek-v3", gpu="h200", tp=8, batch=64))
+    assert {o.name: o.kernel for o in big.expected.ops}["allreduce"] == "allreduce/twoshot"
+    nop2p = predict(PredictRequest(**{**FOUNDING, "link": "pcie5-switch-nop2p"}))
+    assert nop2p.decode_tok_s_per_stream < pcie8.decode_tok_s_per_stream
+
+
+def test_ep_reads_the_busiest_rank(priors_only):
+    tp = predict(PredictRequest(**FOUNDING))
+    ep = predict(PredictRequest(**{**FOUNDING, "ep": 8}))
+
+    def moe_ms(p):
+        return sum(o.ms for o in p.expected.ops if o.name == "moe.experts")
+
+    # at batch 1 the busiest of 8 EP ranks holds ~2.6 of the 8 touched experts, whole: more
+    # bytes than a 1/8 slice of all 8
+    assert moe_ms(ep) > moe_ms(tp)
+
+
+def test_weight_format_changes_expected_more_than_bytes(priors_only):
+    """The founding pair: NVFP4 Kimi reads fewer bytes than native INT4 but is slower on the
+    RTX PRO 6000 (SM120 NVFP4 MoE kernels carry a large fixed cost)."""
+    int4 = predict(PredictRequest(**FOUNDING))
+    fp4 = predict(PredictRequest(**{**FOUNDING, "model": "kimi-k2.5-nvfp4"}))
+    assert fp4.details["weight_bytes_read_per_gpu"] < int4.details["weight_bytes_read_per_gpu"]
+    assert fp4.decode_tok_s_per_stream < 0.9 * int4.decode_tok_s_per_stream
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def test_bound_never_beaten_by_a_published_run(priors_only):
+    """Every shipped public row (calibration + validation files): no measurement beats the
+    bound by more than 5 % (a violation is a bug in the bound, not in the row)."""
+    res = evaluate()
+    assert len(res["modelled"]) >= 40
+    assert res["bound_violations"] == [], [
+        (m["id"], m["measured"], m["bound"]) for m in res["modelled"] if m["violation"]
+    ]
+
+
+def test_expected_accuracy_on_published_single_stream(priors_only):
+    """Stated tolerance (priors only, no tables): single-stream median |error| <= 18 %, p90 <=
+    35 %, vLLM rows median <= 12 %. The issue's goal is 10 / 25 %: see bench/predict_accuracy.py
+    for where each group stands."""
+    res = evaluate()
+    single = res["single_stream"]
+    assert single["n"] >= 25
+    assert single["median_abs_error_pct"] <= 18
+    assert single["p90_abs_error_pct"] <= 35
+    assert res["by_group"]["engine=vllm"]["median_abs_error_pct"] <= 12
+    skipped = {s["id"]: s["why"] for s in res["skipped"]}
+    assert "MTP" in skipped["D005"]
+
+
+def test_what_if_pairs(priors_only):
+    """Measured before/after pairs (whatif_pairs.csv): stated tolerance: right sign on >= 6 of
+    7, within 5 points on >= 3 of 7 (priors only; goal: 7 and 6)."""
+    prs = pairs()
+    assert len(prs) == 7
+    assert sum(p["right_sign"] for p in prs) >= 6
+    assert sum(p["within_5_points"] for p in prs) >= 3
+    one = {p["id"]: p for p in prs}
+    assert one["P1"]["predicted_delta_pct"] < -10  # NVFP4 slower than INT4 on the same box
+    assert one["P2"]["predicted_delta_pct"] > 3  # one-shot beats NCCL on 4 PCIe GPUs
+
+
+# ----------------------------------------------------------------------------- GPUs
+
+
+ISSUE_GPUS = [
+    "rtx-3090", "rtx-3090-ti", "rtx-4090", "rtx-5090", "rtx-a6000", "rtx-6000-ada", "l20",
+    "l40s", "a100-80", "h20", "h100-pcie", "h100-sxm", "h200", "gh200", "b200", "b300",
+    "rtx-pro-6000-ws", "rtx-pro-6000", "rtx-pro-6000-maxq", "mi300x", "mi325x",
+]  # fmt: skip
+
+
+def test_gpu_catalog_covers_the_gpus_people_serve_on():
+    names = {g.name for g in list_gpus()}
+    assert set(ISSUE_GPUS) <= names
+    for g in list_gpus():
+        assert g.source and g.mem_bw_GBps > 0 and g.tflops.get("bf16", 0) > 0, g.name
+        assert g.arch_class in ("ampere", "ada", "hopper", "blackwell", "blackwell_sm120", "cdna3")
+    assert load_gpu("rtx-pro-6000").arch_class == "blackwell_sm120"
+    assert load_gpu("b200").arch_class == "blackwell"
+
+
+def test_user_defined_gpu_file_and_limits(tmp_path, priors_only):
+    f = tmp_path / "my-gpu.yaml"
+    f.write_text(
+        "arch: ada\nsm: 89\nmemory_GiB: 48\nmem_bw_GBps: 960\nmemory_type: gddr\n"
+        "tflops: {bf16: 364, fp8: 728}\ntdp_W: 300\nmem_clock_MHz: 10000\n"
+    )
+    g = load_gpu(str(f))
+    assert g.name == "my-gpu" and g.arch_class == "ada"
+    base = predict(PredictRequest(model="llama-3.1-8b", gpu=str(f)))
+    assert base.hardware["gpu"] == "my-gpu"
+    fast = predict(PredictRequest(model="llama-3.1-8b", gpu=str(f), mem_clock=11000))
+    # +10 % memory clock: the weight reads speed up, the step does not gain the full 10 %
+    assert 1.0 < fast.decode_tok_s_per_stream / base.decode_tok_s_per_stream < 1.1
+    capped = predict(PredictRequest(model="llama-3.1-8b", gpu=str(f), power_limit=100))
+    assert capped.decode_tok_s_per_stream < base.decode_tok_s_per_stream
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("arch: ada\n")
+    with pytest.raises(CeilingError, match="field"):
+        load_gpu(str(bad))
+    with pytest.raises(CeilingError, match="mem-clock"):
+        load_gpu("rtx-3090").model_copy(update={"mem_clock_MHz": None}).with_limits(None, 1000)
+
+
+# ----------------------------------------------------------------------------- tables adapter
+
+
+def test_fit_line_ignores_l2_hot_points_for_the_slope():
+    """Table rows timed in a loop: small weights sit in L2 (fast), large ones stream from DRAM.
+    The slope comes from the streamed points only; t0 from decode-sized matrices."""
+    l2 = 50 * 2**20
+    pts = [(b, 4.0 + b / 10e6) for b in (1e6, 2e6, 8e6)]  # L2-hot: "10 TB/s"
+    pts += [(b, 4.0 + b / 4e6) for b in (2e8, 4e8, 8e8, 1.6e9)]  # streamed: 4 TB/s
+    f = tables_build.fit_line(pts, "k", l2)
+    assert f is not None
+    assert f.bw_GBps == pytest.approx(4000, rel=0.01)
+    assert f.t0_us == pytest.approx(4.0, abs=0.5)
+    assert tables_build.fit_line(pts[:3], "k", l2).bw_GBps == 0  # nothing streamed: no slope
+
+
+def test_quality_flags_a_table_that_contradicts_physics_or_peers():
+    good = tables.Fit(key="vllm/x/a", t0_us=6.0, bw_GBps=3000, rel_err=0.05, points=50)
+    slow = tables.Fit(key="vllm/x/b", t0_us=160.0, bw_GBps=3000, rel_err=0.05, points=50)
+    fast = tables.Fit(key="vllm/x/c", t0_us=6.0, bw_GBps=9000, rel_err=0.05, points=50)
+    assert tables.quality(good, [good, slow], 4800).trusted
+    assert not tables.quality(slow, [good, slow], 4800).trusted
+    assert "datasheet" in tables.quality(fast, [fast], 4800).note
+
+
+def test_gemm_grid_interpolation_and_allreduce_points():
+    rows = [[n, k, 2.0 + n * k * 2 / 4e3 / 1e3] for n in (1024, 2048, 4096) for k in (1024, 4096)]
+    t, exact = tables_lookup._gemm_at(rows, 2048, 4096)
+    assert exact and t == pytest.approx(2.0 + 2048 * 4096 * 2 / 4e6)
+    t, exact = tables_lookup._gemm_at(rows, 3000, 2048)
+    assert not exact and rows[0][2] < t < rows[-1][2]
+    pts = [[1024, 10.0], [16384, 12.0], [1048576, 40.0]]
+    assert tables.interp_points(pts, 1024) == 10.0
+    assert 10.0 < tables.interp_points(pts, 8192) < 12.0
+
+
+@pytest.mark.skipif(util.find_spec("aiconfigurator_core") is None, reason="tables extra absent")
+def test_tables_installed_mark_ops_as_table():  # pragma: no cover - needs the optional extra
+    tables.info.cache_clear()
+    p = predict(PredictRequest(**FOUNDING))
+    sources = {o.source for o in p.expected.ops}
+    assert "table" in sources
+    assert "aiconfigurator-core" in p.evidence["tables"]
