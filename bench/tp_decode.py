@@ -322,6 +322,31 @@ def worker(spec_path: str) -> int:
         all_loads = [torch.zeros_like(t) for _ in range(tp)]
         dist.all_gather(all_loads, t)
         loads = [int(x.item()) for x in all_loads]
+    census = None
+    if cuda and spec.get("census") and rank == 0:
+        # which kernels one step runs, how many and for how long (CUPTI via torch.profiler, an
+        # eager step: the same kernels a graph replays): per-op evidence for predict's kernel
+        # counts of plain PyTorch, measured rather than assumed
+        stage("kernel census")
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            sync()
+        kern: dict[str, list[float]] = {}
+        for ev in prof.events():
+            if str(ev.device_type).endswith("CUDA"):  # kernels and memcpys/memsets on the GPU
+                us = getattr(ev, "device_time", None) or getattr(ev, "cuda_time", 0.0)
+                kern.setdefault(ev.name, []).append(float(us))
+        census = {
+            "layers": L,
+            "kernels_per_step": sum(len(v) for v in kern.values()),
+            "gpu_us_per_step": sum(sum(v) for v in kern.values()),
+            "by_kernel": sorted(
+                ({"name": k[:160], "count": len(v), "us": sum(v)} for k, v in kern.items()),
+                key=lambda r: -r["us"],
+            ),
+        }
     stage("write result")
     if rank == 0:
         Path(spec["out"]).write_text(
@@ -339,6 +364,7 @@ def worker(spec_path: str) -> int:
                     else eager_ms - eager_nc,
                     "ep": ep,
                     "ep_routed_experts_per_rank": loads,
+                    "kernel_census": census,
                     "weights_GB_per_rank": weight_bytes / 1e9,
                     "kv_GB_per_rank": kv_bytes / 1e9,
                     "allreduces_per_step": (2 * L + 1) if tp > 1 else 0,
@@ -415,6 +441,12 @@ def main() -> int:
     )
     ap.add_argument("--link", default=None, help="catalog link kind for predict (default: probe)")
     ap.add_argument(
+        "--engine",
+        default="generic",
+        help="the engine predict is asked about: generic (default) = plain PyTorch kernels and "
+        "no engine host loop, which is what this step runs",
+    )
+    ap.add_argument(
         "--parallel",
         default="tp",
         help="tp,ep: how MoE layers split over the ranks (ep: whole experts per rank, as "
@@ -424,6 +456,11 @@ def main() -> int:
         "--no-comm-twin",
         action="store_true",
         help="skip timing the same step without its collectives (the in-step allreduce cost)",
+    )
+    ap.add_argument(
+        "--census",
+        action="store_true",
+        help="also count the kernels of one eager step (torch.profiler, rank 0, CUDA only)",
     )
     ap.add_argument("--logs", type=Path, default=None, help="keep every rank's log under DIR")
     ap.add_argument(
@@ -524,6 +561,7 @@ def _run_configs(args, configs, rows, hang, device, backend, link) -> int:
                 "graph": not args.no_graph,
                 "iters_eager": max(3, args.iters // 3),
                 "iters_graph": args.iters,
+                "census": args.census,
                 "ep": mode == "ep",
                 "no_comm_twin": not args.no_comm_twin,
                 "pg_timeout_s": max(30, int(args.timeout)),
@@ -671,7 +709,14 @@ def _predicted(row: dict, args: argparse.Namespace, link: str | None) -> dict:
             if f"{link}-nop2p" in {lk.name for lk in list_links()}:  # the twin without P2P
                 link = f"{link}-nop2p"
         with _variant_profile(prof, row.get("env") or {}) as prof_path:
-            out: dict = {"predicted_with": {"gpu": gpu, "link": link, "profile": args.profile}}
+            out: dict = {
+                "predicted_with": {
+                    "gpu": gpu,
+                    "link": link,
+                    "profile": args.profile,
+                    "engine": args.engine,
+                }
+            }
             for graphs in (True, False):
                 p = predict(
                     PredictRequest(
@@ -681,6 +726,7 @@ def _predicted(row: dict, args: argparse.Namespace, link: str | None) -> dict:
                         ep=tp if row.get("parallel") == "ep" else 1,
                         link=link if tp > 1 else None,
                         allreduce="nccl",
+                        engine=args.engine,
                         batch=row.get("batch", args.batch),
                         context=row.get("context", args.context),
                         cuda_graphs=graphs,

@@ -166,7 +166,7 @@ class Evidence:
         if op.kind == "host":
             return OpTime(self.s.rules.host_ms * 1e3, 0.0, "engine", 0.3, "host",
                           f"{self.engine} per-step CPU work not hidden (engines.yaml estimate)")  # fmt: skip
-        if self.generic:
+        if self.generic and not self._measured_here(op):
             return self._generic(op)
         if op.kind in ("elementwise", "sampling"):
             return self._elementwise(op)
@@ -176,6 +176,21 @@ class Evidence:
         if op.kind == "moe":
             return self._moe(op, family)
         return self._attention(op, family)
+
+    def _measured_here(self, op: OpSpec) -> bool:
+        """Whether the profile measured this op's kernel family on this box: then even plain
+        PyTorch (engine `generic`) takes the measurement over its priors (calibrate --ops times
+        PyTorch's own kernels: cuBLAS, SDPA, torch._grouped_mm, rms_norm)."""
+        if self.profile is None or op.kind not in (
+            "gemm",
+            "moe",
+            "attention",
+            "mla",
+            "elementwise",
+        ):
+            return False
+        family = "elementwise" if op.kind == "elementwise" else family_for(op, self.cls)
+        return any(f.family == family for f in self.profile.ops)
 
     def _elementwise(self, op: OpSpec) -> OpTime:
         p = self.profile
