@@ -7,7 +7,7 @@
 #     bash bench/gpu_ops_session.sh          # results in $OUT (device tool) or bench/results/gpu_ops/
 #
 # Writes: profile_ops.json (HardwareProfile with `ops`), calibrate_ops.json (every point),
-# predict_*.json (with and without the profile), session.log. Carry .whl (pydantic & co., see
+# predictions.tgz (predict_*.json with and without the profile), session.log. Carry .whl (pydantic & co., see
 # docs/probe.md) when the machine lacks them.
 set -u
 export COLUMNS=${COLUMNS:-160} PYTHONUNBUFFERED=1
@@ -51,3 +51,5 @@ EOF
   done
   step "done"; date -u
 } 2>&1 | tee "$LOG"
+# the device tool returns at most 8 files: the predictions travel as one archive
+(cd "$OUT" && tar -czf predictions.tgz predict_*.json 2>/dev/null && rm -f predict_*.json)
