@@ -219,8 +219,7 @@ def _o_semantics(arg: Arg, engine: Engine, version: str) -> list[Problem]:
     ]
 
 
-def _release(version: str) -> Version:
-    """A PEP 440 version's release (``0.11.0rc1+cpu`` -> 0.11.0, equal to 0.11); 0 if none."""
+def _release(version: str) -> Version:  # 0.11.0rc1+cpu -> 0.11.0 (== 0.11); unparsable -> 0
     try:
         return Version(Version(version).base_version)
     except InvalidVersion:
