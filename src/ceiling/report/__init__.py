@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ceiling.errors import CeilingError
-from ceiling.report.html import render_html
-from ceiling.report.markdown import render_markdown
 
 
 def render(
@@ -22,6 +20,9 @@ def render(
     formats: tuple[str, ...] = ("md", "html"),
 ) -> dict[str, str]:
     """Write the report files for a result document; return format -> path."""
+    from ceiling.report.html import render_html
+    from ceiling.report.markdown import render_markdown
+
     if hasattr(doc, "model_dump"):
         doc = doc.model_dump(mode="json")
     out = Path(out_dir)
