@@ -37,7 +37,8 @@ def test_help_lists_every_registered_command():
     assert {"predict", "bench", "compare", "doctor", "sweep", "report", "probe"} <= names
     proc = _ceiling("--help")
     assert proc.returncode == 0, proc.stderr
-    listed = {line.split()[0] for line in proc.stdout.split("Commands:")[1].splitlines() if line}
+    section = proc.stdout.split("\nCommands:\n")[1].split("\n\n")[0]  # up to a blank line
+    listed = {line.split()[0] for line in section.splitlines() if line.startswith("  ")}
     assert listed == names
 
 
