@@ -274,9 +274,9 @@ def topology_from_smi_text(
     for pr in pairs:
         if pr.nvlinks:
             for idx in (pr.a, pr.b):
-                g = next((x for x in gpus if x.index == idx), None)
-                if g is not None:
-                    g.nvlink_active_links = max(g.nvlink_active_links or 0, pr.nvlinks)
+                end = next((x for x in gpus if x.index == idx), None)
+                if end is not None:
+                    end.nvlink_active_links = max(end.nvlink_active_links or 0, pr.nvlinks)
     return Topology(
         source="nvidia-smi", driver_version=driver, gpus=gpus, pairs=pairs, cpu=cpu or CpuInfo()
     )

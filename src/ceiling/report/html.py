@@ -149,11 +149,11 @@ def build_plots(doc: Doc) -> dict[str, list[str]]:
         ("pcie_tx_GBps", "PCIe transmit", "GB/s"),
         ("pcie_rx_GBps", "PCIe receive", "GB/s"),
     ):
-        pts = telemetry_points(tel, key)
-        if pts:
+        per_gpu = telemetry_points(tel, key)
+        if per_gpu:
             tel_svgs.append(
                 plots.lines(
-                    pts, f"Telemetry: {label} during the single-stream run", "time (s)", unit
+                    per_gpu, f"Telemetry: {label} during the single-stream run", "time (s)", unit
                 )
             )
     if not tel_svgs:

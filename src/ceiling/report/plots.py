@@ -19,13 +19,14 @@ import hashlib
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.typing import RcKeyType
 
 # Colour per attribution kind and a palette for series (colour-blind safe: Okabe-Ito).
 KIND_COLOURS = {
@@ -37,7 +38,7 @@ KIND_COLOURS = {
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 
 _W, _H = 640, 300  # CSS pixels; matplotlib's SVG user unit is the point (72 per inch)
-_RC: dict[str, Any] = {
+_RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",  # <text> elements, not glyph outlines
     "svg.hashsalt": "ceiling",  # deterministic clip-path/marker ids (and so output)
     "text.parse_math": False,  # a '$' in a variant name is a dollar sign, not TeX
@@ -191,12 +192,12 @@ def waterfall(
 
 
 def lines(
-    series: dict[str, Sequence[tuple[float, float]]],
+    series: Mapping[str, Sequence[tuple[float, float]]],
     title: str,
     xlabel: str,
     ylabel: str,
     log_x: bool = False,
-    bands: dict[str, Sequence[tuple[float, float, float]]] | None = None,
+    bands: Mapping[str, Sequence[tuple[float, float, float]]] | None = None,
 ) -> str:
     """Line chart with markers (e.g. tok/s vs concurrency); optional (x, lo, hi) CI bands."""
     if not any(series.values()):
@@ -253,8 +254,8 @@ def histogram(values: Sequence[float], title: str, unit: str = "ms", bins: int =
         hi = lo + (abs(lo) * 0.1 or 1.0)
 
     def draw(ax: Axes) -> None:
-        _, _, patches = ax.hist(vals, bins=bins, range=(lo, hi), color="#56B4E9", rwidth=0.92)
-        for i, patch in enumerate(patches):
+        ax.hist(vals, bins=bins, range=(lo, hi), color="#56B4E9", rwidth=0.92)
+        for i, patch in enumerate(ax.patches):  # the bins: the only patches of the axes
             patch.set_gid(f"bin-{i}")
         for q, colour in ((50, "#0072B2"), (99, "#D55E00")):
             v = float(np.percentile(vals, q))
