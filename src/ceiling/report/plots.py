@@ -19,7 +19,7 @@ import hashlib
 import io
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from typing import TYPE_CHECKING, Any
 
@@ -100,9 +100,13 @@ def _inline_svg(fig: Figure, kind: str, title: str) -> str:
     body = doc[head.end() :]
     # Unique ids per plot: many plots share one HTML page, and matplotlib numbers from 1.
     pre = f"{kind}-{hashlib.sha1((title + body).encode()).hexdigest()[:8]}-"
-    body = re.sub(r'\bid="([^"]+)"', rf'id="{pre}\1"', body)
-    body = re.sub(r"url\(#([^)]+)\)", rf"url(#{pre}\1)", body)
-    body = re.sub(r'xlink:href="#([^"]+)"', rf'href="#{pre}\1"', body)  # SVG 2 href
+
+    def tag(m: re.Match[str]) -> str:  # inside tags only: text content stays as written
+        t = re.sub(r'(\s)id="([^"]+)"', rf'\1id="{pre}\2"', m.group(0))
+        t = re.sub(r"url\(#([^)]+)\)", rf"url(#{pre}\1)", t)
+        return re.sub(r'xlink:href="#([^"]+)"', rf'href="#{pre}\1"', t)  # SVG 2 href
+
+    body = re.sub(r"<[^>]+>", tag, body)
     t = escape(title, quote=True)
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="plot plot-{escape(kind)}" '
@@ -111,7 +115,7 @@ def _inline_svg(fig: Figure, kind: str, title: str) -> str:
     )
 
 
-def _render(kind: str, title: str, draw: Any, height: float = _H) -> str:
+def _render(kind: str, title: str, draw: Callable[[Axes], None], height: float = _H) -> str:
     import matplotlib as mpl
 
     with mpl.rc_context(_RC):
