@@ -240,7 +240,7 @@ def lines(
         ax.set_ylim(bottom=0)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        ax.legend(loc="upper left")
+        ax.legend(loc="best")  # away from the data
 
     return _render("lines", title, draw)
 
