@@ -18,6 +18,8 @@ echo "== installing llama.cpp (llama-cpp-python's server; compiles once, ~9 min)
 bash scripts/install-llamacpp.sh .engines/llamacpp
 echo "== lint"
 .venv/bin/ruff check src tests bench
+echo "== types (mypy over the modules listed in pyproject.toml)"
+.venv/bin/mypy
 echo "== tests"
 set +e
 .venv/bin/python -m pytest "$@"

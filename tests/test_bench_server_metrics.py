@@ -62,3 +62,13 @@ def test_missing_scrapes_and_unknown_servers() -> None:
     assert add_deltas({"a": 1.0}, {"a": 2.0, "b": 1.0}) == {"a": 3.0, "b": 1.0}
     unknown = compare_to_client(delta("x_total 1\n", "x_total 2\n"), {})
     assert unknown["available"] is False and "no known latency" in unknown["reason"]
+
+
+def test_a_malformed_line_costs_only_itself() -> None:
+    """A scrape with garbage glued on (a proxy's error page) keeps every well-formed sample."""
+    text = VLLM_BEFORE + "<html>502 Bad Gateway</html>\n" + 'vllm:x_sum{a="1"} NaN\n'
+    totals = parse_prometheus(text)
+    assert totals["vllm:time_to_first_token_seconds_count"] == 10.0
+    assert totals["vllm:time_to_first_token_seconds_bucket"] == 1.0
+    assert "vllm:x_sum" not in totals  # NaN: nothing observed
+    assert not any("html" in k for k in totals)

@@ -1,8 +1,9 @@
-"""Statistics: exact t quantiles, confidence intervals, Welch, bootstrap."""
+"""Statistics: t quantiles (SciPy) against the printed tables, CIs, Welch, bootstrap."""
 
 from __future__ import annotations
 
 import math
+from statistics import mean, variance
 
 import pytest
 
@@ -39,6 +40,21 @@ def test_welch_founding_example_is_noise() -> None:
     w = welch([81.4, 80.6, 82.2], [81.9, 81.0, 82.7])
     assert w.low is not None and w.high is not None
     assert w.low < 0 < w.high
+
+
+def test_welch_matches_the_satterthwaite_formula_by_hand() -> None:
+    # Welch-Satterthwaite by hand (stdlib variances: 0.64 and 0.7233, n = 3 each)
+    a, b = [81.4, 80.6, 82.2], [81.9, 81.0, 82.7]
+    va, vb = variance(a) / 3, variance(b) / 3
+    w = welch(a, b)
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)
+    assert w.df == pytest.approx(df, rel=1e-4)
+    # t(0.975, 3.985) sits between the table's df=3 (3.1824) and df=4 (2.7764) rows
+    half = (w.high - w.low) / 2
+    assert 2.7764 < half / math.sqrt(va + vb) < 3.1824
+    assert w.diff == pytest.approx(mean(b) - mean(a))
+    same = welch([5.0, 5.0], [6.0, 6.0])  # no spread at all: the difference is exact
+    assert (same.low, same.high) == (1.0, 1.0)
 
 
 def test_welch_detects_a_real_difference_and_refuses_one_run() -> None:

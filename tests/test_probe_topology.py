@@ -1,4 +1,5 @@
-"""probe: topology parsing (nvidia-smi text), the NVML path (with a fake NVML), the no-GPU path."""
+"""probe: the pure readers (nvidia-smi text, NVML values -> nouns), the NVML path (with a fake
+NVML), the no-GPU path."""
 
 from __future__ import annotations
 
@@ -11,13 +12,18 @@ from types import SimpleNamespace
 import pytest
 
 from ceiling.probe import nvml, topology
-from ceiling.probe.topology import (
-    GpuInfo,
-    cpu_info,
+from ceiling.probe.topology import cpu_info
+from ceiling.probe.topology_model import GpuInfo, GpuPair, Topology
+from ceiling.probe.topology_parse import (
+    cuda_version,
+    gpu_from_nvml,
     link_kind,
+    pair_from_nvml,
     parse_smi_query,
     parse_topo_matrix,
     pcie_GBps,
+    prefer_smi_connections,
+    smi_driver_version,
     topology_from_smi_text,
 )
 from ceiling.spec.hardware import list_links
@@ -68,6 +74,85 @@ def test_nvlink_box_maps_to_the_gpus_nvlink_generation():
     assert all(p.nvlinks == 18 for p in topo.pairs)
     assert topo.gpus[0].nvlink_active_links == 18
     assert all(p.p2p is None for p in topo.pairs)  # no p2p matrix given: unknown, not "yes"
+
+
+def test_smi_driver_version_and_cuda_version_text():
+    assert smi_driver_version(_read("smi_query_8x_pcie.csv")) == "580.95.05"
+    assert smi_driver_version("") is None
+    assert cuda_version(13000) == "13.0" and cuda_version(12040) == "12.4"
+    assert cuda_version(None) is None and cuda_version(0) is None
+
+
+def _h200(index: int, links: int | None) -> GpuInfo:
+    return gpu_from_nvml(
+        index,
+        "NVIDIA H200",
+        memory_total_bytes=150_754_820_096,  # what NVML reports for an H200 (140.4 GiB)
+        pcie_gen_max=5,
+        pcie_width_max=16,
+        nvlinks_active=links,
+    )
+
+
+def test_gpu_from_nvml_values():
+    g = _h200(1, 18)
+    assert (g.index, g.catalog_name, g.memory_total_GiB) == (1, "h200", 140.4)
+    assert g.pcie_GBps_per_direction == pytest.approx(63.02, abs=0.01)
+    assert g.nvlink_active_links == 18
+    unknown = gpu_from_nvml(0, "NVIDIA Nonesuch 9000")  # every query failed but the name
+    assert unknown.catalog_name is None and unknown.memory_total_GiB is None
+    assert unknown.pcie_GBps_per_direction is None
+
+
+def test_pair_from_nvml_values():
+    a, b = _h200(0, 18), _h200(1, 18)
+    # NVSwitch (HGX): no link ends at the peer, NVML says P2P over NVLink works
+    sw = pair_from_nvml(
+        a, b, nvlinks_to_peer=0, nvlink_p2p_ok=True, ancestor=50, p2p_read_status=0, pcie_gen=5
+    )
+    assert (sw.connection, sw.nvlinks, sw.p2p, sw.p2p_status) == ("NV18", 18, True, "OK")
+    direct = pair_from_nvml(
+        a, b, nvlinks_to_peer=4, nvlink_p2p_ok=False, ancestor=50, p2p_read_status=0, pcie_gen=5
+    )
+    assert (direct.connection, direct.nvlinks) == ("NV4", 4)
+    # PCIe only: the common ancestor names the connection; P2P refused -> the -nop2p link kind
+    pcie_a, pcie_b = _h200(0, None), _h200(1, None)
+    sw_pcie = pair_from_nvml(
+        pcie_a,
+        pcie_b,
+        nvlinks_to_peer=0,
+        nvlink_p2p_ok=False,
+        ancestor=10,
+        p2p_read_status=5,
+        pcie_gen=5,
+    )
+    assert (sw_pcie.connection, sw_pcie.p2p, sw_pcie.p2p_status) == ("PIX", False, "NOT_SUPPORTED")
+    assert sw_pcie.link == "pcie5-switch-nop2p"
+    unknown = pair_from_nvml(
+        pcie_a,
+        pcie_b,
+        nvlinks_to_peer=0,
+        nvlink_p2p_ok=False,
+        ancestor=None,
+        p2p_read_status=None,
+        pcie_gen=None,
+    )
+    assert (unknown.connection, unknown.p2p, unknown.p2p_status) == ("SYS", None, None)
+
+
+def test_nvidia_smi_matrix_overrides_nvml_pairs_on_recorded_text():
+    pairs = [
+        GpuPair(a=0, b=1, connection="SYS", p2p=True, link="pcie5-cross-socket"),
+        GpuPair(a=2, b=3, connection="NV18", nvlinks=18, p2p=True, link="nvlink4"),
+    ]
+    topo = Topology(source="nvml", pairs=pairs)
+    prefer_smi_connections(topo, _read("topo_m_8x_nvlink.txt"), 5, "nvlink4")
+    assert (pairs[0].connection, pairs[0].nvlinks, pairs[0].link) == ("NV18", 18, "nvlink4")
+    assert topo.notes == [
+        "GPU0-GPU1: NVML reads SYS, nvidia-smi topo -m says NV18; using nvidia-smi"
+    ]
+    prefer_smi_connections(topo, "", 5, "nvlink4")  # nvidia-smi printed nothing: no change
+    assert len(topo.notes) == 1
 
 
 def test_link_names_exist_in_predicts_catalog():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from ceiling.cli import main
 from ceiling.errors import CeilingError
 from ceiling.report import load_doc, plots, render, render_file
-from ceiling.report.html import render_html
+from ceiling.report.html import markdown_to_html, render_html
 from ceiling.report.markdown import render_markdown
 
 DATA = Path(__file__).parent / "data" / "report"
@@ -61,25 +62,63 @@ def test_html_is_self_contained_and_plots_parse(doc):
     assert "plot plot-lines" in kinds
 
 
-def test_waterfall_bars_add_up(doc):
-    svg = plots.waterfall([("weights", 1.0, "fundamental"), ("launch", 0.5, "configurable")], 4.0)
+def _bars(svg: str, kind: str = "bar") -> list[tuple[str, float]]:
+    """(id, drawn width) of each bar: matplotlib draws a bar as a <g id=...><path d=...>."""
     root = ET.fromstring(svg)
-    bars = [r for r in root.iter(f"{SVG_NS}rect") if "bar" in (r.get("class") or "")]
-    widths = [float(r.get("width")) for r in bars]
-    # weights, launch, predicted total, unexplained, measured
-    assert len(bars) == 5
+    out = []
+    for g in root.iter(f"{SVG_NS}g"):
+        if f"-{kind}-" in (g.get("id") or ""):
+            xs = [
+                float(x) for x in re.findall(r"([-\d.]+) [-\d.]+", g.find(f"{SVG_NS}path").get("d"))
+            ]
+            out.append((g.get("id"), max(xs) - min(xs)))
+    return out
+
+
+def test_waterfall_bars_add_up(doc):
+    comps = [("weights", 1.0, "fundamental"), ("launch", 0.5, "configurable")]
+    rows = plots.waterfall_rows(comps, 4.0)
+    assert [(label, start, end) for label, start, end, _ in rows] == [
+        ("weights", 0.0, 1.0),
+        ("launch", 1.0, 1.5),  # floats on the previous component
+        ("predicted total", 0.0, 1.5),
+        ("kernel inefficiency / host overhead", 1.5, 4.0),
+        ("measured step", 0.0, 4.0),
+    ]
+    assert plots.waterfall_rows(comps, 1.0)[3][:3] == ("measured below predicted", 1.0, 1.5)
+    svg = plots.waterfall(comps, 4.0)
+    bars = _bars(svg)
+    # weights, launch, predicted total, unexplained, measured: drawn to one scale
+    assert [i.split("-bar-")[1] for i, _ in bars] == [
+        "fundamental-0",
+        "configurable-1",
+        "total-2",
+        "unexplained-3",
+        "total-4",
+    ]
+    widths = [w for _, w in bars]
     assert widths[0] + widths[1] == pytest.approx(widths[2], rel=1e-3)
     assert widths[2] + widths[3] == pytest.approx(widths[4], rel=1e-3)
-    assert "kernel inefficiency / host overhead" in svg
+    assert widths[4] == pytest.approx(4 * widths[0], rel=1e-3)
+    assert "kernel inefficiency / host overhead" in svg and "2.50 ms" in svg
 
 
 def test_plots_handle_missing_and_degenerate_data():
     assert "no samples" in plots.histogram([], "TTFT")
     assert "no data points" in plots.lines({}, "t", "x", "y")
+    assert "no variants" in plots.bars_ci([], "t", "u")
     one = plots.histogram([5.0, 5.0, 5.0], "same")
-    ET.fromstring(one)
-    assert plots.nice_ticks(0, 4.01)[-1] >= 4.01
-    ET.fromstring(plots.bars_ci([("a", 10.0, 9.0, 11.0), ("b<&>", 12.0, None, None)], "t", "u"))
+    assert len(_bars(one, "bin")) == 30 and "p50 5" in one
+    bars = plots.bars_ci([("a", 10.0, 9.0, 11.0), ("b<&>", 12.0, None, None)], "t", "u")
+    assert "b&lt;&amp;&gt;" in bars and len(_bars(bars)) == 2
+    assert "-ci-0" in bars and "-ci-1" not in bars  # a whisker only where there is a CI
+    label = 'plan $5 or $6, id="a" url(#b)'  # not TeX; no id rewriting inside text
+    dollars = plots.lines({label: [(1, 2.0)]}, "t", "x", "y")
+    assert label in "".join(ET.fromstring(dollars).itertext())
+    # ids stay unique across the plots of one page (matplotlib numbers ids from 1 in each)
+    page = plots.histogram([1.0, 2.0], "a") + plots.histogram([1.0, 2.0], "b")
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert ids and len(ids) == len(set(ids))
 
 
 def test_render_file_rewrites_reports_beside_the_saved_json(doc, tmp_path):
@@ -181,7 +220,7 @@ def test_html_report_in_headless_chromium(doc, tmp_path):
             for i in range(plots_.count()):
                 box = plots_.nth(i).bounding_box()
                 assert box is not None and box["width"] > 100 and box["height"] > 50
-            bars = page.locator("svg.plot-waterfall rect.bar")
+            bars = page.locator("svg.plot-waterfall g[id*='-bar-']")
             assert bars.count() >= 4
             assert page.locator("h2").first.inner_text() == "Verdict"
             page.screenshot(path=str(shot), full_page=True)
@@ -232,3 +271,21 @@ def test_server_view_table(doc):
     md = render_markdown(doc)
     assert "## Server view (/metrics) vs client" in md
     assert "| itl | `vllm:inter_token_latency_seconds` | 5.308 | 4.890 | -0.418 |" in md
+
+
+def test_markdown_to_html_places_plots_and_escapes_raw_html():
+    md = (
+        "# t\n\n## Verdict\n\n**all bold**\n\nnot **all** bold\n\n"
+        "| a | b |\n|---|---|\n| x \\| y | <script>alert(1)</script> |\n\n"
+        "- item\n  - nested `code_x`\n\n## Next one (ms)\n\ntext _em_ snake_case\n"
+    )
+    html = markdown_to_html(md, {"Verdict": ["<svg>A</svg>"], "Next one (ms)": ["<svg>B</svg>"]})
+    # a section's plots close that section: after its last block, before the next heading
+    assert html.index("<ul>") < html.index("<svg>A</svg>") < html.index('<h2 id="next-one-ms">')
+    assert html.rstrip().endswith("<svg>B</svg>")
+    assert '<p class="verdict"><strong>all bold</strong></p>' in html
+    assert "<p>not <strong>all</strong> bold</p>" in html
+    assert "<td>x | y</td>" in html  # an escaped pipe stays inside its cell
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "<li>nested <code>code_x</code></li>" in html and html.count("<ul>") == 2
+    assert "<em>em</em> snake_case" in html

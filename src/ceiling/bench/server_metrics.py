@@ -9,7 +9,6 @@ numbers, the difference is the client + network + HTTP/SSE framing overhead.
 from __future__ import annotations
 
 import math
-import re
 from functools import cache
 from typing import Any
 
@@ -29,26 +28,33 @@ def histograms() -> dict[str, tuple[str, ...]]:
     return out
 
 
-_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-
-
 def parse_prometheus(text: str) -> dict[str, float]:
-    """Sum every sample of the text by metric name (labels merged: all models, all ranks)."""
+    """Sum every sample of the text by sample name (labels merged: all models, all ranks).
+
+    Parsed by ``prometheus_client``'s own text parser. A scrape with a malformed line (a proxy's
+    error page glued on, a truncated body) is parsed line by line instead, so the bad line alone
+    is dropped, not the whole scrape; NaN samples (an empty summary) are skipped.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
     totals: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        if math.isnan(value):
-            continue
-        name = m.group(1)
-        totals[name] = totals.get(name, 0.0) + value
+
+    def add(chunk: str) -> None:
+        for family in text_string_to_metric_families(chunk):
+            for sample in family.samples:
+                if not math.isnan(sample.value):
+                    totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+
+    try:
+        add(text)
+    except ValueError:
+        totals.clear()
+        for line in text.splitlines():
+            if line.strip() and not line.startswith("#"):
+                try:
+                    add(line + "\n")
+                except ValueError:
+                    continue
     return totals
 
 

@@ -16,6 +16,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
 from ceiling.engines import get_engine
@@ -205,7 +206,7 @@ def _canonical(arg: Arg, lookup: dict[str, FlagSpec]) -> tuple[str, list[str]]:
 def _o_semantics(arg: Arg, engine: Engine, version: str) -> list[Problem]:
     """``-O<n>`` changed meaning (compilation level -> optimization level): say which applies."""
     info = engine.renamed_config_keys().get("O-level")
-    if not info or _version_tuple(version) < _version_tuple(str(info.get("removed_in", "0"))):
+    if not info or _release(version) < _release(str(info.get("removed_in", "0"))):
         return []
     return [
         Problem(
@@ -218,9 +219,11 @@ def _o_semantics(arg: Arg, engine: Engine, version: str) -> list[Problem]:
     ]
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = re.findall(r"\d+", version.split("+")[0])[:3]
-    return tuple(int(p) for p in parts) if parts else (0,)
+def _release(version: str) -> Version:  # 0.11.0rc1+cpu -> 0.11.0 (== 0.11); unparsable -> 0
+    try:
+        return Version(Version(version).base_version)
+    except InvalidVersion:
+        return Version("0")
 
 
 def _unknown_flag(

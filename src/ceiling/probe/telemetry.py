@@ -122,7 +122,7 @@ class TelemetrySeries(BaseModel):
                 if busiest is not None and g.link_GBps
                 else None
             )
-            if d["link_share_pct"] is not None:
+            if busiest is not None and d["link_share_pct"] is not None:
                 shares.append((busiest, d["link_share_pct"]))
             out["gpus"].append(d)
         out["verdict"] = _verdict(shares, label)

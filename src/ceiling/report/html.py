@@ -1,17 +1,22 @@
 """Self-contained HTML report: the Markdown report's content plus inline SVG plots.
 
-The HTML is produced from the same Markdown text (a small converter for exactly the subset our
-Markdown writer emits), so the two formats can never disagree; plots are inserted under the
-section they illustrate. No external resources, no JavaScript: the file opens offline, in any
+The HTML is produced from the same Markdown text by ``markdown-it-py`` (CommonMark plus GFM
+tables), so the two formats can never disagree; plots are inserted under the section they
+illustrate. Raw HTML in the Markdown is escaped, not passed through (titles and log lines come
+from the user's files). No external resources, no JavaScript: the file opens offline, in any
 browser, and can be attached to a ticket as is.
 """
 
 from __future__ import annotations
 
 import re
+from functools import cache
 from html import escape
 
-from ceiling.report import plots
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+import ceiling.report.plots as plots
 from ceiling.report.extract import (
     Doc,
     concurrency_points,
@@ -34,88 +39,48 @@ code,pre{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em}
 pre{background:#f6f8fa;padding:.7em;overflow-x:auto}
 blockquote{border-left:4px solid #D55E00;margin:1em 0;padding:.3em 1em;background:#fff4ee}
 svg.plot{display:block;margin:.8em 0;max-width:100%;height:auto}
+ul ul{list-style:circle}
 .verdict strong{font-size:1.08em}
 """
 
 
-def _inline(text: str) -> str:
-    s = escape(text, quote=False)
-    s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
-    s = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", s)
-    s = re.sub(r"(?<![\w*])_([^_]+)_(?![\w*])", r"<em>\1</em>", s)
-    return s
+@cache
+def _parser() -> MarkdownIt:
+    return MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
-def _split_row(line: str) -> list[str]:
-    cells = re.split(r"(?<!\\)\|", line.strip().strip("|"))
-    return [c.strip().replace("\\|", "|") for c in cells]
+def _slug(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
+def _is_verdict(inline: Token) -> bool:
+    """A paragraph that is bold from end to end (the verdict's headline)."""
+    kids = [k for k in inline.children or [] if k.type != "text" or k.content.strip()]
+    return len(kids) >= 2 and kids[0].type == "strong_open" and kids[-1].type == "strong_close"
 
 
 def markdown_to_html(md: str, after_heading: dict[str, list[str]] | None = None) -> str:
-    """Convert our Markdown subset; ``after_heading`` inserts raw HTML after an h2's content."""
+    """Markdown -> HTML; ``after_heading`` inserts raw HTML at the end of an h2's section."""
     after_heading = after_heading or {}
-    out: list[str] = []
-    lines = md.splitlines()
-    i = 0
-    pending: list[str] = []
-
-    def flush() -> None:
-        out.extend(pending)
-        pending.clear()
-
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("```"):
-            j = i + 1
-            while j < len(lines) and not lines[j].startswith("```"):
-                j += 1
-            out.append("<pre><code>" + escape("\n".join(lines[i + 1 : j])) + "</code></pre>")
-            i = j + 1
-            continue
-        if line.startswith("# "):
-            out.append(f"<h1>{_inline(line[2:])}</h1>")
-        elif line.startswith("## "):
-            flush()
-            title = line[3:].strip()
-            sec_id = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
-            out.append(f'<h2 id="{sec_id}">{_inline(title)}</h2>')
-            pending.extend(after_heading.get(title, []))
-        elif line.startswith("| "):
-            rows = []
-            while i < len(lines) and lines[i].startswith("|"):
-                rows.append(lines[i])
-                i += 1
-            head = _split_row(rows[0])
-            body = [_split_row(r) for r in rows[2:]]
-            out.append(
-                "<table><thead><tr>"
-                + "".join(f"<th>{_inline(h)}</th>" for h in head)
-                + "</tr></thead><tbody>"
-            )
-            for r in body:
-                out.append("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>")
-            out.append("</tbody></table>")
-            continue
-        elif line.startswith("- ") or line.startswith("  - "):
-            out.append("<ul>")
-            while i < len(lines) and (lines[i].startswith("- ") or lines[i].startswith("  - ")):
-                item = lines[i]
-                nested = item.startswith("  - ")
-                text = item[4:] if nested else item[2:]
-                style = ' style="margin-left:1.5em;list-style:circle"' if nested else ""
-                out.append(f"<li{style}>{_inline(text)}</li>")
-                i += 1
-            out.append("</ul>")
-            continue
-        elif line.startswith("> "):
-            out.append(f"<blockquote>{_inline(line[2:])}</blockquote>")
-        elif line.strip().startswith("**") and line.strip().endswith("**"):
-            out.append(f'<p class="verdict">{_inline(line)}</p>')
-        elif line.strip():
-            out.append(f"<p>{_inline(line)}</p>")
-        i += 1
-    flush()
-    return "\n".join(out)
+    parser = _parser()
+    env: dict[str, object] = {}
+    tokens = parser.parse(md, env)
+    out: list[Token] = []
+    pending: list[Token] = []
+    for i, tok in enumerate(tokens):
+        if tok.type == "heading_open" and tok.tag == "h2":
+            out.extend(pending)
+            title = tokens[i + 1].content.strip()
+            tok.attrSet("id", _slug(title))
+            pending = [
+                Token("html_block", "", 0, content=html + "\n", block=True)
+                for html in after_heading.get(title, [])
+            ]
+        elif tok.type == "paragraph_open" and _is_verdict(tokens[i + 1]):
+            tok.attrSet("class", "verdict")
+        out.append(tok)
+    out.extend(pending)
+    return parser.renderer.render(out, parser.options, env)
 
 
 def build_plots(doc: Doc) -> dict[str, list[str]]:
@@ -184,11 +149,11 @@ def build_plots(doc: Doc) -> dict[str, list[str]]:
         ("pcie_tx_GBps", "PCIe transmit", "GB/s"),
         ("pcie_rx_GBps", "PCIe receive", "GB/s"),
     ):
-        pts = telemetry_points(tel, key)
-        if pts:
+        per_gpu = telemetry_points(tel, key)
+        if per_gpu:
             tel_svgs.append(
                 plots.lines(
-                    pts, f"Telemetry: {label} during the single-stream run", "time (s)", unit
+                    per_gpu, f"Telemetry: {label} during the single-stream run", "time (s)", unit
                 )
             )
     if not tel_svgs:

@@ -1,0 +1,188 @@
+"""The layering contract of src/ceiling, read from the source (no import is executed).
+
+The graph has an edge A -> B for every ``import`` of B in A, function-local and TYPE_CHECKING
+imports included: a lazy import hides a dependency from ``python -X importtime``, not from the
+design. ``from pkg import name`` is an edge to ``pkg`` and, when ``pkg.name`` is a module, to it
+too (the team's ``import_cycles.py`` counts the same way). Rules (issue 14):
+
+- no import cycle between modules;
+- ``ceiling.engines`` never imports ``ceiling.diagnose`` (engines are data the diagnosis reads);
+- ``ceiling.diagnose`` never imports ``ceiling.report`` (a report renders a diagnosis);
+- no module over 500 lines.
+
+What is broken today is listed below as KNOWN_*: a new violation fails, and so does a known one
+that is gone (delete its entry), so these lists are always exactly what is left to fix.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+MAX_LINES = 500
+
+# Cycles that exist today (issue 14, phase B removes them).
+KNOWN_CYCLES = {
+    frozenset(
+        {
+            "ceiling.diagnose.findings",
+            "ceiling.diagnose.logs",
+            "ceiling.engines",
+            "ceiling.engines.base",
+        }
+    ),
+    frozenset({"ceiling.predict.api", "ceiling.predict.whatif"}),
+    frozenset({"ceiling.diagnose.doctor", "ceiling.diagnose.expect", "ceiling.diagnose.judge"}),
+}
+# Layering breaks that exist today: (importer, imported).
+KNOWN_LAYER_BREAKS = {
+    ("ceiling.engines.base", "ceiling.diagnose.logs"),  # EngineFacts lives in diagnose
+    ("ceiling.engines.llamacpp", "ceiling.diagnose.logs"),
+    ("ceiling.engines.sglang", "ceiling.diagnose.logs"),
+    ("ceiling.engines.vllm", "ceiling.diagnose.logs"),
+    ("ceiling.diagnose.doctor", "ceiling.report"),  # doctor writes its report itself
+    ("ceiling.diagnose.judge", "ceiling.report.extract"),
+}
+KNOWN_LONG_MODULES = {
+    "ceiling.spec.model",
+    "ceiling.engines.preflight",
+    "ceiling.diagnose.doctor",
+    "ceiling.diagnose.verdict",
+}
+FORBIDDEN = (("ceiling.engines", "ceiling.diagnose"), ("ceiling.diagnose", "ceiling.report"))
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted((SRC / "ceiling").rglob("*.py")):
+        name = ".".join(path.relative_to(SRC).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _targets(node: ast.AST, module: str, is_package: bool) -> Iterator[str]:
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:  # relative: from the module's package upwards
+            package = module.split(".") if is_package else module.split(".")[:-1]
+            parts = package[: len(package) - node.level + 1]
+            base = ".".join([*parts, base] if base else parts)
+        yield base
+        yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def build_graph() -> dict[str, set[str]]:
+    """Module -> the ceiling modules it imports (anywhere in its body)."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in mods}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            for target in _targets(node, name, path.name == "__init__.py"):
+                while target and target not in mods:  # ceiling.x.y.Name -> ceiling.x.y
+                    target = target.rpartition(".")[0]
+                if target and target not in (name, "ceiling"):
+                    graph[name].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[frozenset[str]] = set()
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.add(frozenset(comp))
+    return found
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _fmt(items: set) -> str:
+    return "\n  ".join(
+        sorted(" <-> ".join(sorted(i)) if isinstance(i, frozenset) else str(i) for i in items)
+    )
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return build_graph()
+
+
+def test_the_graph_sees_function_local_and_relative_imports(graph):
+    # sweep.runner imports report and bench.stats inside functions: both edges count
+    assert "ceiling.report" in graph["ceiling.sweep.runner"]
+    assert "ceiling.bench.stats" in graph["ceiling.sweep.runner"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {frozenset("abc")}
+    assert cycles({"a": {"b"}, "b": set()}) == set()
+
+
+def test_no_new_import_cycle(graph):
+    found = cycles(graph)
+    new, gone = found - KNOWN_CYCLES, KNOWN_CYCLES - found
+    assert not new, f"new import cycle(s) (function-local imports counted):\n  {_fmt(new)}"
+    assert not gone, f"fixed, remove from KNOWN_CYCLES:\n  {_fmt(gone)}"
+
+
+def test_layers_engines_never_import_diagnose_and_diagnose_never_imports_report(graph):
+    breaks = {
+        (a, b)
+        for a, targets in graph.items()
+        for b in targets
+        for low, high in FORBIDDEN
+        if _within(a, low) and _within(b, high)
+    }
+    new, gone = breaks - KNOWN_LAYER_BREAKS, KNOWN_LAYER_BREAKS - breaks
+    assert not new, f"new layering break(s), importer -> imported:\n  {_fmt(new)}"
+    assert not gone, f"fixed, remove from KNOWN_LAYER_BREAKS:\n  {_fmt(gone)}"
+
+
+def test_no_module_over_500_lines():
+    long = {
+        name
+        for name, path in _modules().items()
+        if path.read_text(encoding="utf-8").count("\n") > MAX_LINES
+    }
+    new, gone = long - KNOWN_LONG_MODULES, KNOWN_LONG_MODULES - long
+    assert not new, f"module(s) over {MAX_LINES} lines: split them:\n  {_fmt(new)}"
+    assert not gone, f"now short, remove from KNOWN_LONG_MODULES:\n  {_fmt(gone)}"
