@@ -168,21 +168,10 @@ class CommbenchResult(BaseModel):
 
 def model_dims(name: str) -> tuple[str, int, int]:
     """(name, hidden, layers) of a catalog model or a config.json path / model directory."""
-    try:
-        from ceiling.spec.model import load_model
-    except ImportError:  # predict's module not there: read the config ourselves
-        load_model = None
-    if load_model is not None:
-        spec = load_model(name)
-        return spec.name, int(spec.hidden), int(spec.num_layers)
-    p = Path(name)
-    if p.is_dir():
-        p = p / "config.json"
-    if not p.is_file():
-        raise CeilingError(f"model config not found: {name}", fix="pass a config.json path")
-    cfg = json.loads(p.read_text())
-    cfg = cfg.get("text_config", cfg)
-    return p.parent.name or name, int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+    from ceiling.spec.model import load_model
+
+    spec = load_model(name)
+    return spec.name, int(spec.hidden), int(spec.num_layers)
 
 
 # --------------------------------------------------------------------------- running
@@ -338,7 +327,7 @@ def _run_variant(
             cfg.timeout_s,
             on_line,
         )
-        out = Path(spec["out"])
+        out = Path(str(spec["out"]))
         if outcome.ok and out.is_file():
             data = json.loads(out.read_text())
             run.device_name = data.get("device_name")
@@ -367,11 +356,11 @@ def _fits(run: VariantRun, backend: str) -> list[CollectiveFit]:
     impl = "nccl" if backend == "nccl" else backend
     out = []
     for graph in (False, True):
-        pts = [
-            (r.size_bytes, r.graph_time_us if graph else r.time_us)
-            for r in run.rows
-            if (r.graph_time_us if graph else r.time_us) is not None
-        ]
+        pts: list[tuple[int, float]] = []
+        for r in run.rows:
+            t = r.graph_time_us if graph else r.time_us
+            if t is not None:
+                pts.append((r.size_bytes, t))
         if not pts:
             continue
         alpha, beta = fit_alpha_beta(pts)

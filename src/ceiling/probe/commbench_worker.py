@@ -21,6 +21,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 
 def main(spec_path: str) -> int:
@@ -38,7 +39,7 @@ def main(spec_path: str) -> int:
     dev = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(dev)
-    kwargs = {"device_id": dev} if cuda else {}
+    kwargs: dict[str, Any] = {"device_id": dev} if cuda else {}
     stage("init_process_group")
     dist.init_process_group(
         spec["backend"],
@@ -54,7 +55,7 @@ def main(spec_path: str) -> int:
         if cuda:
             torch.cuda.synchronize(dev)
 
-    def agree(value: float, op: dist.ReduceOp) -> float:
+    def agree(value: float, op: Any) -> float:
         t = torch.tensor([value], dtype=torch.float64 if not cuda else torch.float32, device=dev)
         dist.all_reduce(t, op=op)
         return float(t.item())
@@ -83,7 +84,10 @@ def main(spec_path: str) -> int:
         idx = torch.arange(numel, device=dev)
         x = ((idx + rank) % 5 - 2).to(dtype)
         dist.all_reduce(x)
-        expected = sum(((idx + r) % 5 - 2) for r in range(world)).to(dtype)
+        expected = torch.zeros_like(idx)
+        for r in range(world):
+            expected += (idx + r) % 5 - 2
+        expected = expected.to(dtype)
         ok = bool(torch.equal(x, expected))
         correct = agree(1.0 if ok else 0.0, dist.ReduceOp.MIN) == 1.0
         del idx, expected

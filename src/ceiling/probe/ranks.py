@@ -218,9 +218,9 @@ def run_ranks(
         kept = None
         if keep_logs is not None:
             keep_logs.mkdir(parents=True, exist_ok=True)
-            for p in paths:
-                if p.exists():
-                    shutil.copy(p, keep_logs / p.name)
+            for path in paths:
+                if path.exists():
+                    shutil.copy(path, keep_logs / path.name)
             kept = str(keep_logs)
     outcome = RanksOutcome(
         ranks=records,
