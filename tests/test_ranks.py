@@ -39,7 +39,6 @@ WORKER = textwrap.dedent(
 )
 
 
-
 def test_a_hung_rank_and_its_blocked_peer_are_reported_with_stage_and_stack():
     out = run_ranks([sys.executable, "-c", WORKER, "hang"], 2, {}, timeout_s=12, dump_wait_s=3)
     assert out.timed_out and not out.ok
