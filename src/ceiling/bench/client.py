@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import time
 from typing import Any
 
@@ -22,9 +21,10 @@ import aiohttp
 
 from ceiling.bench.sse import SSESplitter
 from ceiling.errors import CeilingError
+from ceiling.redact import API_KEY_ENV, redact
 
-#: Environment variables read for the API key, in order. The key is sent as a header only.
-API_KEY_ENV = ("CEILING_API_KEY", "OPENAI_API_KEY")
+__all__ = ["API_KEY_ENV", "Client", "RawStream", "api_key", "base_url", "redact"]
+
 #: Connecting (and the preflight) must fail fast: a wrong URL is an error in seconds, not minutes.
 CONNECT_TIMEOUT_S = 4.0
 
@@ -67,12 +67,10 @@ def _connector() -> tuple[aiohttp.TCPConnector, str]:
 
 
 def api_key() -> str | None:
-    """The API key from the environment, or None."""
-    for name in API_KEY_ENV:
-        val = os.environ.get(name)
-        if val:
-            return val
-    return None
+    """The API key from the environment (``CEILING_API_KEY``, ``OPENAI_API_KEY``), or None."""
+    from ceiling.redact import env_api_key
+
+    return env_api_key()
 
 
 def base_url(url: str) -> str:
@@ -83,12 +81,6 @@ def base_url(url: str) -> str:
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
     return url
-
-
-def redact(text: str) -> str:
-    """Remove the API key from any text that may reach a log, a message or a result."""
-    key = api_key()
-    return text.replace(key, "***") if key and key in text else text
 
 
 class RawStream:

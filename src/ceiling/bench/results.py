@@ -7,7 +7,6 @@ a sweep. Per-repeat summaries sit under ``repeats`` and confidence intervals und
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -157,23 +156,17 @@ def save_result(result: RunResult, path: Path) -> Path:
 
 def load_result(path: str | Path) -> RunResult:
     """Read a result file written by ``ceiling bench``; CeilingError when it is not one."""
+    from ceiling.inputs import read_json
+
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise CeilingError(
-            f"{p} not found", fix="pass a result file written by ceiling bench"
-        ) from err
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CeilingError(
-            f"{p} is not JSON", fix="pass a result file written by ceiling bench"
-        ) from err
+    data = read_json(p, "result file", fix="pass a result file written by ceiling bench")
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise CeilingError(
             f"{p} is not a ceiling bench result (no kind={KIND!r})",
             fix="pass a result file written by ceiling bench --out",
         )
-    if data.get("schema_version", 0) > SCHEMA_VERSION:
+    version = data.get("schema_version", 0)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise CeilingError(
             f"{p} has schema_version {data.get('schema_version')}, newer than this ceiling reads",
             fix="upgrade ceiling",

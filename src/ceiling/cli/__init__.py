@@ -57,10 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning expected failures into one-line errors.
 
     Click handles usage errors itself (exit code 2 with a usage line); a :class:`CeilingError`
-    from any command becomes ``error: ...`` plus ``fix: ...`` on stderr and its exit code.
+    from any command becomes ``error: ...`` plus ``fix: ...`` on stderr and its exit code (see
+    ``ceiling.errors``); an interrupt (Ctrl-C, SIGTERM, SIGHUP) unwinds every ``finally`` and
+    exits 130. Messages pass through the secret redactor.
     """
+    from ceiling import interrupts
+    from ceiling.errors import EXIT_INTERRUPTED
+    from ceiling.redact import redact
+
     _register_all()
-    previous = _route_termination_signals()
+    previous = interrupts.install()
     try:
         app(args=argv, prog_name="ceiling")
     except SystemExit as exc:
@@ -69,44 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         msg = f"error: {err.message}"
         if err.fix:
             msg += f"\n  fix: {err.fix}"
-        print(msg, file=sys.stderr)
+        print(redact(msg), file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        print(f"interrupted ({interrupts.describe()})", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
-        _restore_signals(previous)
+        interrupts.restore(previous)
     return 0
-
-
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _route_termination_signals() -> dict[int, object]:
-    """Make SIGTERM/SIGHUP (and SIGINT, which shells ignore for background jobs) unwind the
-    stack like Ctrl-C, so that every ``finally`` runs: a launched engine is torn down and a
-    partial result is written instead of being orphaned or lost when someone kills ``ceiling``.
-    """
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    previous: dict[int, object] = {}
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        try:
-            previous[sig] = signal.signal(sig, _interrupt)
-        except (OSError, ValueError):  # pragma: no cover - platform without the signal
-            continue
-    return previous
-
-
-def _restore_signals(previous: dict[int, object]) -> None:
-    import signal
-
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":  # pragma: no cover

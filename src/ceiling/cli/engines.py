@@ -37,7 +37,7 @@ def launch_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the server info as JSON."),
 ) -> None:
     """Start the engine server of a variant, wait until ready, serve until Ctrl-C."""
-    from ceiling.run.launcher import run_launch
+    from ceiling.run.serve import run_launch
 
     raise typer.Exit(
         run_launch(

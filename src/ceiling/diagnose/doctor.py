@@ -506,7 +506,7 @@ def _finish(res: DoctorResult, out: Path) -> None:
             for k, v in {"md": str(out / "report.md"), "html": str(out / "report.html")}.items()
         }
     )
-    from ceiling.bench.client import redact
+    from ceiling.redact import redact
 
     text = redact(dumps(res))  # an API key never reaches the files a user keeps or shares
     path.write_text(text + "\n", encoding="utf-8")

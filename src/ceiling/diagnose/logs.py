@@ -145,10 +145,10 @@ def inspect_log(
     path: str | Path, engine: str | None = None, concurrency: int | None = None
 ) -> EngineFacts:
     """Parse an engine log file into EngineFacts with findings."""
+    from ceiling.inputs import read_text
+
     p = Path(path)
-    if not p.is_file():
-        raise CeilingError(f"log file not found: {p}", fix="pass the path of an engine log")
-    text = p.read_text(encoding="utf-8", errors="replace")
+    text = read_text(p, "log file", fix="pass the path of an engine's text log (stdout/stderr)")
     facts = parse_lines(text.splitlines(), engine=engine, concurrency=concurrency)
     facts.source = str(p)
     return facts

@@ -190,12 +190,13 @@ def _negated(key: str) -> str:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise CeilingError(
-            f"variant file not found: {path}",
-            fix="check the path (extends is relative to the file)",
-        )
-    text = path.read_text(encoding="utf-8")
+    from ceiling.inputs import read_text
+
+    text = read_text(
+        path,
+        "variant file",
+        fix="pass a variant YAML/TOML file (see examples/variants/; extends is relative to the file)",
+    )
     try:
         if path.suffix.lower() == ".toml":
             data = tomllib.loads(text)

@@ -204,12 +204,15 @@ def list_models() -> list[dict[str, str]]:
 
 
 def _read_json(p: Path) -> dict[str, Any]:
-    try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
+    from ceiling.inputs import read_json
+
+    data = read_json(p, "model config", fix="pass a Hugging Face config.json")
+    if not isinstance(data, dict):
         raise CeilingError(
-            f"{p} is not valid JSON: {exc}", fix="pass a Hugging Face config.json"
-        ) from exc
+            f"model config {p} holds a JSON {type(data).__name__}, not an object",
+            fix="pass a Hugging Face config.json",
+        )
+    return data
 
 
 def load_model(name_or_path: str, weight_format: WeightFormat | None = None) -> ModelSpec:
