@@ -107,8 +107,8 @@ def test_doctor_without_a_server(tmp_path, model_dir):
         run_doctor(DoctorConfig(out_dir=str(tmp_path)))
     with pytest.raises(CeilingError, match="no OpenAI-compatible server"):
         run_doctor(_cfg("http://127.0.0.1:9", model_dir, tmp_path))
-    # the CLI turns it into one line + fix, exit code 2
-    assert main(["doctor", "--url", "http://127.0.0.1:9", "--out", str(tmp_path)]) == 2
+    # the CLI turns it into one line + fix, exit code 4 (the server at --url)
+    assert main(["doctor", "--url", "http://127.0.0.1:9", "--out", str(tmp_path)]) == 4
 
 
 def test_cli_doctor_json(model_dir, tmp_path, capsys):

@@ -14,9 +14,13 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from ceiling.errors import CeilingError
+
+M = TypeVar("M", bound=BaseModel)
 
 #: A file whose first bytes hold a NUL is binary (what git and grep assume).
 _SNIFF = 8192
@@ -98,3 +102,21 @@ def check_out_dir(path: str | Path | None, option: str = "--out") -> None:
     if path is None:
         return
     _writable_dir(Path(path), option)
+
+
+def model_from_options(
+    cls: type[M], options: dict[str, Any], command: str, names: dict[str, str] | None = None
+) -> M:
+    """``cls(**options)`` for a command's options; an out-of-range or malformed value is one
+    CeilingError that names the option as the user typed it (``names``: field -> option where
+    they differ), never a pydantic traceback."""
+    try:
+        return cls(**options)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = str(first["loc"][0]) if first.get("loc") else ""
+        option = (names or {}).get(field) or "--" + field.replace("_", "-")
+        value = options.get(field, first.get("input"))
+        raise CeilingError(
+            f"bad {option} {value!r}: {first['msg']}", fix=f"see `ceiling {command} --help`"
+        ) from None

@@ -95,8 +95,8 @@ def shielded() -> Iterator[None]:
 
 
 def reset() -> None:
-    """Forget a previous interrupt (the CLI calls this at start; tests between cases)."""
-    _state.update({"signal": None, "hurry": False, "shield": 0, "pending": False})
+    """Forget a previous interrupt: a run (the CLI, ``run_doctor``) cares about its own."""
+    _state.update({"signal": None, "hurry": False, "pending": False})
 
 
 def install() -> dict[int, object]:

@@ -18,9 +18,10 @@ the patterns are the URL grammar of RFC 3986 (userinfo ends at the first ``@`` o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 #: Words of a name that make it secret (``HF_TOKEN``, ``--api-key``); whole words, so that
 #: ``--max-num-batched-tokens`` and ``--tokenizer`` stay readable.
@@ -41,6 +42,7 @@ _QUERY = re.compile(
     re.IGNORECASE,
 )
 _registered: set[str] = set()
+_in_use: list[str] = []
 
 
 def is_secret_name(name: str) -> bool:
@@ -50,12 +52,30 @@ def is_secret_name(name: str) -> bool:
 
 
 def env_api_key() -> str | None:
-    """The API key from the environment (``CEILING_API_KEY``, then ``OPENAI_API_KEY``), or None."""
+    """The API key requests carry: the one :func:`use_api_key` set (a launched server's), else
+    the environment's (``CEILING_API_KEY``, then ``OPENAI_API_KEY``), or None."""
+    if _in_use:
+        return _in_use[-1]
     for name in API_KEY_ENV:
         val = os.environ.get(name)
         if val:
             return val
     return None
+
+
+@contextlib.contextmanager
+def use_api_key(key: str | None) -> Iterator[None]:
+    """Requests made inside carry ``key`` (the key of a server ceiling launched); None: no
+    change. The key is registered as a secret."""
+    if not key:
+        yield
+        return
+    register([key])
+    _in_use.append(key)
+    try:
+        yield
+    finally:
+        _in_use.pop()
 
 
 def register(values: Iterable[str | None]) -> None:

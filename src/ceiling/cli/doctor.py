@@ -51,11 +51,13 @@ def doctor(
     json_out: bool = typer.Option(False, "--json", help="Print doctor.json on stdout."),
 ) -> None:
     """Measure a deployment, set it against its predicted ceiling, and write a verdict + report."""
-    from ceiling.console import emit_json
+    from ceiling.console import console, emit_json
     from ceiling.console import out as stdout
     from ceiling.diagnose.doctor import DoctorConfig, run_doctor
+    from ceiling.diagnose.doctor_checks import OPTION_NAMES, outcome
+    from ceiling.inputs import model_from_options
 
-    cfg = DoctorConfig(
+    options = dict(
         url=url,
         variant=str(variant) if variant else None,
         log=str(log) if log else None,
@@ -76,15 +78,18 @@ def doctor(
         out_dir=str(out),
         progress=not json_out,
     )
+    cfg = model_from_options(DoctorConfig, options, "doctor", OPTION_NAMES)
     res = run_doctor(cfg)
+    code, why = outcome(res)
     if json_out:
         emit_json(res)
-        return
-    v = res.verdict or {}
-    stdout().print(v.get("headline") or "no verdict")
-    if res.server_died:
-        stdout().print(f"server died {res.server_death}")
-    stdout().print(f"report: {res.files.get('report_html')}  ({res.files.get('report_md')})")
+    else:
+        v = res.verdict or {}
+        stdout().print(v.get("headline") or "no verdict")
+        stdout().print(f"report: {res.files.get('report_html')}  ({res.files.get('report_md')})")
+    if why:
+        console().print(f"doctor: {why}; what was measured is in {res.files.get('doctor')}")
+    raise typer.Exit(code)
 
 
 def sweep(
