@@ -120,3 +120,14 @@ def model_from_options(
         raise CeilingError(
             f"bad {option} {value!r}: {first['msg']}", fix=f"see `ceiling {command} --help`"
         ) from None
+
+
+def int_list(text: str, option: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``; anything else is one line naming ``option``."""
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise CeilingError(
+            f"{option} {text!r} is not a comma-separated list of integers",
+            fix=f"e.g. {option} 1,2,4",
+        ) from None

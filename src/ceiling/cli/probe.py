@@ -77,27 +77,33 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Allreduce latency/bandwidth at decode message sizes, per NCCL setting; alpha-beta fits."""
         from ceiling.errors import CeilingError
+        from ceiling.inputs import int_list, model_from_options
         from ceiling.probe.commands import commbench_command
         from ceiling.probe.commbench import CommbenchConfig
         from ceiling.probe.fit import parse_sizes
 
         try:
-            cfg = CommbenchConfig(
-                world_sizes=[int(x) for x in world_sizes.split(",")] if world_sizes else None,
-                sizes=parse_sizes(sizes),
-                variants=variant,
-                custom_env=env,
-                backend=backend,
-                dtype=dtype,
-                graph=not no_graph,
-                model=model,
-                batch=[int(x) for x in batch.split(",")],
-                reps=reps,
-                budget_s=budget_ms / 1000,
-                timeout_s=timeout,
-            )
+            parsed = parse_sizes(sizes)
         except ValueError as exc:
-            raise CeilingError(f"bad option: {exc}", fix="see `ceiling commbench --help`") from exc
+            raise CeilingError(
+                f"bad --sizes {sizes!r}: {exc}", fix="e.g. --sizes 1K..64M"
+            ) from None
+        options = dict(
+            world_sizes=int_list(world_sizes, "--world-sizes") if world_sizes else None,
+            sizes=parsed,
+            variants=variant,
+            custom_env=env,
+            backend=backend,
+            dtype=dtype,
+            graph=not no_graph,
+            model=model,
+            batch=int_list(batch, "--batch"),
+            reps=reps,
+            budget_s=budget_ms / 1000,
+            timeout_s=timeout,
+        )
+        names = {"budget_s": "--budget-ms", "timeout_s": "--timeout", "variants": "--variant"}
+        cfg = model_from_options(CommbenchConfig, options, "commbench", names)
         raise typer.Exit(commbench_command(cfg, json_, out, results, merge))
 
     @app.command("calibrate")
@@ -131,10 +137,12 @@ def register(app: typer.Typer) -> None:
 
         With --ops, per-operation microbenchmarks at the models' decode shapes (kernel-family
         fits that `predict --profile` uses per op)."""
+        from ceiling.inputs import model_from_options
         from ceiling.probe.calibrate import CalibrateConfig
         from ceiling.probe.commands import calibrate_command
 
-        cfg = CalibrateConfig(device="cpu" if cpu else "auto", dtypes=dtype or None, scale=scale)
+        options = dict(device="cpu" if cpu else "auto", dtypes=dtype or None, scale=scale)
+        cfg = model_from_options(CalibrateConfig, options, "calibrate", {"dtypes": "--dtype"})
         ops_cfg = None
         if ops:
             from ceiling.probe.calibrate_ops import DEFAULT_MODELS, OpsConfig

@@ -151,6 +151,11 @@ def inspect_log(
     text = read_text(p, "log file", fix="pass the path of an engine's text log (stdout/stderr)")
     facts = parse_lines(text.splitlines(), engine=engine, concurrency=concurrency)
     facts.source = str(p)
+    if facts == EngineFacts(engine=facts.engine, source=facts.source, findings=facts.findings):
+        raise CeilingError(
+            f"no line of {p} reads as a {facts.engine} start-up log: nothing to report",
+            fix="pass the engine's own log (its stdout/stderr from start-up on)",
+        )
     return facts
 
 

@@ -137,11 +137,13 @@ def _model(name: str, weight_format: str | None) -> Any:
 def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
     from ceiling.predict.step import Setup, achieved_bw
     from ceiling.spec._data import load_yaml
+    from ceiling.spec.checks import check_parallel
     from ceiling.spec.deployment import Deployment, engine_rules
     from ceiling.spec.hardware import load_gpu, load_link
 
     if spec is None:
         spec = _model(req.model, req.weight_format)
+    check_parallel(spec, req.tp, req.pp)  # what engines refuse is refused, not predicted
     gpu = load_gpu(req.gpu)
     if req.power_limit is not None or req.mem_clock is not None:
         gpu = gpu.with_limits(req.power_limit, req.mem_clock)
@@ -170,12 +172,9 @@ def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
     if req.link is None or (not talks and req.link in ("self", "none", "")):
         link = load_link(default_link)
     else:
-        try:
-            link = load_link(req.link)
-        except CeilingError:
-            if talks:
-                raise
-            link = load_link(default_link)  # one GPU per replica: the link is never used
+        load_link(req.link)  # an unknown name is an error, used or not
+        # one GPU per replica: the link is never used
+        link = load_link(req.link if talks else default_link)
     dep = Deployment(
         engine=req.engine,
         tp=req.tp,

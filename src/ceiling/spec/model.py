@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ceiling.errors import CeilingError
+from ceiling.spec.checks import check_config_values
 from ceiling.spec.quant import QuantScheme, WeightFormat, override_scheme, parse_quant
 
 # Architectures whose layer structure this module knows (field `architectures`).
@@ -241,7 +242,15 @@ def load_model(name_or_path: str, weight_format: WeightFormat | None = None) -> 
     hq = cfg_path.parent / "hf_quant_config.json"
     if hq.is_file():
         hf_quant = _read_json(hq)
-    spec = build_model(_read_json(cfg_path), name=name, source=str(cfg_path), hf_quant=hf_quant)
+    raw = _read_json(cfg_path)
+    try:
+        spec = build_model(raw, name=name, source=str(cfg_path), hf_quant=hf_quant)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
+        # a value of the wrong shape the explicit checks (spec/checks.py) did not name
+        raise CeilingError(
+            f"model config {cfg_path} is malformed: {type(exc).__name__}: {exc}",
+            fix="pass an unmodified Hugging Face config.json",
+        ) from None
     return spec.with_weight_format(weight_format)
 
 
@@ -311,6 +320,7 @@ def build_model(
         notes.append(raw["_ceiling_note"])
 
     where = f"{name}: {arch}"
+    check_config_values(cfg, where)
     hidden = int(_require(cfg, "hidden_size", where))
     n_layers = int(_require(cfg, "num_hidden_layers", where))
     vocab = int(_require(cfg, "vocab_size", where))
