@@ -8,6 +8,7 @@ the command functions so that ``ceiling --help`` and ``ceiling predict`` start f
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -53,6 +54,62 @@ def _root(
         raise typer.Exit(0)
 
 
+#: Metavars in --help: what the value is, not a Python type (``<list[Path]>``, ``<int range>``).
+_METAVARS = {
+    "url": "URL",
+    "out": "PATH",
+    "results": "FILE",
+    "merge": "FILE",
+    "profile": "FILE",
+    "dataset": "FILE",
+    "variant": "FILE",
+    "log": "FILE",
+    "root": "DIR",
+    "model": "MODEL",
+    "model_path": "MODEL",
+    "gpu": "GPU",
+    "link": "LINK",
+    "engine": "ENGINE",
+    "concurrency": "N,N,...",
+    "world_sizes": "N,N,...",
+    "batch": "N,N,...",
+    "sizes": "SIZES",
+    "env": "KEY=V,...",
+    "logit_bias": "JSON",
+    "timeout": "SECONDS",
+    "launch_timeout": "SECONDS",
+    "stall_timeout": "SECONDS",
+    "duration": "SECONDS",
+    "port": "PORT",
+}
+
+
+def _plain_metavars(group: Any) -> None:
+    """Give every option a plain metavar (``URL``, ``FILE``, ``N``) and drop the Python type
+    Typer prints after arguments, so --help shows no ``<list[Path]>`` or ``<int range>``.
+    (Typer vendors its own Click: parameters are told apart by ``param_type_name``.)"""
+    for cmd in group.commands.values():
+        for param in cmd.params:
+            if param.param_type_name == "argument":
+                param.display_type_rich = lambda ctx: None
+                if param.metavar is None:
+                    param.metavar = (param.name or "arg").upper().removesuffix("S")
+                continue
+            if param.param_type_name != "option" or param.is_flag or param.metavar:
+                continue
+            name, kind = param.name or "", param.display_type(None).lower()  # "<int range>"
+            if name in _METAVARS and not (name == "batch" and "str" not in kind):
+                param.metavar = _METAVARS[name]
+            elif "int" in kind:
+                param.metavar = "N"
+            elif "float" in kind:
+                param.metavar = "NUM"
+            elif "path" in kind:
+                param.metavar = "PATH"
+            else:
+                param.metavar = "TEXT"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning expected failures into one-line errors.
 
@@ -66,11 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     from ceiling.redact import redact
 
     _register_all()
+    command = typer.main.get_command(app)
+    _plain_metavars(command)
     previous = interrupts.install()
     try:
-        app(args=argv, prog_name="ceiling")
+        command(args=argv, prog_name="ceiling")
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code == EXIT_INTERRUPTED and interrupts.requested() is not None:
+            print(f"interrupted ({interrupts.describe()})", file=sys.stderr)
+        return code
     except CeilingError as err:
         msg = f"error: {err.message}"
         if err.fix:

@@ -69,6 +69,9 @@ class ShmReport(BaseModel):
     failed: dict[str, str] = Field(default_factory=dict)
     stale_bytes: int = 0
     unreadable_pids: int = 0
+    orphaned_engines: list[int] = Field(
+        default_factory=list, description="engine groups whose ceiling is gone (ceiling stop)"
+    )
 
 
 def _pattern_of(name: str) -> str | None:
@@ -250,16 +253,29 @@ def run_shm(root: Path = Path("/dev/shm"), apply: bool = False, json_out: bool =
         raise CeilingError(
             f"--root {root} is not a directory", fix="pass the shared-memory mount, e.g. /dev/shm"
         )
+    from ceiling.run.guard import orphans
+
     report = clean(root, apply=apply)
+    orphaned = {pid: rec for rec in orphans() for pid in rec.members()}
+    report.orphaned_engines = sorted({rec.pid for rec in orphaned.values()})
     if json_out:
         emit_json(report)
         return 0
     o = out()
+    if orphaned:
+        recs = {rec.pid: rec for rec in orphaned.values()}
+        o.print(
+            f"{len(recs)} engine server(s) outlived the ceiling that launched them "
+            f"({', '.join(f'{r.variant} pid {r.pid} port {r.port}' for r in recs.values())}): "
+            "`ceiling stop` ends them and frees their segments"
+        )
     if not report.segments:
         o.print(f"no engine/NCCL segments in {report.root}")
         return 0
     for seg in report.segments:
         state = f"in use by pid {seg.in_use_by}" if seg.in_use_by else "stale"
+        if any(pid in orphaned for pid in seg.in_use_by):
+            state += ", an orphaned engine: `ceiling stop`"
         mark = "removed" if seg.path in report.removed else state
         o.print(f"{seg.size_bytes / 2**20:10.1f} MiB  {escape(seg.path)}  ({mark})")
     stale = [s for s in report.segments if s.stale]
