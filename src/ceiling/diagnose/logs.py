@@ -137,6 +137,12 @@ def parse_lines(
         )
     facts = EngineFacts(engine=engine)
     reader.parse_log(clean, facts)
+    # an engine prints its arguments, keys included ('api_key': [...]): never repeat those
+    from ceiling.redact import MASK, is_secret_name
+
+    facts.non_default_args = {
+        k: (MASK if is_secret_name(k) else v) for k, v in facts.non_default_args.items()
+    }
     facts.findings = derive_findings(facts, concurrency=concurrency)
     return facts
 
