@@ -131,3 +131,25 @@ def int_list(text: str, option: str) -> list[int]:
             f"{option} {text!r} is not a comma-separated list of integers",
             fix=f"e.g. {option} 1,2,4",
         ) from None
+
+
+def check_server_url(url: str, option: str = "--url") -> None:
+    """The root of an http(s) server: a host, a valid port, maybe a path prefix (a gateway's);
+    no query, fragment, ``@`` outside the credentials, spaces or control characters."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port, host = parts.port, parts.hostname
+    except ValueError:
+        parts, port, host = urlsplit(""), -1, None
+    bad = any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url)
+    bad = bad or "@" in parts.path or bool(parts.query or parts.fragment)
+    if bad or parts.scheme not in ("http", "https") or not host or port in (-1, 0):
+        import re
+
+        shown = re.sub(r"[^/\s]*@", "***@", url)  # a malformed URL may still hold a key
+        raise CeilingError(
+            f"{option} {shown!r} is not an http(s) server address",
+            fix=f"e.g. {option} http://127.0.0.1:8000",
+        )

@@ -36,6 +36,8 @@ MIN_SECRET_LEN = 4
 
 # scheme://userinfo@  (userinfo: no "/", "?", "#", "@" or whitespace before the "@")
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s'\"<>]+)@")
+# user:secret@host without a scheme (what a user may pass as --url)
+_BARE_USERINFO = re.compile(r"(?<![\w@:.-])[\w.~%+-]+:[^/?#@\s'\"<>]+@(?=[\w\[])")
 _QUERY = re.compile(
     r"(?P<name>[?&;](?:api[_-]?key|apikey|key|token|access[_-]?token|auth|password|secret|sig)=)"
     r"(?P<value>[^&;#\s'\"<>]+)",
@@ -107,6 +109,7 @@ def redact(text: str) -> str:
             text = text.replace(value, MASK)
     if "@" in text:
         text = _USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
+        text = _BARE_USERINFO.sub(f"{MASK}@", text)
     if "=" in text:
         text = _QUERY.sub(lambda m: f"{m['name']}{MASK}", text)
     return text

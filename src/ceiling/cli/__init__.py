@@ -32,11 +32,17 @@ app = typer.Typer(
 _GROUPS = ("predict", "bench", "engines", "probe", "doctor")
 
 
+_registered: list[str] = []
+
+
 def _register_all() -> None:
+    """Add every group's commands, once (tests call ``main`` many times in one process)."""
     import importlib
 
     for name in _GROUPS:
-        importlib.import_module(f"ceiling.cli.{name}").register(app)
+        if name not in _registered:
+            importlib.import_module(f"ceiling.cli.{name}").register(app)
+            _registered.append(name)
 
 
 @app.callback(invoke_without_command=True)
@@ -110,6 +116,19 @@ def _plain_metavars(group: Any) -> None:
                 param.metavar = "TEXT"
 
 
+_built: list[Any] = []
+
+
+def _command() -> Any:
+    """The Click command of the app, built once per process."""
+    if not _built:
+        _register_all()
+        command = typer.main.get_command(app)
+        _plain_metavars(command)
+        _built.append(command)
+    return _built[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning expected failures into one-line errors.
 
@@ -122,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     from ceiling.errors import EXIT_INTERRUPTED
     from ceiling.redact import redact
 
-    _register_all()
-    command = typer.main.get_command(app)
-    _plain_metavars(command)
+    command = _command()
     previous = interrupts.install()
     try:
         command(args=argv, prog_name="ceiling")

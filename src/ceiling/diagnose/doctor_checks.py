@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from ceiling.errors import EXIT_FAILED, CeilingError
 
@@ -23,23 +22,10 @@ OPTION_NAMES = {
 }
 
 
-def _check_url(url: str) -> None:
-    parts = urlsplit(url if "://" in url else "http://" + url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
-        raise CeilingError(
-            f"--url {url!r} is not an http(s) server address",
-            fix="e.g. --url http://127.0.0.1:8000",
-        )
-
-
 def check_config(cfg: Any) -> None:
     """Every option that names something (server, files, catalog entries) is checked here,
     before the first launch or request; raises CeilingError (exit 2) for the first bad one."""
-    from ceiling.inputs import check_out_dir, read_text
+    from ceiling.inputs import check_out_dir, check_server_url, read_text
 
     if not cfg.url and not cfg.variant:
         raise CeilingError(
@@ -52,7 +38,10 @@ def check_config(cfg: Any) -> None:
             fix="pass --url for a running server, or --variant to launch one (not both)",
         )
     if cfg.url:
-        _check_url(cfg.url)
+        from ceiling.bench.client import base_url
+
+        cfg.url = base_url(cfg.url)  # as bench reads it: scheme added, a trailing /v1 dropped
+        check_server_url(cfg.url)
     if cfg.log:
         if cfg.variant:
             raise CeilingError(

@@ -6,6 +6,7 @@ uses (a key a launched server requires, else ``CEILING_API_KEY``/``OPENAI_API_KE
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -44,7 +45,7 @@ def server_alive(url: str) -> bool:
             with urllib.request.urlopen(_request(url.rstrip("/") + path), timeout=5.0) as resp:
                 if resp.status == 200:
                     return True
-        except (urllib.error.URLError, OSError, ValueError):
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
             continue
     return False
 
@@ -65,7 +66,7 @@ def served_models(url: str) -> list[dict[str, Any]]:
             fix="pass the server root, e.g. --url http://127.0.0.1:8000",
             exit_code=EXIT_SERVER,
         ) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         raise CeilingError(
             f"no OpenAI-compatible server at {url}: {exc}",
             fix="start the server, or pass --variant FILE to let doctor launch it",

@@ -156,7 +156,10 @@ def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
         )
     dp = req.dp or gpus // per_replica
     if req.dp and req.dp * per_replica != gpus:
-        raise CeilingError(f"tp x pp x dp = {req.dp * per_replica} but --gpus is {gpus}")
+        raise CeilingError(
+            f"tp x pp x dp = {req.dp * per_replica} but --gpus is {gpus}",
+            fix="make --gpus equal to tp x pp x dp (or leave one of them out)",
+        )
     if req.ep > 1:
         if not spec.is_moe:
             raise CeilingError(f"--ep {req.ep} on a dense model ({spec.name})", fix="drop --ep")
@@ -166,7 +169,10 @@ def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
                 fix="EP reuses the TP (and DP) ranks: e.g. --tp 8 --ep 8",
             )
         if spec.n_experts % req.ep:
-            raise CeilingError(f"{spec.n_experts} experts do not split over --ep {req.ep}")
+            raise CeilingError(
+                f"{spec.n_experts} experts do not split over --ep {req.ep}",
+                fix=f"use an --ep that divides {spec.n_experts}",
+            )
     default_link = _default_link(gpu, req.tp * req.pp)
     talks = req.tp * req.pp > 1 or (req.ep > 1 and dp > 1)
     if req.link is None or (not talks and req.link in ("self", "none", "")):

@@ -63,6 +63,23 @@ def load_doc(path: str | Path) -> dict[str, Any]:
 
 def render_file(path: str | Path, out_dir: str | Path | None = None) -> dict[str, str]:
     """Re-render the report of a saved result document (beside it unless ``out_dir``)."""
+    from ceiling.inputs import check_out_dir
+
     p = Path(path)
     doc = load_doc(p)
-    return render(doc, out_dir or p.parent)
+    out = out_dir or p.parent
+    check_out_dir(out, "--out")
+    try:
+        return render(doc, out)
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError) as exc:
+        # A kept file may be hand-edited or from another version: a field of the wrong shape
+        # is the file's fault here (documents ceiling writes itself are rendered by render()).
+        raise CeilingError(
+            f"{p} has a field ceiling cannot read ({type(exc).__name__}: {_first_line(exc)}): "
+            "was it edited, or written by another version of ceiling?",
+            fix="re-run the doctor/sweep that wrote it, or restore the original file",
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0][:120]

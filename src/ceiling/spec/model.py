@@ -204,6 +204,9 @@ def list_models() -> list[dict[str, str]]:
     return rows
 
 
+_FULL_CONFIG = "pass the model's complete Hugging Face config.json"
+
+
 def _read_json(p: Path) -> dict[str, Any]:
     from ceiling.inputs import read_json
 
@@ -334,7 +337,9 @@ def build_model(
     )
     top_k = int(_get(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) or 0)
     if n_experts and not top_k:
-        raise CeilingError(f"MoE config without top-k (field num_experts_per_tok) in {where}")
+        raise CeilingError(
+            f"MoE config without top-k (field num_experts_per_tok) in {where}", fix=_FULL_CONFIG
+        )
     moe_inter = int(_get(cfg, "moe_intermediate_size", default=0) or 0)
     if n_experts and not moe_inter:
         moe_inter = inter  # MiniMax-M2 and gpt-oss name the expert width intermediate_size
@@ -551,7 +556,9 @@ def build_model(
                     )
         else:
             if not inter:
-                raise CeilingError(f"dense layer {i} without intermediate_size in {where}")
+                raise CeilingError(
+                    f"dense layer {i} without intermediate_size in {where}", fix=_FULL_CONFIG
+                )
             add(f"{pre}.mlp.gate_proj", "mlp", inter, hidden, i, "tp")
             add(f"{pre}.mlp.up_proj", "mlp", inter, hidden, i, "tp")
             add(f"{pre}.mlp.down_proj", "mlp", hidden, inter, i, "tp")
