@@ -175,13 +175,14 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> RunResult:
     from ceiling.inputs import check_out_file
 
     check_out_file(cfg.out, "--out")
+    dataset = load_jsonl(cfg.dataset) if cfg.dataset is not None else None  # before a request
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     with contextlib.suppress(ImportError):
         import uvloop
 
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        result = runner.run(_run(cfg, progress))
+        result = runner.run(_run(cfg, progress, dataset))
     if cfg.out is not None:
         save_result(result, cfg.out)
     return result
@@ -224,7 +225,9 @@ class _Ctx:
     prog: Any  # rich.progress.Progress (imported lazily)
 
 
-async def _run(cfg: BenchConfig, show_progress: bool) -> RunResult:
+async def _run(
+    cfg: BenchConfig, show_progress: bool, dataset: list[Prompt] | None = None
+) -> RunResult:
     started = datetime.now(UTC)
     async with Client(cfg.url, timeout_s=cfg.timeout, stall_s=cfg.stall_timeout) as client:
         model = await client.detect_model(cfg.model)
@@ -233,7 +236,7 @@ async def _run(cfg: BenchConfig, show_progress: bool) -> RunResult:
         loop = asyncio.get_running_loop()
         previous = _install_handlers(state, loop)
         try:
-            prompts, len_source = await _prompts(cfg, client, model)
+            prompts, len_source = await _prompts(cfg, client, model, dataset)
             telemetry = Telemetry() if cfg.telemetry else None
             if telemetry:
                 telemetry.start()
@@ -255,9 +258,12 @@ async def _run(cfg: BenchConfig, show_progress: bool) -> RunResult:
     return _assemble(ctx, started, len_source, measurements, lag_ms, tele)
 
 
-async def _prompts(cfg: BenchConfig, client: Client, model: str) -> tuple[_Prompts, str]:
-    if cfg.dataset is not None:
-        return _Prompts(load_jsonl(cfg.dataset), reusable=True), "dataset"
+async def _prompts(
+    cfg: BenchConfig, client: Client, model: str, dataset: list[Prompt] | None = None
+) -> tuple[_Prompts, str]:
+    if dataset is not None or cfg.dataset is not None:
+        loaded = dataset if dataset is not None else load_jsonl(cfg.dataset)  # type: ignore[arg-type]
+        return _Prompts(loaded, reusable=True), "dataset"
     counts = [cfg.requests_for(lv) for lv in cfg.levels()]
     if any(c is None for c in counts):
         total = OPEN_POOL

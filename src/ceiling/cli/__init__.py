@@ -116,6 +116,15 @@ def _plain_metavars(group: Any) -> None:
                 param.metavar = "TEXT"
 
 
+def _one_line(text: str) -> str:
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _command_of(argv: list[str] | None) -> str:
+    args = sys.argv[1:] if argv is None else argv
+    return next((a for a in args if not a.startswith("-")), "")
+
+
 _built: list[Any] = []
 
 
@@ -138,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     exits 130. Messages pass through the secret redactor.
     """
     from ceiling import interrupts
-    from ceiling.errors import EXIT_INTERRUPTED
+    from ceiling.errors import EXIT_ENGINE, EXIT_INTERRUPTED
     from ceiling.redact import redact
 
     command = _command()
@@ -151,10 +160,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"interrupted ({interrupts.describe()})", file=sys.stderr)
         return code
     except CeilingError as err:
-        msg = f"error: {err.message}"
-        if err.fix:
-            msg += f"\n  fix: {err.fix}"
-        print(redact(msg), file=sys.stderr)
+        message, fix = err.message, err.fix or f"see `ceiling {_command_of(argv)} --help`"
+        if err.exit_code != EXIT_ENGINE:  # one line: a value's own line breaks are shown as \n
+            message, fix = _one_line(message), _one_line(fix)
+        print(redact(f"error: {message}\n  fix: {fix}"), file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print(f"interrupted ({interrupts.describe()})", file=sys.stderr)

@@ -76,7 +76,10 @@ def inspect_cmd(
         None, "--engine", help="vllm | sglang | llamacpp (default: detect)."
     ),
     concurrency: int | None = typer.Option(
-        None, "--concurrency", help="Streams you intend to serve (checked against KV capacity)."
+        None,
+        "--concurrency",
+        min=1,
+        help="Streams you intend to serve (checked against KV capacity).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print EngineFacts as JSON."),
 ) -> None:
