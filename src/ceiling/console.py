@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -47,7 +47,7 @@ def console() -> Console:
     """The stderr console (imported lazily: Rich costs start-up time)."""
     from rich.console import Console
 
-    return Console(file=RedactingStream("stderr"), highlight=False)
+    return Console(file=cast("IO[str]", RedactingStream("stderr")), highlight=False)
 
 
 @cache
@@ -55,7 +55,7 @@ def out() -> Console:
     """A console on stdout for the human-readable result of a command."""
     from rich.console import Console
 
-    return Console(file=RedactingStream("stdout"), highlight=False)
+    return Console(file=cast("IO[str]", RedactingStream("stdout")), highlight=False)
 
 
 def _default(obj: Any) -> Any:

@@ -176,11 +176,20 @@ def spawn_watchdog(pgid: int) -> subprocess.Popen[bytes] | None:
         return None
 
 
-def stop_servers(
-    all_servers: bool = False, grace_s: float = KILL_GRACE_S
-) -> list[dict[str, object]]:
+class Stopped(BaseModel):
+    """One server ``ceiling stop`` ended (or tried to)."""
+
+    pid: int
+    variant: str
+    port: int
+    owner_alive: bool
+    signals: list[str]
+    leftover_pids: list[int]
+
+
+def stop_servers(all_servers: bool = False, grace_s: float = KILL_GRACE_S) -> list[Stopped]:
     """End orphaned servers (``all_servers``: also those whose ceiling still runs)."""
-    done: list[dict[str, object]] = []
+    done: list[Stopped] = []
     for rec in records():
         if rec.owner_alive() and not all_servers:
             continue
@@ -191,14 +200,14 @@ def stop_servers(
         if not left:
             remove_record(rec.pid)
         done.append(
-            {
-                "pid": rec.pid,
-                "variant": rec.variant,
-                "port": rec.port,
-                "owner_alive": rec.owner_alive(),
-                "signals": signals,
-                "leftover_pids": left,
-            }
+            Stopped(
+                pid=rec.pid,
+                variant=rec.variant,
+                port=rec.port,
+                owner_alive=rec.owner_alive(),
+                signals=signals,
+                leftover_pids=left,
+            )
         )
     return done
 
@@ -215,10 +224,10 @@ def run_stop(all_servers: bool = False, json_out: bool = False) -> int:
     else:
         o = out()
         for d in done:
-            state = "stopped" if not d["leftover_pids"] else f"STILL RUNNING {d['leftover_pids']}"
+            state = "stopped" if not d.leftover_pids else f"STILL RUNNING {d.leftover_pids}"
             o.print(
-                f"{d['variant']} (pid {d['pid']}, port {d['port']}): {state} "
-                f"({', '.join(map(str, d['signals'])) or 'already gone'})"
+                f"{d.variant} (pid {d.pid}, port {d.port}): {state} "
+                f"({', '.join(d.signals) or 'already gone'})"
             )
         if not done:
             o.print("no orphaned engine servers")
@@ -227,7 +236,7 @@ def run_stop(all_servers: bool = False, json_out: bool = False) -> int:
                 f"{len(running)} server(s) belong to a running ceiling "
                 f"(pids {[r.pid for r in running]}): `ceiling stop --all` stops them too"
             )
-    if any(d["leftover_pids"] for d in done):
+    if any(d.leftover_pids for d in done):
         raise CeilingError(
             "some engine processes survived SIGKILL",
             fix="check them with ps; they may belong to another user",
