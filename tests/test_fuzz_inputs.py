@@ -328,6 +328,7 @@ def test_compare_refuses_a_side_without_requests(tmp_path):
     assert "no metric 'decode_tok_s'" in err
 
 
+@settings(max_examples=max(6, settings.default.max_examples // 4))  # a render takes ~1 s
 @given(mutation=mutations)
 def test_report_mutated_doctor_json(tmp_path_factory, mutation):
     d = tmp_path_factory.mktemp("rep")
