@@ -31,8 +31,9 @@ SECRET_WORDS = frozenset(
 #: Environment variables read for the API key, in order (the bench client sends it as a header).
 API_KEY_ENV = ("CEILING_API_KEY", "OPENAI_API_KEY")
 MASK = "***"
-#: Values shorter than this are not registered: masking "1" or "on" everywhere would garble text.
-MIN_SECRET_LEN = 4
+#: Values shorter than this are masked only where they are named as secrets (argv, env), not
+#: everywhere: replacing a key "test" in every text would garble "latest" and numbers alike.
+MIN_SECRET_LEN = 8
 
 # scheme://userinfo@  (userinfo: no "/", "?", "#", "@" or whitespace before the "@")
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s'\"<>]+)@")
