@@ -64,7 +64,7 @@ def test_bench_human_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_unreachable_is_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--url", "http://127.0.0.1:9", "--quiet"]) == 2
+    assert main(["bench", "--url", "http://127.0.0.1:9", "--quiet"]) == 4  # the server
     err = capsys.readouterr().err
     assert err.startswith("error: cannot reach") and "fix:" in err and "Traceback" not in err
 

@@ -50,7 +50,6 @@ KNOWN_LAYER_BREAKS = {
 KNOWN_LONG_MODULES = {
     "ceiling.spec.model",
     "ceiling.engines.preflight",
-    "ceiling.diagnose.doctor",
     "ceiling.diagnose.verdict",
 }
 FORBIDDEN = (("ceiling.engines", "ceiling.diagnose"), ("ceiling.diagnose", "ceiling.report"))

@@ -30,6 +30,7 @@ class Measurement:
     records: list[RequestRecord]
     duration_s: float
     metrics_delta: dict[str, float] | None
+    metrics_missing: str | None = None  # why there is no delta, when it is not "no endpoint"
 
 
 def _token_weighted_tpot(records: list[RequestRecord]) -> float | None:
@@ -65,7 +66,11 @@ def level_result(cfg: BenchConfig, level: int | None, ms: list[Measurement]) -> 
         errors=errors_by_kind(records),
         ci=ci,
         repeats=repeats,
-        server_metrics=server_metrics.compare_to_client(delta or None, client_means),
+        server_metrics=server_metrics.compare_to_client(
+            delta or None,
+            client_means,
+            missing=next((m.metrics_missing for m in ms if m.metrics_missing), None),
+        ),
         per_request=PerRequest(
             repeat=[r.repeat for r in ok],
             tpot_ms=[r.tpot_ms for r in ok],

@@ -14,17 +14,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import time
 from typing import Any
 
 import aiohttp
 
 from ceiling.bench.sse import SSESplitter
-from ceiling.errors import CeilingError
+from ceiling.errors import EXIT_SERVER, CeilingError
+from ceiling.redact import API_KEY_ENV, redact
 
-#: Environment variables read for the API key, in order. The key is sent as a header only.
-API_KEY_ENV = ("CEILING_API_KEY", "OPENAI_API_KEY")
+__all__ = ["API_KEY_ENV", "Client", "RawStream", "api_key", "base_url", "redact"]
+
 #: Connecting (and the preflight) must fail fast: a wrong URL is an error in seconds, not minutes.
 CONNECT_TIMEOUT_S = 4.0
 
@@ -67,12 +67,10 @@ def _connector() -> tuple[aiohttp.TCPConnector, str]:
 
 
 def api_key() -> str | None:
-    """The API key from the environment, or None."""
-    for name in API_KEY_ENV:
-        val = os.environ.get(name)
-        if val:
-            return val
-    return None
+    """The API key from the environment (``CEILING_API_KEY``, ``OPENAI_API_KEY``), or None."""
+    from ceiling.redact import env_api_key
+
+    return env_api_key()
 
 
 def base_url(url: str) -> str:
@@ -83,12 +81,6 @@ def base_url(url: str) -> str:
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
     return url
-
-
-def redact(text: str) -> str:
-    """Remove the API key from any text that may reach a log, a message or a result."""
-    key = api_key()
-    return text.replace(key, "***") if key and key in text else text
 
 
 class RawStream:
@@ -179,33 +171,42 @@ class Client:
             raise CeilingError(
                 f"no answer from {self.base} within 5 s",
                 fix="check the URL and that the server has finished loading (GET /health)",
+                exit_code=EXIT_SERVER,
             ) from err
         except aiohttp.ClientError as err:
             raise CeilingError(
                 f"cannot reach {self.base}: {redact(str(err)) or type(err).__name__}",
                 fix="check the host and port, and that the server is running",
+                exit_code=EXIT_SERVER,
             ) from err
         if status in (401, 403):
             raise CeilingError(
                 f"{url} refused the request (HTTP {status})",
                 fix="set CEILING_API_KEY (or OPENAI_API_KEY) to the server's API key",
+                exit_code=EXIT_SERVER,
             )
         if status == 404:
             raise CeilingError(
                 f"{url} does not exist (HTTP 404): not an OpenAI-compatible API root",
                 fix="pass the server root, e.g. --url http://127.0.0.1:8000",
+                exit_code=EXIT_SERVER,
             )
         if status != 200:
             if model:
                 return model
             raise CeilingError(
-                f"{url} answered HTTP {status}", fix="pass --model explicitly, or check the server"
+                f"{url} answered HTTP {status}",
+                fix="pass --model explicitly, or check the server",
+                exit_code=EXIT_SERVER,
             )
-        ids = [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)]
+        data = body.get("data") if isinstance(body, dict) else None
+        ids = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else []
         if model:
             return model
-        if not ids:
-            raise CeilingError(f"{url} lists no model", fix="pass --model explicitly")
+        if not ids or not isinstance(ids[0], str):
+            raise CeilingError(
+                f"{url} lists no model", fix="pass --model explicitly", exit_code=EXIT_SERVER
+            )
         return str(ids[0])
 
     async def tokenize(self, model: str, text: str) -> int | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ceiling.bench.results import CI_METRICS, LevelResult, RunResult
+from ceiling.bench.results import CI_METRICS, LevelResult, RunResult, Summary
 from ceiling.bench.stats import bootstrap_ratio_pct, welch
 from ceiling.errors import CeilingError
 
@@ -133,6 +133,47 @@ def compare_levels(
     return row
 
 
+def metrics_of(result: RunResult) -> set[str]:
+    """The summary keys a result knows (what ``--metric`` may name), valued or not."""
+    keys = set(Summary.model_fields)
+    for lv in [result, *result.levels]:
+        for holder in [lv, *lv.repeats]:
+            keys.update(k for k, v in (holder.model_extra or {}).items() if _is_number(v))
+    return keys
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _check_metric(results: list[RunResult], metric: str, labels: list[str]) -> None:
+    """A metric no result knows is a typo, not "no significant difference"."""
+    for res, label in zip(results, labels, strict=True):
+        if metric not in metrics_of(res):
+            raise CeilingError(
+                f"{label} has no metric {metric!r}",
+                fix="pass --metric one of: " + ", ".join(sorted(metrics_of(res))),
+            )
+
+
+def _check_values(rows: list[ComparisonRow], results: list[RunResult], labels: list[str]) -> None:
+    """A side without a value (no request completed, or the metric was never measured) is no
+    comparison: refuse it instead of calling it noise."""
+    by_label = dict(zip(labels, results, strict=True))
+    for row in rows:
+        for side, value, label in (("A", row.a, labels[0]), ("B", row.b, row.label_b)):
+            if value is not None:
+                continue
+            res = by_label[label]
+            lv = res.level(row.concurrency) or res
+            at = f" at concurrency {row.concurrency}" if row.concurrency is not None else ""
+            raise CeilingError(
+                f"{label} ({side}) has no {row.metric}{at}: {lv.completed} request(s) completed "
+                f"(errors: {lv.errors or 'none recorded'}); there is nothing to compare",
+                fix="re-run that bench against a working server, or pick another --metric",
+            )
+
+
 def compare(
     results: list[RunResult],
     metric: str = "decode_tok_s_per_stream",
@@ -144,6 +185,7 @@ def compare(
             "compare needs at least two results", fix="ceiling compare A.json B.json"
         )
     labels = labels or [f"run{i}" for i in range(len(results))]
+    _check_metric(results, metric, labels)
     base = results[0]
     rows: list[ComparisonRow] = []
     for res, label in zip(results[1:], labels[1:], strict=True):
@@ -157,6 +199,7 @@ def compare(
             other = res.level(lv.concurrency)
             assert other is not None
             rows.append(compare_levels(lv, other, metric, label))
+    _check_values(rows, results, labels)
     first = rows[0]
     return Comparison(
         baseline=labels[0],

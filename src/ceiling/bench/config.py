@@ -44,6 +44,10 @@ class BenchConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> BenchConfig:
+        from ceiling.bench.client import base_url
+        from ceiling.inputs import check_server_url
+
+        check_server_url(base_url(self.url))
         if self.mode == "rate" and self.rate is None:
             raise CeilingError("--mode rate needs --rate", fix="e.g. --rate 4 (requests/s)")
         if self.mode == "concurrency" and (

@@ -7,7 +7,6 @@ a sweep. Per-repeat summaries sit under ``repeats`` and confidence intervals und
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ceiling.bench.metrics import RequestRecord
 from ceiling.bench.stats import Interval
-from ceiling.errors import CeilingError
+from ceiling.errors import EXIT_FAILED, CeilingError
 
 SCHEMA_VERSION = 1
 KIND = "ceiling.bench.result"
@@ -106,6 +105,7 @@ class RunResult(LevelResult):
     timestamp_source: str = "socket"
     partial: bool = False
     partial_reason: str | None = None
+    interrupted: bool = False  # partial because of Ctrl-C/SIGTERM (CLI exit code 130)
     cancelled_in_flight: int = 0
     warnings: list[str] = Field(default_factory=list)
     loop_lag_ms: dict[str, float | None] = Field(default_factory=dict)
@@ -144,36 +144,56 @@ def save_result(result: RunResult, path: Path) -> Path:
     text = dumps(result.model_dump(mode="json", exclude_none=False)) + "\n"
     if path.is_dir():
         raise CeilingError(f"--out {path} is a directory", fix="name a file, e.g. run.json")
-    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
-        with path.open("w") as f:
-            f.write(text)
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+            with path.open("w") as f:
+                f.write(text)
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        rescue = _rescue(text)  # what was measured is never lost to a bad path
+        raise CeilingError(
+            f"cannot write {path}: {exc.strerror or exc}; the result was saved to {rescue}",
+            fix=f"move {rescue} where you want it",
+            exit_code=EXIT_FAILED,
+        ) from None
     return path
+
+
+def _rescue(text: str) -> Path:
+    """Write ``text`` to a new file in the temporary directory (else the working directory)."""
+    import tempfile
+    import time
+
+    for folder in (tempfile.gettempdir(), "."):
+        try:
+            fd, name = tempfile.mkstemp(
+                prefix=time.strftime("ceiling-result-%Y%m%d-%H%M%S-"), suffix=".json", dir=folder
+            )
+            with open(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            return Path(name)
+        except OSError:
+            continue
+    raise CeilingError("cannot write the result anywhere", fix="free some disk space")
 
 
 def load_result(path: str | Path) -> RunResult:
     """Read a result file written by ``ceiling bench``; CeilingError when it is not one."""
+    from ceiling.inputs import read_json
+
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise CeilingError(
-            f"{p} not found", fix="pass a result file written by ceiling bench"
-        ) from err
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CeilingError(
-            f"{p} is not JSON", fix="pass a result file written by ceiling bench"
-        ) from err
+    data = read_json(p, "result file", fix="pass a result file written by ceiling bench")
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise CeilingError(
             f"{p} is not a ceiling bench result (no kind={KIND!r})",
             fix="pass a result file written by ceiling bench --out",
         )
-    if data.get("schema_version", 0) > SCHEMA_VERSION:
+    version = data.get("schema_version", 0)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise CeilingError(
             f"{p} has schema_version {data.get('schema_version')}, newer than this ceiling reads",
             fix="upgrade ceiling",

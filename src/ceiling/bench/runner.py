@@ -22,7 +22,7 @@ import numpy as np
 
 from ceiling.bench import server_metrics
 from ceiling.bench.assemble import Measurement, level_result, run_warnings
-from ceiling.bench.client import Client, RawStream, redact
+from ceiling.bench.client import Client, RawStream
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.looplag import LoopLagMonitor
 from ceiling.bench.metrics import RequestRecord, process
@@ -35,6 +35,7 @@ from ceiling.bench.workloads import (
     request_body,
     synthetic_prompts,
 )
+from ceiling.redact import redact
 
 __all__ = ["BenchConfig", "RunResult", "run_bench"]
 
@@ -77,6 +78,7 @@ class _State:
     cancelled: int = 0
     conn_streak: int = 0
     checking: bool = False
+    interrupted: bool = False  # stopped by Ctrl-C/SIGTERM (not by a dead server)
     ignore_eos: bool = True  # cleared when the server rejects the ignore_eos/min_tokens fields
     notes: list[str] = field(default_factory=list)
 
@@ -113,13 +115,38 @@ class _State:
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _on_sigint(state: _State, loop: asyncio.AbstractEventLoop, signum: int) -> None:
-    """First Ctrl-C (or SIGTERM): stop and keep what was measured. A second one interrupts
-    for real."""
+def _on_sigint(
+    state: _State, loop: asyncio.AbstractEventLoop, signum: int, previous: dict[int, Any]
+) -> None:
+    """First Ctrl-C (or SIGTERM): stop and keep what was measured (said at once; a caller such
+    as doctor learns of it through ``ceiling.interrupts``). A second one interrupts for real."""
+    from ceiling import interrupts
+
+    interrupts.note(signum, "stopping the bench, keeping what was measured")
+    state.interrupted = True
     state.stop("interrupted (Ctrl-C)" if signum == signal.SIGINT else "terminated (SIGTERM)")
+    _restore_handlers(loop, previous)
+
+
+def _install_handlers(state: _State, loop: asyncio.AbstractEventLoop) -> dict[int, Any]:
+    """Route SIGINT/SIGTERM to :func:`_on_sigint` while the loop runs; returns the handlers
+    they replace (the CLI's), which :func:`_restore_handlers` puts back: asyncio's own removal
+    would leave SIGTERM at its default, killing ceiling without a teardown."""
+    previous: dict[int, Any] = {}
     for sig in _STOP_SIGNALS:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            previous[sig] = signal.getsignal(sig)
+            loop.add_signal_handler(sig, _on_sigint, state, loop, sig, previous)
+    return previous
+
+
+def _restore_handlers(loop: asyncio.AbstractEventLoop, previous: dict[int, Any]) -> None:
+    for sig, handler in list(previous.items()):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.remove_signal_handler(sig)
+            if handler is not None:
+                signal.signal(sig, handler)
+        previous.pop(sig, None)
 
 
 class _Prompts:
@@ -141,14 +168,21 @@ class _Prompts:
 
 
 def run_bench(cfg: BenchConfig, progress: bool = True) -> RunResult:
-    """Run the benchmark described by ``cfg``; write ``cfg.out`` when set; return the result."""
+    """Run the benchmark described by ``cfg``; write ``cfg.out`` when set; return the result.
+
+    ``cfg.out`` is checked before the first request: a path that cannot be written is an error
+    in a second, not after the whole measurement."""
+    from ceiling.inputs import check_out_file
+
+    check_out_file(cfg.out, "--out")
+    dataset = load_jsonl(cfg.dataset) if cfg.dataset is not None else None  # before a request
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     with contextlib.suppress(ImportError):
         import uvloop
 
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        result = runner.run(_run(cfg, progress))
+        result = runner.run(_run(cfg, progress, dataset))
     if cfg.out is not None:
         save_result(result, cfg.out)
     return result
@@ -191,18 +225,18 @@ class _Ctx:
     prog: Any  # rich.progress.Progress (imported lazily)
 
 
-async def _run(cfg: BenchConfig, show_progress: bool) -> RunResult:
+async def _run(
+    cfg: BenchConfig, show_progress: bool, dataset: list[Prompt] | None = None
+) -> RunResult:
     started = datetime.now(UTC)
     async with Client(cfg.url, timeout_s=cfg.timeout, stall_s=cfg.stall_timeout) as client:
         model = await client.detect_model(cfg.model)
         path = "/v1/chat/completions" if cfg.chat else "/v1/completions"
         state = _State(client=client)
         loop = asyncio.get_running_loop()
-        for sig in _STOP_SIGNALS:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, _on_sigint, state, loop, sig)
+        previous = _install_handlers(state, loop)
         try:
-            prompts, len_source = await _prompts(cfg, client, model)
+            prompts, len_source = await _prompts(cfg, client, model, dataset)
             telemetry = Telemetry() if cfg.telemetry else None
             if telemetry:
                 telemetry.start()
@@ -220,15 +254,16 @@ async def _run(cfg: BenchConfig, show_progress: bool) -> RunResult:
             lag_ms = await lag.stop()
             tele = telemetry.stop() if telemetry else None
         finally:
-            for sig in _STOP_SIGNALS:
-                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.remove_signal_handler(sig)
+            _restore_handlers(loop, previous)
     return _assemble(ctx, started, len_source, measurements, lag_ms, tele)
 
 
-async def _prompts(cfg: BenchConfig, client: Client, model: str) -> tuple[_Prompts, str]:
-    if cfg.dataset is not None:
-        return _Prompts(load_jsonl(cfg.dataset), reusable=True), "dataset"
+async def _prompts(
+    cfg: BenchConfig, client: Client, model: str, dataset: list[Prompt] | None = None
+) -> tuple[_Prompts, str]:
+    if dataset is not None or cfg.dataset is not None:
+        loaded = dataset if dataset is not None else load_jsonl(cfg.dataset)  # type: ignore[arg-type]
+        return _Prompts(loaded, reusable=True), "dataset"
     counts = [cfg.requests_for(lv) for lv in cfg.levels()]
     if any(c is None for c in counts):
         total = OPEN_POOL
@@ -350,7 +385,15 @@ async def _measure(ctx: _Ctx, rep: int, level: int | None) -> Measurement:
     duration = time.perf_counter() - t0
     after = await ctx.client.get_text("/metrics") if not state.stopped else None
     records = [item.record() for item in sent]
-    return Measurement(rep, level, records, duration, server_metrics.delta(before, after))
+    missing = None
+    if before is not None and after is None:
+        missing = (
+            f"the run stopped before the closing /metrics scrape ({state.reason})"
+            if state.stopped
+            else "the server stopped answering /metrics during the run"
+        )
+    delta = server_metrics.delta(before, after)
+    return Measurement(rep, level, records, duration, delta, metrics_missing=missing)
 
 
 def _assemble(
@@ -390,6 +433,7 @@ def _assemble(
         timestamp_source=ctx.client.timestamp_source,
         partial=ctx.state.stopped,
         partial_reason=ctx.state.reason,
+        interrupted=ctx.state.interrupted,
         cancelled_in_flight=ctx.state.cancelled,
         loop_lag_ms=lag_ms,
         telemetry=tele,

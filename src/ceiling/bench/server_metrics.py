@@ -107,15 +107,19 @@ def histogram_means_ms(d: dict[str, float]) -> dict[str, Any]:
 
 
 def compare_to_client(
-    d: dict[str, float] | None, client: dict[str, float | None]
+    d: dict[str, float] | None, client: dict[str, float | None], missing: str | None = None
 ) -> dict[str, Any]:
     """Server means beside the client's and their difference (client minus server, ms).
 
     ``d`` is the summed delta of the scrapes; ``client`` has ``ttft``, ``itl`` (token-weighted
-    TPOT: comparable to a per-token server histogram), ``e2el`` means in ms.
+    TPOT: comparable to a per-token server histogram), ``e2el`` means in ms; ``missing`` says
+    why a delta is absent when the endpoint exists (the run stopped, the server died).
     """
     if d is None:
-        return {"available": False, "reason": "no /metrics endpoint (or it did not answer)"}
+        return {
+            "available": False,
+            "reason": missing or "no /metrics endpoint (or it did not answer)",
+        }
     means = histogram_means_ms(d)
     if not means:
         return {"available": False, "reason": "/metrics has no known latency histograms"}

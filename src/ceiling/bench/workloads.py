@@ -82,8 +82,11 @@ async def synthetic_prompts(
 def load_jsonl(path: Path) -> list[Prompt]:
     """Prompts from a JSONL file: ``{"prompt": str}`` or ``{"messages": [...]}`` per line,
     optional ``max_tokens`` (or ``output_len``)."""
+    from ceiling.inputs import read_text
+
     prompts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    text = read_text(path, "--dataset", fix="pass a JSONL file: one JSON object per line")
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

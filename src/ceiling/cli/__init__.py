@@ -8,6 +8,7 @@ the command functions so that ``ceiling --help`` and ``ceiling predict`` start f
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -31,11 +32,17 @@ app = typer.Typer(
 _GROUPS = ("predict", "bench", "engines", "probe", "doctor")
 
 
+_registered: list[str] = []
+
+
 def _register_all() -> None:
+    """Add every group's commands, once (tests call ``main`` many times in one process)."""
     import importlib
 
     for name in _GROUPS:
-        importlib.import_module(f"ceiling.cli.{name}").register(app)
+        if name not in _registered:
+            importlib.import_module(f"ceiling.cli.{name}").register(app)
+            _registered.append(name)
 
 
 @app.callback(invoke_without_command=True)
@@ -53,60 +60,117 @@ def _root(
         raise typer.Exit(0)
 
 
+#: Metavars in --help: what the value is, not a Python type (``<list[Path]>``, ``<int range>``).
+_METAVARS = {
+    "url": "URL",
+    "out": "PATH",
+    "results": "FILE",
+    "merge": "FILE",
+    "profile": "FILE",
+    "dataset": "FILE",
+    "variant": "FILE",
+    "log": "FILE",
+    "root": "DIR",
+    "model": "MODEL",
+    "model_path": "MODEL",
+    "gpu": "GPU",
+    "link": "LINK",
+    "engine": "ENGINE",
+    "concurrency": "N,N,...",
+    "world_sizes": "N,N,...",
+    "batch": "N,N,...",
+    "sizes": "SIZES",
+    "env": "KEY=V,...",
+    "logit_bias": "JSON",
+    "timeout": "SECONDS",
+    "launch_timeout": "SECONDS",
+    "stall_timeout": "SECONDS",
+    "duration": "SECONDS",
+    "port": "PORT",
+}
+
+
+def _plain_metavars(group: Any) -> None:
+    """Give every option a plain metavar (``URL``, ``FILE``, ``N``) and drop the Python type
+    Typer prints after arguments, so --help shows no ``<list[Path]>`` or ``<int range>``.
+    (Typer vendors its own Click: parameters are told apart by ``param_type_name``.)"""
+    for cmd in group.commands.values():
+        for param in cmd.params:
+            if param.param_type_name == "argument":
+                param.display_type_rich = lambda ctx: None
+                if param.metavar is None:
+                    param.metavar = (param.name or "arg").upper().removesuffix("S")
+                continue
+            if param.param_type_name != "option" or param.is_flag or param.metavar:
+                continue
+            name, kind = param.name or "", param.display_type(None).lower()  # "<int range>"
+            if name in _METAVARS and not (name == "batch" and "str" not in kind):
+                param.metavar = _METAVARS[name]
+            elif "int" in kind:
+                param.metavar = "N"
+            elif "float" in kind:
+                param.metavar = "NUM"
+            elif "path" in kind:
+                param.metavar = "PATH"
+            else:
+                param.metavar = "TEXT"
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _command_of(argv: list[str] | None) -> str:
+    args = sys.argv[1:] if argv is None else argv
+    return next((a for a in args if not a.startswith("-")), "")
+
+
+_built: list[Any] = []
+
+
+def _command() -> Any:
+    """The Click command of the app, built once per process."""
+    if not _built:
+        _register_all()
+        command = typer.main.get_command(app)
+        _plain_metavars(command)
+        _built.append(command)
+    return _built[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning expected failures into one-line errors.
 
     Click handles usage errors itself (exit code 2 with a usage line); a :class:`CeilingError`
-    from any command becomes ``error: ...`` plus ``fix: ...`` on stderr and its exit code.
+    from any command becomes ``error: ...`` plus ``fix: ...`` on stderr and its exit code (see
+    ``ceiling.errors``); an interrupt (Ctrl-C, SIGTERM, SIGHUP) unwinds every ``finally`` and
+    exits 130. Messages pass through the secret redactor.
     """
-    _register_all()
-    previous = _route_termination_signals()
+    from ceiling import interrupts
+    from ceiling.errors import EXIT_ENGINE, EXIT_INTERRUPTED
+    from ceiling.redact import redact
+
+    command = _command()
+    previous = interrupts.install()
     try:
-        app(args=argv, prog_name="ceiling")
+        command(args=argv, prog_name="ceiling")
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code == EXIT_INTERRUPTED and interrupts.requested() is not None:
+            print(f"interrupted ({interrupts.describe()})", file=sys.stderr)
+        return code
     except CeilingError as err:
-        msg = f"error: {err.message}"
-        if err.fix:
-            msg += f"\n  fix: {err.fix}"
-        print(msg, file=sys.stderr)
+        message, fix = err.message, err.fix or f"see `ceiling {_command_of(argv)} --help`"
+        if err.exit_code != EXIT_ENGINE:  # one line: a value's own line breaks are shown as \n
+            message, fix = _one_line(message), _one_line(fix)
+        print(redact(f"error: {message}\n  fix: {fix}"), file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        print(f"interrupted ({interrupts.describe()})", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
-        _restore_signals(previous)
+        interrupts.restore(previous)
     return 0
-
-
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _route_termination_signals() -> dict[int, object]:
-    """Make SIGTERM/SIGHUP (and SIGINT, which shells ignore for background jobs) unwind the
-    stack like Ctrl-C, so that every ``finally`` runs: a launched engine is torn down and a
-    partial result is written instead of being orphaned or lost when someone kills ``ceiling``.
-    """
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    previous: dict[int, object] = {}
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        try:
-            previous[sig] = signal.signal(sig, _interrupt)
-        except (OSError, ValueError):  # pragma: no cover - platform without the signal
-            continue
-    return previous
-
-
-def _restore_signals(previous: dict[int, object]) -> None:
-    import signal
-
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -41,7 +41,9 @@ def register(app: typer.Typer) -> None:
     def bench(
         url: str = typer.Option("http://127.0.0.1:8000", "--url", help="Server root (OpenAI API)."),
         model: str = typer.Option(None, "--model", help="Model id (default: from /v1/models)."),
-        mode: str = typer.Option("single", "--mode", help="single | concurrency | rate"),
+        mode: str = typer.Option(
+            "single", "--mode", help="single | concurrency | rate", metavar="MODE"
+        ),
         max_tokens: int = typer.Option(
             None, "--max-tokens", help="Output tokens (single: 2048, else 256)."
         ),
@@ -91,7 +93,17 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
     ) -> None:
-        """Measure a running OpenAI-compatible server: TTFT, ITL, TPOT, throughput, with CIs."""
+        """Measure a running OpenAI-compatible server: TTFT, ITL, TPOT, throughput, with CIs.
+
+        \b
+        Example:
+          ceiling bench --url http://127.0.0.1:8000 --mode concurrency --concurrency 1,4,16
+
+        API key: CEILING_API_KEY (else OPENAI_API_KEY) is sent as the Bearer token; it never
+        reaches output or result files. Exit codes: 0 ok, 1 every request failed or the server
+        died (partial result written), 2 bad option, 4 server unreachable or refused, 130
+        interrupted (partial result written).
+        """
         import time
 
         from ceiling.bench.config import make_config
@@ -100,6 +112,7 @@ def register(app: typer.Typer) -> None:
         from ceiling.bench.runner import run_bench
         from ceiling.console import console, emit_json
         from ceiling.console import out as stdout
+        from ceiling.errors import EXIT_FAILED, EXIT_INTERRUPTED
 
         if out is None:
             out = Path("ceiling-out") / time.strftime("bench-%Y%m%d-%H%M%S.json")
@@ -135,22 +148,32 @@ def register(app: typer.Typer) -> None:
             render_result(result, stdout(), str(out))
         if result.partial:
             console().print(f"partial result written to {out}: {result.partial_reason}")
-            raise typer.Exit(
-                130 if result.partial_reason and "interrupted" in result.partial_reason else 1
-            )
+            raise typer.Exit(EXIT_INTERRUPTED if result.interrupted else EXIT_FAILED)
         if sum(lv.completed for lv in result.levels) == 0:
             console().print(f"no request completed (errors: {result.errors}); result in {out}")
-            raise typer.Exit(1)
+            raise typer.Exit(EXIT_FAILED)
 
     @app.command("compare")
     def compare_cmd(
-        files: list[Path] = typer.Argument(..., help="Result files; the first is the baseline A."),
+        files: list[Path] = typer.Argument(
+            ...,
+            help="Result files of `ceiling bench`; the first is the baseline A.",
+            metavar="FILE",
+        ),
         metric: str = typer.Option(
-            "decode_tok_s_per_stream", "--metric", help="Summary key to compare."
+            "decode_tok_s_per_stream",
+            "--metric",
+            help="Summary key to compare (mean_ttft_ms, mean_tpot_ms, output_throughput, ...).",
+            metavar="KEY",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     ) -> None:
-        """Is B different from A? Delta % with a 95 % CI and a plain verdict."""
+        """Is B different from A? Delta % with a 95 % CI and a plain verdict.
+
+        \b
+        Example:
+          ceiling compare before.json after.json --metric mean_ttft_ms
+        """
         from ceiling.bench.compare import compare
         from ceiling.bench.render import render_comparison
         from ceiling.bench.results import load_result

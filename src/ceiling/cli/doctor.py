@@ -39,8 +39,12 @@ def doctor(
     max_tokens: int = typer.Option(512, "--max-tokens", help="Single-stream generation length."),
     input_len: int = typer.Option(64, "--input-len", help="Prompt length in tokens."),
     repeat: int = typer.Option(3, "--repeat", help="Single-stream repeats (CI across them)."),
-    concurrency: str = typer.Option("1,2,4", "--concurrency", help="Short sweep levels, or none."),
-    concurrency_max_tokens: int = typer.Option(128, "--concurrency-max-tokens"),
+    concurrency: str = typer.Option(
+        "1,2,4", "--concurrency", help="Short sweep levels, or none.", metavar="N,N,..."
+    ),
+    concurrency_max_tokens: int = typer.Option(
+        128, "--concurrency-max-tokens", help="Generation length in the concurrency sweep."
+    ),
     target: float = typer.Option(None, "--target", help="Target decode tok/s per stream."),
     no_telemetry: bool = typer.Option(False, "--no-telemetry", help="Do not sample NVML."),
     no_measure_cpu: bool = typer.Option(
@@ -50,12 +54,26 @@ def doctor(
     out: Path = typer.Option(Path("ceiling-out"), "--out", help="Output directory."),
     json_out: bool = typer.Option(False, "--json", help="Print doctor.json on stdout."),
 ) -> None:
-    """Measure a deployment, set it against its predicted ceiling, and write a verdict + report."""
-    from ceiling.console import emit_json
+    """Measure a deployment, set it against its predicted ceiling, and write a verdict + report.
+
+    \b
+    Examples:
+      ceiling doctor --variant examples/variants/cpu-tiny.yaml
+      ceiling doctor --url http://127.0.0.1:8000 --log server.log --model-path /models/llama
+
+    Every option is checked before anything is launched. API key: a launched variant's own key
+    (--api-key / VLLM_API_KEY) is used; for --url, CEILING_API_KEY (else OPENAI_API_KEY) is sent
+    as the Bearer token. Keys never reach output or files. Exit codes: 0 ok, 1 no request
+    completed or the server died (report written), 2 bad option, 3 the engine did not start,
+    4 server unreachable or refused, 130 interrupted (doctor.json written, interrupted: true).
+    """
+    from ceiling.console import console, emit_json
     from ceiling.console import out as stdout
     from ceiling.diagnose.doctor import DoctorConfig, run_doctor
+    from ceiling.diagnose.doctor_checks import OPTION_NAMES, outcome
+    from ceiling.inputs import model_from_options
 
-    cfg = DoctorConfig(
+    options = dict(
         url=url,
         variant=str(variant) if variant else None,
         log=str(log) if log else None,
@@ -76,15 +94,18 @@ def doctor(
         out_dir=str(out),
         progress=not json_out,
     )
+    cfg = model_from_options(DoctorConfig, options, "doctor", OPTION_NAMES)
     res = run_doctor(cfg)
+    code, why = outcome(res)
     if json_out:
         emit_json(res)
-        return
-    v = res.verdict or {}
-    stdout().print(v.get("headline") or "no verdict")
-    if res.server_died:
-        stdout().print(f"server died {res.server_death}")
-    stdout().print(f"report: {res.files.get('report_html')}  ({res.files.get('report_md')})")
+    else:
+        v = res.verdict or {}
+        stdout().print(v.get("headline") or "no verdict")
+        stdout().print(f"report: {res.files.get('report_html')}  ({res.files.get('report_md')})")
+    if why:
+        console().print(f"doctor: {why}; what was measured is in {res.files.get('doctor')}")
+    raise typer.Exit(code)
 
 
 def sweep(
@@ -93,7 +114,15 @@ def sweep(
     resume: bool = typer.Option(False, "--resume", help="Continue the sweep recorded in --out."),
     json_out: bool = typer.Option(False, "--json", help="Print sweep.json on stdout."),
 ) -> None:
-    """Run every variant of a plan (preflight first), with a durable ledger and early stop."""
+    """Run every variant of a plan (preflight first), with a durable ledger and early stop.
+
+    \b
+    Example:
+      ceiling sweep examples/plans/cpu-tiny.yaml --out ceiling-out/sweep
+
+    Ctrl-C stops the running trial (its engine too) and leaves the ledger resumable: rerun with
+    --resume. Without a terminal, each launch prints its start-up phases as lines.
+    """
     from ceiling.console import console, emit_json
     from ceiling.console import out as stdout
     from ceiling.sweep.runner import run_sweep
@@ -131,7 +160,12 @@ def report(
     out: Path = typer.Option(None, "--out", help="Directory (default: beside the file)."),
     json_out: bool = typer.Option(False, "--json", help="Print the written paths as JSON."),
 ) -> None:
-    """Re-render the Markdown and HTML report of a saved doctor or sweep result."""
+    """Re-render the Markdown and HTML report of a saved doctor or sweep result.
+
+    \b
+    Example:
+      ceiling report ceiling-out/doctor.json --out /tmp/report
+    """
     from ceiling.console import emit_json
     from ceiling.console import out as stdout
     from ceiling.report import render_file

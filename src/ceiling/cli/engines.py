@@ -13,14 +13,22 @@ def register(app: typer.Typer) -> None:
     app.command("launch")(launch_cmd)
     app.command("inspect")(inspect_cmd)
     app.command("shm")(shm_cmd)
+    app.command("stop")(stop_cmd)
 
 
 def preflight_cmd(
-    variants: list[Path] = typer.Argument(..., help="Variant files (YAML/TOML) to check."),
+    variants: list[Path] = typer.Argument(
+        ..., help="Variant files (YAML/TOML) to check.", metavar="VARIANT"
+    ),
     refresh: bool = typer.Option(False, "--refresh", help="Re-read the engine's flags."),
     json_out: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
 ) -> None:
-    """Check variants' flags, values and env against the INSTALLED engine (no model load)."""
+    """Check variants' flags, values and env against the INSTALLED engine (no model load).
+
+    \b
+    Example:
+      ceiling preflight examples/variants/cpu-tiny.yaml
+    """
     from ceiling.engines.preflight import run_preflight
 
     raise typer.Exit(run_preflight(variants, refresh=refresh, json_out=json_out))
@@ -29,15 +37,26 @@ def preflight_cmd(
 def launch_cmd(
     variant: Path = typer.Argument(..., help="Variant file to launch."),
     timeout: float = typer.Option(1800.0, "--timeout", help="Seconds to wait for readiness."),
-    port: int | None = typer.Option(None, "--port", help="Override the variant's port."),
+    port: int | None = typer.Option(
+        None, "--port", help="Override the variant's port (1-65535).", metavar="PORT"
+    ),
     exit_when_ready: bool = typer.Option(
         False, "--exit-when-ready", help="Stop the server once it is ready (a start-up check)."
     ),
     skip_preflight: bool = typer.Option(False, "--skip-preflight", help="Launch unchecked."),
     json_out: bool = typer.Option(False, "--json", help="Print the server info as JSON."),
 ) -> None:
-    """Start the engine server of a variant, wait until ready, serve until Ctrl-C."""
-    from ceiling.run.launcher import run_launch
+    """Start the engine server of a variant, wait until ready, serve until Ctrl-C.
+
+    \b
+    Example:
+      ceiling launch examples/variants/cpu-tiny.yaml --port 8000
+
+    Without a terminal, the start-up phases are printed as lines. Ctrl-C (or SIGTERM) stops the
+    engine at once; an engine still starting gets SIGKILL after 5 s. If ceiling itself is
+    killed, a watchdog ends the engine; `ceiling stop` ends any that outlived it anyway.
+    """
+    from ceiling.run.serve import run_launch
 
     raise typer.Exit(
         run_launch(
@@ -57,11 +76,19 @@ def inspect_cmd(
         None, "--engine", help="vllm | sglang | llamacpp (default: detect)."
     ),
     concurrency: int | None = typer.Option(
-        None, "--concurrency", help="Streams you intend to serve (checked against KV capacity)."
+        None,
+        "--concurrency",
+        min=1,
+        help="Streams you intend to serve (checked against KV capacity).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print EngineFacts as JSON."),
 ) -> None:
-    """Parse an engine start-up log into facts and findings."""
+    """Parse an engine start-up log into facts and findings.
+
+    \b
+    Example:
+      ceiling inspect logs/cpu-tiny-20260101T000000-8000.log --concurrency 16
+    """
     from ceiling.diagnose.logs import run_inspect
 
     raise typer.Exit(run_inspect(log, engine=engine, concurrency=concurrency, json_out=json_out))
@@ -72,7 +99,35 @@ def shm_cmd(
     root: Path = typer.Option(Path("/dev/shm"), "--root", help="Directory to scan."),
     json_out: bool = typer.Option(False, "--json", help="Print the listing as JSON."),
 ) -> None:
-    """List /dev/shm segments engines/NCCL leave behind; --apply removes those nobody uses."""
+    """List /dev/shm segments engines/NCCL leave behind; --apply removes those nobody uses.
+
+    \b
+    Example:
+      ceiling shm --apply
+
+    A segment is in use when any process holds it open or mapped (matched by device and inode,
+    so a symlinked or bind-mounted root is safe); only unused ones are removed.
+    """
     from ceiling.run.shm import run_shm
 
     raise typer.Exit(run_shm(root=root, apply=apply, json_out=json_out))
+
+
+def stop_cmd(
+    all_servers: bool = typer.Option(
+        False, "--all", help="Also stop servers whose ceiling is still running."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print what was stopped as JSON."),
+) -> None:
+    """Stop engine servers that outlived the ceiling that launched them.
+
+    \b
+    Example:
+      ceiling stop
+
+    Every launch is recorded (pid, port, log) under $CEILING_STATE_DIR (default
+    ~/.local/state/ceiling/servers); a server whose ceiling is gone gets SIGTERM, then SIGKILL.
+    """
+    from ceiling.run.guard import run_stop
+
+    raise typer.Exit(run_stop(all_servers=all_servers, json_out=json_out))

@@ -76,7 +76,12 @@ def register(app: typer.Typer) -> None:
             False, "--list-models", help="list the shipped model configs and exit"
         ),
     ) -> None:
-        """Predict decode: expected (this engine's kernels) and bound (physics), per operation."""
+        """Predict decode: expected (this engine's kernels) and bound (physics), per operation.
+
+        
+        Example:
+          ceiling predict --model llama-3.1-70b --gpu h100-sxm --tp 4 --what-if
+        """
         from ceiling.predict import render
 
         if list_gpus or list_links or list_models:

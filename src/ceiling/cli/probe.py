@@ -15,7 +15,12 @@ def register(app: typer.Typer) -> None:
         json_: bool = typer.Option(False, "--json", help="Print the topology as JSON."),
         out: Path | None = typer.Option(None, "--out", help="Also write the JSON to this file."),
     ) -> None:
-        """GPUs, memory, clocks, PCIe, NVLink, GPU-pair links and P2P; CPU sockets/NUMA."""
+        """GPUs, memory, clocks, PCIe, NVLink, GPU-pair links and P2P; CPU sockets/NUMA.
+
+        \b
+        Example:
+          ceiling probe --out ceiling-out/probe.json
+        """
         from ceiling.probe.commands import probe_command
 
         raise typer.Exit(probe_command(json_, out))
@@ -23,11 +28,18 @@ def register(app: typer.Typer) -> None:
     @app.command("telemetry")
     def telemetry_cmd(
         duration: float = typer.Option(10.0, "--duration", help="Seconds to sample."),
-        interval_ms: float = typer.Option(50.0, "--interval-ms", help="10-1000 ms."),
+        interval_ms: float = typer.Option(
+            50.0, "--interval-ms", help="Sampling interval, 10-1000 ms.", metavar="MS"
+        ),
         json_: bool = typer.Option(False, "--json", help="Print summary + series as JSON."),
         out: Path | None = typer.Option(None, "--out", help="Write summary + series here."),
     ) -> None:
-        """Sample NVML (PCIe TX/RX, SM/mem util, clocks, power, temperature) for a while."""
+        """Sample NVML (PCIe TX/RX, SM/mem util, clocks, power, temperature) for a while.
+
+        \b
+        Example:
+          ceiling telemetry --duration 30 --interval-ms 100 --out telemetry.json
+        """
         from ceiling.probe.commands import telemetry_command
 
         raise typer.Exit(telemetry_command(duration, interval_ms, json_, out))
@@ -43,6 +55,7 @@ def register(app: typer.Typer) -> None:
         variant: list[str] = typer.Option(
             [],
             "--variant",
+            metavar="PRESET",
             help="Preset or group from data/commbench.yaml (repeatable): default, ring, tree, ll, ll128, simple, p2p-off, channels16-buff16m, issue7 ...",
         ),
         env: list[str] = typer.Option(
@@ -50,7 +63,7 @@ def register(app: typer.Typer) -> None:
         ),
         backend: str = typer.Option("auto", "--backend", help="auto | nccl | gloo"),
         dtype: str | None = typer.Option(
-            None, "--dtype", help="torch dtype (bfloat16 on GPU, float32 on CPU)."
+            None, "--dtype", help="torch dtype (bfloat16 on GPU, float32 on CPU).", metavar="DTYPE"
         ),
         no_graph: bool = typer.Option(False, "--no-graph", help="Skip the CUDA-graph measurement."),
         model: str | None = typer.Option(
@@ -60,7 +73,9 @@ def register(app: typer.Typer) -> None:
         ),
         batch: str = typer.Option("1", "--batch", help="Decode batch sizes for --model, e.g. 1,8."),
         reps: int = typer.Option(5, "--reps", help="Timed repetitions per size (median)."),
-        budget_ms: float = typer.Option(20.0, "--budget-ms", help="Time per repetition per size."),
+        budget_ms: float = typer.Option(
+            20.0, "--budget-ms", help="Time per repetition per size, ms.", metavar="MS"
+        ),
         timeout: float = typer.Option(
             900.0, "--timeout", help="Seconds per variant before ranks are killed."
         ),
@@ -75,29 +90,40 @@ def register(app: typer.Typer) -> None:
         ),
         json_: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
     ) -> None:
-        """Allreduce latency/bandwidth at decode message sizes, per NCCL setting; alpha-beta fits."""
+        """Allreduce latency/bandwidth at decode message sizes, per NCCL setting; alpha-beta fits.
+
+        \b
+        Example:
+          ceiling commbench --world-sizes 2,4,8 --variant default --variant ll --out profile.json
+        """
         from ceiling.errors import CeilingError
+        from ceiling.inputs import int_list, model_from_options
         from ceiling.probe.commands import commbench_command
         from ceiling.probe.commbench import CommbenchConfig
         from ceiling.probe.fit import parse_sizes
 
         try:
-            cfg = CommbenchConfig(
-                world_sizes=[int(x) for x in world_sizes.split(",")] if world_sizes else None,
-                sizes=parse_sizes(sizes),
-                variants=variant,
-                custom_env=env,
-                backend=backend,
-                dtype=dtype,
-                graph=not no_graph,
-                model=model,
-                batch=[int(x) for x in batch.split(",")],
-                reps=reps,
-                budget_s=budget_ms / 1000,
-                timeout_s=timeout,
-            )
+            parsed = parse_sizes(sizes)
         except ValueError as exc:
-            raise CeilingError(f"bad option: {exc}", fix="see `ceiling commbench --help`") from exc
+            raise CeilingError(
+                f"bad --sizes {sizes!r}: {exc}", fix="e.g. --sizes 1K..64M"
+            ) from None
+        options = dict(
+            world_sizes=int_list(world_sizes, "--world-sizes") if world_sizes else None,
+            sizes=parsed,
+            variants=variant,
+            custom_env=env,
+            backend=backend,
+            dtype=dtype,
+            graph=not no_graph,
+            model=model,
+            batch=int_list(batch, "--batch"),
+            reps=reps,
+            budget_s=budget_ms / 1000,
+            timeout_s=timeout,
+        )
+        names = {"budget_s": "--budget-ms", "timeout_s": "--timeout", "variants": "--variant"}
+        cfg = model_from_options(CommbenchConfig, options, "commbench", names)
         raise typer.Exit(commbench_command(cfg, json_, out, results, merge))
 
     @app.command("calibrate")
@@ -106,10 +132,16 @@ def register(app: typer.Typer) -> None:
             False, "--cpu", help="Measure the CPU instead (labelled; no GPU needed)."
         ),
         dtype: list[str] = typer.Option(
-            [], "--dtype", help="bf16, fp8, int8 (repeatable; default all the GPU offers)."
+            [],
+            "--dtype",
+            help="bf16, fp8, int8 (repeatable; default all the GPU offers).",
+            metavar="DTYPE",
         ),
         scale: float = typer.Option(
-            1.0, "--scale", help="Multiply the buffer sizes of data/calibrate.yaml."
+            1.0,
+            "--scale",
+            help="Multiply the buffer sizes of data/calibrate.yaml (> 0).",
+            metavar="X",
         ),
         out: Path | None = typer.Option(None, "--out", help="Write the hardware profile here."),
         results: Path | None = typer.Option(
@@ -130,11 +162,18 @@ def register(app: typer.Typer) -> None:
         """HBM read/copy bandwidth, decode GEMV bandwidth per dtype, kernel launch cost -> profile.
 
         With --ops, per-operation microbenchmarks at the models' decode shapes (kernel-family
-        fits that `predict --profile` uses per op)."""
+        fits that `predict --profile` uses per op).
+
+        \b
+        Example:
+          ceiling calibrate --out profile.json   (then: ceiling predict ... --profile profile.json)
+        """
+        from ceiling.inputs import model_from_options
         from ceiling.probe.calibrate import CalibrateConfig
         from ceiling.probe.commands import calibrate_command
 
-        cfg = CalibrateConfig(device="cpu" if cpu else "auto", dtypes=dtype or None, scale=scale)
+        options = dict(device="cpu" if cpu else "auto", dtypes=dtype or None, scale=scale)
+        cfg = model_from_options(CalibrateConfig, options, "calibrate", {"dtypes": "--dtype"})
         ops_cfg = None
         if ops:
             from ceiling.probe.calibrate_ops import DEFAULT_MODELS, OpsConfig

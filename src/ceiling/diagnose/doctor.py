@@ -19,15 +19,14 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
+from ceiling import interrupts
 from ceiling.diagnose.expect import (
     describe_hardware,
     find_model_dir,
@@ -36,7 +35,9 @@ from ceiling.diagnose.expect import (
     predict_gpu,
 )
 from ceiling.diagnose.judge import Measured, attribute_result, measured_step, verdict_result
+from ceiling.diagnose.target import served_models, server_alive
 from ceiling.errors import CeilingError
+from ceiling.redact import use_api_key
 
 __all__ = ["DoctorConfig", "DoctorResult", "Measured", "measured_step", "run_doctor"]
 
@@ -53,21 +54,21 @@ class DoctorConfig(BaseModel):
     model_path: str | None = Field(None, description="model dir / config.json / catalog name")
     engine: str | None = None
     gpu: str | None = Field(None, description="catalog GPU name (default: probed)")
-    tp: int | None = None
+    tp: int | None = Field(None, ge=1)
     cuda_graphs: bool | None = Field(
         None, description="None: from the variant's flags or the engine log, else assumed on"
     )
-    max_tokens: int = 512
-    input_len: int = 64
-    repeat: int = 3
-    warmup: int = 1
-    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4])
-    concurrency_max_tokens: int = 128
-    concurrency_requests: int | None = None
-    target_tok_s: float | None = None
+    max_tokens: int = Field(512, ge=1)
+    input_len: int = Field(64, ge=1)
+    repeat: int = Field(3, ge=1)
+    warmup: int = Field(1, ge=0)
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 2, 4])
+    concurrency_max_tokens: int = Field(128, ge=1)
+    concurrency_requests: int | None = Field(None, ge=1)
+    target_tok_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     telemetry: bool = True
     measure_cpu: bool = True
-    launch_timeout_s: float = 1800.0
+    launch_timeout_s: float = Field(1800.0, gt=0, allow_inf_nan=False)
     out_dir: str = "ceiling-out"
     flag_hypotheses: list[str] = Field(default_factory=lambda: list(FLAG_HYPOTHESES))
     progress: bool = True
@@ -75,7 +76,7 @@ class DoctorConfig(BaseModel):
 
 class Stage(BaseModel):
     name: str
-    status: str = "ok"  # ok | failed | skipped
+    status: str = "ok"  # ok | failed | skipped | interrupted
     seconds: float = 0.0
     message: str | None = None
 
@@ -110,49 +111,13 @@ class DoctorResult(BaseModel):
     stages: list[Stage] = Field(default_factory=list)
     server_died: bool = False
     server_death: str | None = None
+    interrupted: bool = Field(False, description="Ctrl-C/SIGTERM stopped the run: partial")
     assumptions: list[str] = Field(default_factory=list)
     reproduce: list[str] = Field(default_factory=list)
     files: dict[str, str] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _request(url: str) -> urllib.request.Request:
-    """A GET that carries the API key the bench client uses (servers started with --api-key)."""
-    from ceiling.bench.client import api_key
-
-    key = api_key()
-    return urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
-
-
-def _http_json(url: str, timeout: float = 5.0) -> Any:
-    with urllib.request.urlopen(_request(url), timeout=timeout) as resp:
-        return json.loads(resp.read().decode())
-
-
-def server_alive(url: str) -> bool:
-    """Whether the server still answers (``/health``, else ``/v1/models``)."""
-    for path in ("/health", "/v1/models"):
-        try:
-            with urllib.request.urlopen(_request(url.rstrip("/") + path), timeout=5.0) as resp:
-                if resp.status == 200:
-                    return True
-        except (urllib.error.URLError, OSError, ValueError):
-            continue
-    return False
-
-
-def served_models(url: str) -> list[dict[str, Any]]:
-    """``/v1/models`` entries (id, root, owned_by); CeilingError when the server is not there."""
-    try:
-        data = _http_json(url.rstrip("/") + "/v1/models")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise CeilingError(
-            f"no OpenAI-compatible server at {url}: {exc}",
-            fix="start the server, or pass --variant FILE to let doctor launch it",
-        ) from exc
-    return list(data.get("data") or [])
 
 
 class _Recorder:
@@ -177,6 +142,9 @@ class _Recorder:
             st.status, st.message = "failed", exc.message.splitlines()[0]
             if fatal:
                 raise
+        except KeyboardInterrupt:
+            st.status, st.message = "interrupted", interrupts.describe()
+            raise
         finally:
             st.seconds = round(time.monotonic() - t0, 2)
 
@@ -270,12 +238,16 @@ def _bench(cfg: DoctorConfig, url: str, model: str, mode: str, out: Path) -> dic
 
 
 def run_doctor(cfg: DoctorConfig) -> DoctorResult:
-    """Run the whole flow; write ``doctor.json`` and the report into ``cfg.out_dir``."""
-    if not cfg.url and not cfg.variant:
-        raise CeilingError(
-            "doctor needs a server to examine",
-            fix="pass --url http://HOST:PORT (running) or --variant FILE (launch)",
-        )
+    """Run the whole flow; write ``doctor.json`` and the report into ``cfg.out_dir``.
+
+    Every input is checked first (``doctor_checks``). An interrupt stops the flow where it is:
+    the launched server is stopped, what was measured is written with ``interrupted: true``,
+    and KeyboardInterrupt goes on up (the CLI exits 130).
+    """
+    from ceiling.diagnose.doctor_checks import check_config
+
+    check_config(cfg)
+    interrupts.reset()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     res = DoctorResult(config=cfg.model_dump(mode="json"))
@@ -283,6 +255,10 @@ def run_doctor(cfg: DoctorConfig) -> DoctorResult:
         _flow(cfg, res, _Recorder(res, cfg.progress), out)
     except CeilingError:
         _finish(res, out)  # a refused preflight or a dead launch still leaves its report
+        raise
+    except KeyboardInterrupt:
+        res.interrupted = True
+        _finish(res, out)
         raise
     _finish(res, out)
     return res
@@ -316,9 +292,17 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
             try:
                 with rec.stage("launch", fatal=True) as st:
                     server = stack.enter_context(
-                        launch(variant, timeout_s=cfg.launch_timeout_s, progress=cfg.progress)
+                        launch(
+                            variant,
+                            timeout_s=cfg.launch_timeout_s,
+                            progress=cfg.progress,
+                            timeout_option="--launch-timeout",
+                        )
                     )
                     st.message = f"ready in {server.ready_s or 0:.1f} s at {server.url}"
+                    if server.key_note():
+                        st.message += f"; {server.key_note()}"
+                    stack.enter_context(use_api_key(server.api_key))
             except CeilingError as exc:
                 # the engine died before it was ready: the report says why, then we stop
                 res.server_died, res.server_death = True, f"at launch: {exc.message}"
@@ -435,6 +419,8 @@ def _bench_stage(
             if not alive:
                 res.server_died = True
                 res.server_death = _death_text(server, url, mode)
+        if interrupts.requested() is not None:  # bench kept its partial; the doctor stops
+            raise KeyboardInterrupt
 
 
 def _start_telemetry() -> Any:
@@ -506,7 +492,7 @@ def _finish(res: DoctorResult, out: Path) -> None:
             for k, v in {"md": str(out / "report.md"), "html": str(out / "report.html")}.items()
         }
     )
-    from ceiling.bench.client import redact
+    from ceiling.redact import redact
 
     text = redact(dumps(res))  # an API key never reaches the files a user keeps or shares
     path.write_text(text + "\n", encoding="utf-8")

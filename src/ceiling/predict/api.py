@@ -137,11 +137,13 @@ def _model(name: str, weight_format: str | None) -> Any:
 def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
     from ceiling.predict.step import Setup, achieved_bw
     from ceiling.spec._data import load_yaml
+    from ceiling.spec.checks import check_parallel
     from ceiling.spec.deployment import Deployment, engine_rules
     from ceiling.spec.hardware import load_gpu, load_link
 
     if spec is None:
         spec = _model(req.model, req.weight_format)
+    check_parallel(spec, req.tp, req.pp)  # what engines refuse is refused, not predicted
     gpu = load_gpu(req.gpu)
     if req.power_limit is not None or req.mem_clock is not None:
         gpu = gpu.with_limits(req.power_limit, req.mem_clock)
@@ -154,7 +156,10 @@ def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
         )
     dp = req.dp or gpus // per_replica
     if req.dp and req.dp * per_replica != gpus:
-        raise CeilingError(f"tp x pp x dp = {req.dp * per_replica} but --gpus is {gpus}")
+        raise CeilingError(
+            f"tp x pp x dp = {req.dp * per_replica} but --gpus is {gpus}",
+            fix="make --gpus equal to tp x pp x dp (or leave one of them out)",
+        )
     if req.ep > 1:
         if not spec.is_moe:
             raise CeilingError(f"--ep {req.ep} on a dense model ({spec.name})", fix="drop --ep")
@@ -164,18 +169,18 @@ def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
                 fix="EP reuses the TP (and DP) ranks: e.g. --tp 8 --ep 8",
             )
         if spec.n_experts % req.ep:
-            raise CeilingError(f"{spec.n_experts} experts do not split over --ep {req.ep}")
+            raise CeilingError(
+                f"{spec.n_experts} experts do not split over --ep {req.ep}",
+                fix=f"use an --ep that divides {spec.n_experts}",
+            )
     default_link = _default_link(gpu, req.tp * req.pp)
     talks = req.tp * req.pp > 1 or (req.ep > 1 and dp > 1)
     if req.link is None or (not talks and req.link in ("self", "none", "")):
         link = load_link(default_link)
     else:
-        try:
-            link = load_link(req.link)
-        except CeilingError:
-            if talks:
-                raise
-            link = load_link(default_link)  # one GPU per replica: the link is never used
+        load_link(req.link)  # an unknown name is an error, used or not
+        # one GPU per replica: the link is never used
+        link = load_link(req.link if talks else default_link)
     dep = Deployment(
         engine=req.engine,
         tp=req.tp,

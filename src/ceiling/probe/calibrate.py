@@ -46,8 +46,10 @@ class CalibrateConfig(BaseModel):
     device: str = "auto"  # auto | cuda | cpu
     dtypes: list[str] | None = Field(None, description="None: bf16, fp8, int8 (bf16 on CPU)")
     batches: list[int] | None = None
-    scale: float = Field(1.0, description="multiplies the buffer sizes of data/calibrate.yaml")
-    reps: int = 7
+    scale: float = Field(
+        1.0, gt=0, le=1000, allow_inf_nan=False, description="multiplies the buffer sizes"
+    )
+    reps: int = Field(7, ge=1)
 
 
 class GemvPoint(BaseModel):

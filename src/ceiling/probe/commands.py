@@ -10,6 +10,13 @@ from typing import Any
 
 from ceiling.console import console, dumps, emit_json
 from ceiling.errors import CeilingError
+from ceiling.inputs import check_out_file
+
+
+def _check_outputs(**paths: Path | None) -> None:
+    """Every output path is writable before anything is measured (option name -> path)."""
+    for option, path in paths.items():
+        check_out_file(path, "--" + option)
 
 
 def _write(path: Path | None, obj: Any) -> None:
@@ -23,6 +30,7 @@ def probe_command(as_json: bool, out: Path | None) -> int:
     from ceiling.probe import render
     from ceiling.probe.topology import probe
 
+    _check_outputs(out=out)
     topo = probe()
     _write(out, topo)
     if as_json:
@@ -38,6 +46,11 @@ def telemetry_command(
     from ceiling.probe import render
     from ceiling.probe.telemetry import record
 
+    if not duration_s > 0 or duration_s == float("inf"):
+        raise CeilingError(f"--duration {duration_s:g} is not a positive time", fix="--duration 10")
+    if not 10 <= interval_ms <= 1000:
+        raise CeilingError(f"--interval-ms {interval_ms:g} is out of range", fix="10 to 1000 ms")
+    _check_outputs(out=out)
     series = record(duration_s, interval_ms / 1000)
     if not series.available:
         raise CeilingError(
@@ -62,6 +75,7 @@ def commbench_command(
     from ceiling.probe.commbench import run_commbench, to_profile
     from ceiling.spec.profile import load_profile, save_profile
 
+    _check_outputs(out=out, results=results)
     base = load_profile(merge) if merge else None
     with Progress(
         TextColumn("{task.description}"),
@@ -127,6 +141,7 @@ def calibrate_command(
     from ceiling.probe.calibrate import run_calibrate, to_profile
     from ceiling.spec.profile import load_profile, save_profile
 
+    _check_outputs(out=out, results=results)
     base = load_profile(merge) if merge else None
     ops_res = None
     with console().status("calibrating") as status:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -74,8 +74,12 @@ def resolve_variants(names: list[str], custom: list[str]) -> list[tuple[str, dic
 
 
 class CommbenchConfig(BaseModel):
-    world_sizes: list[int] | None = Field(None, description="None: 2..N (N GPUs, or 2 on CPU)")
-    sizes: list[int] = Field(default_factory=lambda: [1024 * 2**i for i in range(17)])
+    world_sizes: list[Annotated[int, Field(ge=2)]] | None = Field(
+        None, description="None: 2..N (N GPUs, or 2 on CPU)"
+    )
+    sizes: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1024 * 2**i for i in range(17)]
+    )
     variants: list[str] = Field(default_factory=list)
     custom_env: list[str] = Field(default_factory=list)
     backend: str = "auto"  # auto | nccl | gloo
@@ -83,13 +87,13 @@ class CommbenchConfig(BaseModel):
     graph: bool = True
     graph_ops: int = 10
     warmup: int = 5
-    reps: int = 5
+    reps: int = Field(5, ge=1)
     min_iters: int = 5
     max_iters: int = 200
-    budget_s: float = 0.02  # per repetition per size
+    budget_s: float = Field(0.02, gt=0, allow_inf_nan=False)  # per repetition per size
     model: str | None = None
-    batch: list[int] = Field(default_factory=lambda: [1])
-    timeout_s: float = 600
+    batch: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1])
+    timeout_s: float = Field(600, gt=0, allow_inf_nan=False)
     python: str = Field(default_factory=lambda: sys.executable)
 
 

@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ceiling.errors import CeilingError
+
+#: The result documents a report renders from (``kind`` of doctor.json / sweep.json).
+REPORT_KINDS = ("doctor", "sweep")
 
 
 def render(
@@ -20,6 +22,7 @@ def render(
     formats: tuple[str, ...] = ("md", "html"),
 ) -> dict[str, str]:
     """Write the report files for a result document; return format -> path."""
+    from ceiling.redact import redact
     from ceiling.report.html import render_html
     from ceiling.report.markdown import render_markdown
 
@@ -30,39 +33,53 @@ def render(
     paths: dict[str, str] = {}
     if "md" in formats:
         p = out / f"{stem}.md"
-        p.write_text(render_markdown(doc), encoding="utf-8")
+        p.write_text(redact(render_markdown(doc)), encoding="utf-8")
         paths["md"] = str(p)
     if "html" in formats:
         p = out / f"{stem}.html"
-        p.write_text(render_html(doc), encoding="utf-8")
+        p.write_text(redact(render_html(doc)), encoding="utf-8")
         paths["html"] = str(p)
     return paths
 
 
 def load_doc(path: str | Path) -> dict[str, Any]:
     """Read a result document (doctor.json / sweep.json) with a clear error."""
+    from ceiling.inputs import read_json
+
     p = Path(path)
-    if not p.is_file():
-        raise CeilingError(
-            f"result file not found: {p}",
-            fix="pass the doctor.json or sweep.json that `ceiling doctor`/`sweep` wrote",
-        )
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CeilingError(
-            f"{p} is not valid JSON: {exc}", fix="pass an unmodified result file"
-        ) from exc
+    fix = "pass the doctor.json or sweep.json that `ceiling doctor`/`sweep` wrote"
+    doc = read_json(p, "result file", fix=fix)
     if not isinstance(doc, dict) or "schema_version" not in doc:
+        raise CeilingError(f"{p} is not a ceiling result document (no schema_version)", fix=fix)
+    kind = doc.get("kind")
+    if kind not in REPORT_KINDS:
+        what = "a bench result" if kind == "ceiling.bench.result" else f"kind {kind!r}"
         raise CeilingError(
-            f"{p} is not a ceiling result document (no schema_version)",
-            fix="pass the doctor.json or sweep.json that ceiling wrote",
+            f"{p} is {what}, not a doctor or sweep result: there is no report to render",
+            fix="`ceiling compare A.json B.json` reads bench results; " + fix,
         )
     return doc
 
 
 def render_file(path: str | Path, out_dir: str | Path | None = None) -> dict[str, str]:
     """Re-render the report of a saved result document (beside it unless ``out_dir``)."""
+    from ceiling.inputs import check_out_dir
+
     p = Path(path)
     doc = load_doc(p)
-    return render(doc, out_dir or p.parent)
+    out = out_dir or p.parent
+    check_out_dir(out, "--out")
+    try:
+        return render(doc, out)
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError) as exc:
+        # A kept file may be hand-edited or from another version: a field of the wrong shape
+        # is the file's fault here (documents ceiling writes itself are rendered by render()).
+        raise CeilingError(
+            f"{p} has a field ceiling cannot read ({type(exc).__name__}: {_first_line(exc)}): "
+            "was it edited, or written by another version of ceiling?",
+            fix="re-run the doctor/sweep that wrote it, or restore the original file",
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0][:120]

@@ -8,7 +8,13 @@ Why it is careful:
 - readiness is the engine's health endpoints (or its ready line), and a death is explained from
   the log (``ceiling.engines.death``) instead of a bare exit code;
 - the port is checked before launching (a clear error instead of a 40-second start-up that dies
-  with ``Address already in use``) and after teardown (the next variant needs it).
+  with ``Address already in use``) and after teardown (the next variant needs it);
+- readiness polls with the API key the variant configures; a 401/403 there means "ready, but
+  requests need a key" (said once, clearly), not "still loading";
+- an interrupt stops the engine at once (``stopping ...``), and an engine that ignores SIGTERM
+  (vLLM's API server does while its engine core starts) gets SIGKILL after a short grace;
+- the engine never outlives ceiling silently: a watchdog ends it when ceiling dies, even by
+  SIGKILL, and a record lets ``ceiling stop`` find it if the watchdog died too (``guard.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -25,18 +30,29 @@ import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ceiling.errors import CeilingError
+from ceiling import interrupts
+from ceiling.errors import EXIT_ENGINE, CeilingError
+from ceiling.redact import redact_argv, redact_env
+from ceiling.run import guard
+from ceiling.run.guard import group_members as _group_members
+from ceiling.run.ports import check_port, free_port, port_in_use
 
 if TYPE_CHECKING:
     from ceiling.engines.base import Engine
     from ceiling.engines.death import DeathCause
     from ceiling.engines.variant import Variant
 
-SECRET_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+__all__ = ["EngineDied", "Server", "free_port", "launch", "port_in_use", "redact_argv", "start"]
+
 # Health checks talk to our own server: never through an HTTP(S)_PROXY from the environment.
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+#: SIGTERM -> SIGKILL grace of a server that never became ready, or after an interrupt: vLLM's
+#: API server ignores SIGTERM while its engine core starts, and a user waits for us.
+QUICK_GRACE_S = 5.0
+#: Without a terminal, a phase line at least this often while the engine starts.
+HEARTBEAT_S = 30.0
 
 
 class EngineDied(CeilingError):
@@ -49,57 +65,11 @@ class EngineDied(CeilingError):
             + (f"\n{quoted}" if quoted else "")
             + f"\n  log: {log_path}"
         )
-        super().__init__(message, fix=death.fix, exit_code=3)
+        super().__init__(message, fix=death.fix, exit_code=EXIT_ENGINE)
         self.death = death
         self.cause = death.cause
         self.evidence = death.evidence
         self.log_path = log_path
-
-
-def _family(host: str) -> socket.AddressFamily:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def port_in_use(host: str, port: int) -> bool:
-    """True when something accepts connections on ``host:port`` or a server could not bind it."""
-    host = host or "127.0.0.1"
-    probe = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    with socket.socket(_family(probe), socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        if s.connect_ex((probe, port)) == 0:
-            return True
-    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
-        # SO_REUSEADDR as servers set it: connections left in TIME_WAIT do not block a restart
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free now (there is a small race; launch re-checks)."""
-    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _group_members(pgid: int) -> list[int]:
-    """PIDs whose process group AND session are ``pgid`` (i.e. the session we created)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # fields after the ")" of the command name: state ppid pgrp session ...
-        rest = stat.rsplit(")", 1)[-1].split()
-        if len(rest) > 3 and int(rest[2]) == pgid and int(rest[3]) == pgid:
-            members.append(int(entry.name))
-    return members
 
 
 class Server:
@@ -113,6 +83,7 @@ class Server:
         port: int,
         log_path: Path,
         notes: list[str],
+        api_key: str | None = None,
     ) -> None:
         self.variant = variant
         self.engine = engine
@@ -123,9 +94,12 @@ class Server:
         self.notes = notes
         self.model = variant.served_model_name or variant.model
         self.pid = proc.pid
+        self.api_key = api_key
+        self.needs_key = False  # a 401/403 on an API path: requests must carry a key
         self.started_at = time.monotonic()
         self.ready_s: float | None = None
         self.phase = "starting"
+        self.watchdog: subprocess.Popen[bytes] | None = None
         self._log_pos = 0
         self._ready_line_seen = False
 
@@ -162,19 +136,28 @@ class Server:
         # progress bars rewrite one line with \r: keep each state
         return [p for ln in text.splitlines() for p in ln.split("\r") if p.strip()], partial
 
-    def _http_ok(self, path: str) -> bytes | None:
+    def _http_get(self, path: str) -> tuple[int | None, bytes | None]:
+        """(HTTP status, body) of GET ``path`` with the server's API key; (None, None): no answer."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
-            with _NO_PROXY.open(self.url + path, timeout=2) as resp:
-                return resp.read() if resp.status == 200 else None
-        except (urllib.error.URLError, OSError, TimeoutError):
-            return None
+            req = urllib.request.Request(self.url + path, headers=headers)
+            with _NO_PROXY.open(req, timeout=2) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, None
+        except (urllib.error.URLError, OSError, TimeoutError, ValueError):
+            return None, None
 
     def _check_ready(self) -> bool:
-        """Ready when every health path answers 200; the served name comes from /v1/models."""
+        """Ready when every health path answers 200, or 401/403 on an API path (``/v1/...``:
+        the server is up and wants a key); the served name comes from /v1/models."""
         bodies = {}
         for path in self.engine.health_paths:
-            body = self._http_ok(path)
-            if body is None:
+            status, body = self._http_get(path)
+            if status in (401, 403) and path.startswith("/v1/"):
+                self.needs_key = True
+                continue
+            if status != 200 or body is None:
                 return False
             bodies[path] = body
         models = bodies.get("/v1/models")
@@ -183,19 +166,41 @@ class Server:
                 self.model = json.loads(models)["data"][0]["id"]
         return True
 
+    def key_note(self) -> str | None:
+        """What to tell the user when the server answered 401/403 (None: it did not)."""
+        if not self.needs_key:
+            return None
+        if self.api_key:
+            return (
+                f"{self.variant.name} refused the API key the variant configures (HTTP 401/403 "
+                "on /v1/models): check `--api-key` / the key variable in the variant"
+            )
+        return (
+            f"{self.variant.name} is ready but requires an API key (HTTP 401/403 on /v1/models) "
+            "that the variant does not name: set CEILING_API_KEY to it for bench/doctor"
+        )
+
     def death(self) -> DeathCause:
         from ceiling.engines.death import classify_death
 
         return classify_death(self.log_lines(), self.proc.poll(), self.engine.name)
 
-    def wait_ready(self, timeout_s: float, progress: bool = True) -> None:
-        """Poll log + endpoints until ready; raise EngineDied on exit, CeilingError on timeout."""
+    def wait_ready(
+        self, timeout_s: float, progress: bool = True, timeout_option: str = "--timeout"
+    ) -> None:
+        """Poll log + endpoints until ready; raise EngineDied on exit, CeilingError on timeout.
+
+        With ``progress``, a terminal shows a live status line; without a terminal (CI, nohup,
+        a log file) each new phase is printed as a line, and the current one every 30 s.
+        """
         from ceiling.console import console
 
         deadline = self.started_at + timeout_s
-        status = console().status(f"{self.variant.name}: starting") if progress else None
+        tty = progress and console().is_terminal
+        status = console().status(f"{self.variant.name}: starting") if tty else None
         if status is not None:
             status.start()
+        printed = ("", 0.0)  # (phase, when) of the last phase line
         try:
             last_http = 0.0
             while True:
@@ -216,48 +221,77 @@ class Server:
                     return
                 last_http = now if now - last_http >= 1.0 else last_http
                 if now > deadline:
-                    self.stop()
+                    self.stop(grace_s=QUICK_GRACE_S)
                     raise CeilingError(
                         f"{self.variant.name}: not ready after {timeout_s:.0f} s "
                         f"(last phase: {self.phase}); stopped it. log: {self.log_path}",
-                        fix="raise --timeout (large models load for many minutes) or read the log",
-                        exit_code=3,
+                        fix=f"raise {timeout_option} (large models load for many minutes) "
+                        "or read the log",
+                        exit_code=EXIT_ENGINE,
                     )
+                elapsed = f"{self.variant.name}: {self.phase} ({now - self.started_at:.0f} s)"
                 if status is not None:
-                    status.update(
-                        f"{self.variant.name}: {self.phase} ({now - self.started_at:.0f} s)"
-                    )
+                    status.update(elapsed)
+                elif progress and (self.phase != printed[0] or now - printed[1] >= HEARTBEAT_S):
+                    console().print(elapsed, highlight=False)
+                    printed = (self.phase, now)
                 time.sleep(0.25)
         finally:
             if status is not None:
                 status.stop()
 
     def stop(self, grace_s: float = 20.0) -> dict[str, object]:
-        """SIGTERM our process group, SIGKILL after ``grace_s``, then confirm the port is free."""
+        """SIGTERM our process group, SIGKILL after ``grace_s``, then confirm the port is free.
+
+        After an interrupt, or for a server that never became ready, the grace is at most
+        QUICK_GRACE_S; a further Ctrl-C meanwhile sends SIGKILL at once. Signals cannot
+        abort the teardown (``interrupts.shielded``). What happens is said on stderr.
+        """
+        from ceiling.console import console
+
+        with interrupts.shielded():
+            result = self._stop(grace_s, console())
+        if self.watchdog is not None:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                self.watchdog.terminate()
+                self.watchdog.wait(timeout=5)
+        if not result["leftover_pids"]:
+            guard.remove_record(self.pid)
+        return result
+
+    def _stop(self, grace_s: float, con: Any) -> dict[str, object]:
         pgid = self.proc.pid
+        quick = interrupts.requested() is not None or self.ready_s is None
+        grace = min(grace_s, QUICK_GRACE_S) if quick else grace_s
         signalled = []
         if _group_members(pgid) or self.proc.poll() is None:
+            if interrupts.requested() is not None:
+                con.print(f"stopping {self.variant.name} (pid {pgid}) ...", highlight=False)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGTERM)
                 signalled.append("SIGTERM")
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + grace
+        while _group_members(pgid) and time.monotonic() < deadline and not interrupts.hurry():
             self.proc.poll()
-            if not _group_members(pgid):
-                break
-            time.sleep(0.2)
-        else:
-            if _group_members(pgid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, signal.SIGKILL)
-                    signalled.append("SIGKILL")
-                end = time.monotonic() + 5
-                while _group_members(pgid) and time.monotonic() < end:
-                    time.sleep(0.1)
+            time.sleep(0.1)
+        if _group_members(pgid):
+            waited = grace - max(0.0, deadline - time.monotonic())
+            con.print(
+                f"{self.variant.name} (pid {pgid}) still running {waited:.0f} s after SIGTERM"
+                + (" (starting up)" if self.ready_s is None else "")
+                + ": sending SIGKILL",
+                highlight=False,
+            )
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+                signalled.append("SIGKILL")
+            end = time.monotonic() + 5
+            while _group_members(pgid) and time.monotonic() < end:
+                time.sleep(0.1)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         port_free = False
-        end = time.monotonic() + 10
+        end = time.monotonic() + (2 if interrupts.requested() is not None else 10)
         while time.monotonic() < end:
             if not port_in_use(self.host, self.port):
                 port_free = True
@@ -281,6 +315,7 @@ class Server:
             "port": self.port,
             "log_path": str(self.log_path),
             "ready_s": None if self.ready_s is None else round(self.ready_s, 2),
+            "needs_api_key": self.needs_key,
             "notes": self.notes,
         }
 
@@ -306,44 +341,21 @@ def _shm_note(root: Path = Path("/dev/shm")) -> str | None:
     )
 
 
-def _redact(env: dict[str, str]) -> dict[str, str]:
-    return {k: ("***" if any(h in k.upper() for h in SECRET_HINTS) else v) for k, v in env.items()}
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """The command line with secret-looking flag values masked (``--api-key X``,
-    ``--hf-token=X``) and the inline shim script shortened, for files a user keeps."""
-    out: list[str] = []
-    mask_next = False
-    for arg in argv:
-        if mask_next:
-            out.append("***")
-            mask_next = False
-            continue
-        name, eq, _value = arg.partition("=")
-        secret = arg.startswith("-") and any(
-            h in name.upper().replace("-", "_") for h in SECRET_HINTS
-        )
-        if secret and eq:
-            out.append(f"{name}=***")
-        elif secret:
-            out.append(arg)
-            mask_next = True
-        else:
-            out.append(arg if "\n" not in arg else "<shim>")
-    return out
-
-
 def start(
     variant: Variant,
     timeout_s: float = 1800.0,
     progress: bool = True,
     wait: bool = True,
+    timeout_option: str = "--timeout",
 ) -> Server:
-    """Start ``variant``'s server and (by default) wait until it is ready. Caller must stop it."""
+    """Start ``variant``'s server and (by default) wait until it is ready. Caller must stop it.
+
+    ``timeout_option`` is the option the caller's user raises when the wait times out.
+    """
     from ceiling.engines import get_engine
 
     engine = get_engine(variant.engine)
+    check_port(variant.port, "port")
     model_path = variant.model_path()
     if model_path is not None and not model_path.exists():
         raise CeilingError(
@@ -365,8 +377,15 @@ def start(
     env.update(variant.env)
     env.update(plan.env)
     env["NO_COLOR"] = "1"
+    key = engine.api_key(variant, env)
     log_dir = Path(variant.log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CeilingError(
+            f"{variant.name}: cannot create the log directory {log_dir}: {exc.strerror}",
+            fix="set `log_dir:` in the variant to a writable directory",
+        ) from None
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     log_path = (log_dir / f"{variant.name}-{stamp}-{port}.log").resolve()
     with log_path.open("wb") as log:
@@ -378,23 +397,25 @@ def start(
             env=env,
             start_new_session=True,
         )
+    server = Server(variant, engine, proc, port, log_path, plan.notes, api_key=key)
+    _guard(server)
     meta = {
         "schema_version": 1,
         "variant": variant.name,
         "engine": engine.name,
         "engine_version": install.version,
         "argv": redact_argv(plan.argv),
-        "variant_env": _redact(variant.env),
+        "variant_env": redact_env(variant.env),
         "pid": proc.pid,
         "port": port,
+        "watchdog_pid": server.watchdog.pid if server.watchdog else None,
         "notes": plan.notes,
         "started": stamp,
     }
     log_path.with_suffix(".launch.json").write_text(json.dumps(meta, indent=2) + "\n")
-    server = Server(variant, engine, proc, port, log_path, plan.notes)
     if wait:
         try:
-            server.wait_ready(timeout_s, progress=progress)
+            server.wait_ready(timeout_s, progress=progress, timeout_option=timeout_option)
         except BaseException:
             if server.alive() or _group_members(server.pid):
                 server.stop()
@@ -402,67 +423,35 @@ def start(
     return server
 
 
+def _guard(server: Server) -> None:
+    """The watchdog and the record that keep the engine from outliving us (``guard.py``)."""
+    server.watchdog = guard.spawn_watchdog(server.pid)
+    guard.write_record(
+        guard.ServerRecord(
+            pid=server.pid,
+            leader_start=guard.start_time(server.pid),
+            port=server.port,
+            host=server.host,
+            variant=server.variant.name,
+            engine=server.engine.name,
+            log_path=str(server.log_path),
+            owner_pid=os.getpid(),
+            owner_start=guard.start_time(os.getpid()),
+            watchdog_pid=server.watchdog.pid if server.watchdog else None,
+        )
+    )
+
+
 @contextlib.contextmanager
-def launch(variant: Variant, timeout_s: float = 1800.0, progress: bool = True) -> Iterator[Server]:
+def launch(
+    variant: Variant,
+    timeout_s: float = 1800.0,
+    progress: bool = True,
+    timeout_option: str = "--timeout",
+) -> Iterator[Server]:
     """Context manager: a ready server for the ``with`` body, torn down afterwards."""
-    server = start(variant, timeout_s=timeout_s, progress=progress)
+    server = start(variant, timeout_s=timeout_s, progress=progress, timeout_option=timeout_option)
     try:
         yield server
     finally:
         server.stop()
-
-
-def run_launch(
-    path: Path,
-    timeout_s: float = 1800.0,
-    port: int | None = None,
-    exit_when_ready: bool = False,
-    skip_preflight: bool = False,
-    json_out: bool = False,
-) -> int:
-    """``ceiling launch``: preflight, start, wait for readiness, serve until interrupted."""
-    from ceiling.console import console, emit_json
-    from ceiling.engines.variant import load_variant
-
-    variant = load_variant(path)
-    if port is not None:
-        variant = variant.with_overrides(port=port)
-    if not skip_preflight:
-        from ceiling.engines.preflight import preflight
-
-        with console().status(f"{variant.name}: preflight"):
-            report = preflight(variant)
-        if not report.ok:
-            first = report.errors[0]
-            raise CeilingError(
-                f"{variant.name}: preflight failed: {first.message}"
-                + (f" (+{len(report.errors) - 1} more)" if len(report.errors) > 1 else ""),
-                fix=first.fix or "run `ceiling preflight` for the full list",
-            )
-    server = start(variant, timeout_s=timeout_s, progress=not json_out)
-    info = server.info()
-    if json_out:
-        emit_json(info)
-    else:
-        for note in server.notes:
-            console().print(f"note: {note}")
-        console().print(
-            f"[green]ready[/green] {variant.name} at {server.url} (model {server.model!r}) "
-            f"in {server.ready_s:.1f} s; log: {server.log_path}"
-        )
-    try:
-        if not exit_when_ready:
-            console().print("serving; Ctrl-C stops it")
-            while server.alive():
-                time.sleep(1.0)
-            raise EngineDied(server.death(), server.log_path, variant.name)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        result = server.stop()
-        if not json_out:
-            console().print(
-                f"stopped {variant.name}: signals {result['signals'] or 'none'}, "
-                f"port {'free' if result['port_free'] else 'STILL IN USE'}"
-            )
-    return 0

@@ -5,18 +5,25 @@ A crashed vLLM/SGLang/NCCL run leaves shared-memory segments (``psm_*``, ``nccl-
 next launch die with a bus error. The usual ritual (``rm -f /dev/shm/...``) also deletes the
 segments of a server that is still running. Here a segment is removed only when no live process
 has it open (``/proc/*/fd``) or mapped (``/proc/*/maps``); the default is a dry run.
+
+A segment is identified by its device and inode, never by its path text: the root may be a
+symlink (``/run/shm -> /dev/shm`` on Debian/Ubuntu), a bind mount, or seen by the holder under
+another path (another mount namespace, a container). ``stat`` on ``/proc/PID/fd/N`` gives the
+device+inode of what the descriptor holds; ``/proc/PID/maps`` lists ``major:minor inode`` of every
+mapping. Just before unlinking, the path is re-checked: same device+inode, still unused.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import stat as statmod
 import time
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # Name patterns of segments created by inference engines, NCCL, PyTorch and Python's
 # multiprocessing (fnmatch syntax).
 PATTERNS = (
@@ -32,11 +39,16 @@ PATTERNS = (
     "__KMP_REGISTERED_LIB_*",
 )
 
+Key = tuple[int, int]  # (st_dev, st_ino)
+
 
 class Segment(BaseModel):
     """One file in /dev/shm that matches an engine pattern."""
 
     path: str
+    real_path: str = Field("", description="the path with symlinks of the root resolved")
+    device: int = 0
+    inode: int = 0
     size_bytes: int
     age_s: float
     pattern: str
@@ -50,12 +62,16 @@ class Segment(BaseModel):
 class ShmReport(BaseModel):
     schema_version: int = SCHEMA_VERSION
     root: str
+    root_real: str = ""
     applied: bool
     segments: list[Segment]
     removed: list[str] = Field(default_factory=list)
     failed: dict[str, str] = Field(default_factory=dict)
     stale_bytes: int = 0
     unreadable_pids: int = 0
+    orphaned_engines: list[int] = Field(
+        default_factory=list, description="engine groups whose ceiling is gone (ceiling stop)"
+    )
 
 
 def _pattern_of(name: str) -> str | None:
@@ -65,69 +81,130 @@ def _pattern_of(name: str) -> str | None:
     return None
 
 
-def _users(root: Path) -> tuple[dict[str, list[int]], int]:
-    """Path -> PIDs that have it open or mapped; also how many processes we could not read."""
-    users: dict[str, list[int]] = {}
-    unreadable = 0
-    prefix = str(root).rstrip("/") + "/"
-    me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        seen: set[str] = set()
+def _maps_keys(pid_dir: str, devices: set[int]) -> set[Key]:
+    """(device, inode) of every file mapping of one process on one of ``devices``."""
+    keys: set[Key] = set()
+    with open(f"{pid_dir}/maps", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            # address perms offset dev inode [path]
+            parts = line.split(None, 5)
+            if len(parts) < 5 or parts[4] == "0":
+                continue
+            major, _, minor = parts[3].partition(":")
+            try:
+                dev = os.makedev(int(major, 16), int(minor, 16))
+                ino = int(parts[4])
+            except ValueError:
+                continue
+            if dev in devices:
+                keys.add((dev, ino))
+    return keys
+
+
+def _fd_keys(pid_dir: str, devices: set[int]) -> set[Key]:
+    """(device, inode) of every open descriptor of one process on one of ``devices``."""
+    keys: set[Key] = set()
+    fd_dir = f"{pid_dir}/fd"
+    for name in os.listdir(fd_dir):
         try:
-            for fd in (entry / "fd").iterdir():
-                try:
-                    target = os.readlink(fd)
-                except OSError:
-                    continue
-                if target.startswith(prefix):
-                    seen.add(target.removesuffix(" (deleted)"))
-            with (entry / "maps").open() as fh:
-                for line in fh:
-                    idx = line.find(prefix)
-                    if idx >= 0:
-                        seen.add(line[idx:].strip().removesuffix(" (deleted)"))
+            st = os.stat(f"{fd_dir}/{name}")  # follows the magic link to the held file
+        except OSError:
+            continue  # closed meanwhile
+        if st.st_dev in devices:
+            keys.add((st.st_dev, st.st_ino))
+    return keys
+
+
+def holders(keys: set[Key]) -> tuple[dict[Key, list[int]], int]:
+    """For each (device, inode): the PIDs that hold it open or mapped; also how many processes
+    could not be inspected (other users' processes without privileges)."""
+    users: dict[Key, list[int]] = {}
+    if not keys:
+        return users, 0
+    devices = {dev for dev, _ in keys}
+    unreadable = 0
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid_dir = f"/proc/{name}"
+        try:
+            held = _fd_keys(pid_dir, devices) | _maps_keys(pid_dir, devices)
         except (PermissionError, FileNotFoundError, ProcessLookupError):
-            if pid != me:
+            if int(name) != me and os.path.exists(pid_dir):
                 unreadable += 1
             continue
-        for path in seen:
-            users.setdefault(path, []).append(pid)
+        for key in held & keys:
+            users.setdefault(key, []).append(int(name))
     return users, unreadable
+
+
+def _segments(root: Path) -> list[tuple[Segment, Key]]:
+    """Engine segments directly under ``root`` (regular files only; symlinks are never
+    followed: deleting through one would hit a file elsewhere)."""
+    real = Path(os.path.realpath(root))
+    now = time.time()
+    found: list[tuple[Segment, Key]] = []
+    try:
+        entries = sorted(os.scandir(real), key=lambda e: e.name)
+    except OSError:
+        return found
+    for entry in entries:
+        pattern = _pattern_of(entry.name)
+        if pattern is None:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not statmod.S_ISREG(st.st_mode):
+            continue
+        seg = Segment(
+            path=str(root / entry.name),
+            real_path=str(real / entry.name),
+            device=st.st_dev,
+            inode=st.st_ino,
+            size_bytes=st.st_size,
+            age_s=round(now - st.st_mtime, 1),
+            pattern=pattern,
+        )
+        found.append((seg, (st.st_dev, st.st_ino)))
+    return found
 
 
 def scan(root: Path = Path("/dev/shm")) -> ShmReport:
     """List engine segments under ``root`` and which live processes use each."""
-    users, unreadable = _users(root)
-    now = time.time()
-    segments: list[Segment] = []
-    if root.is_dir():
-        for entry in sorted(root.iterdir()):
-            pattern = _pattern_of(entry.name)
-            if pattern is None or not entry.is_file():
-                continue
-            try:
-                st = entry.stat()
-            except OSError:
-                continue
-            segments.append(
-                Segment(
-                    path=str(entry),
-                    size_bytes=st.st_size,
-                    age_s=round(now - st.st_mtime, 1),
-                    pattern=pattern,
-                    in_use_by=sorted(users.get(str(entry), [])),
-                )
-            )
+    found = _segments(root)
+    users, unreadable = holders({key for _, key in found})
+    for seg, key in found:
+        seg.in_use_by = sorted(users.get(key, []))
+    segments = [seg for seg, _ in found]
     return ShmReport(
         root=str(root),
+        root_real=os.path.realpath(root),
         applied=False,
         segments=segments,
         stale_bytes=sum(s.size_bytes for s in segments if s.stale),
         unreadable_pids=unreadable,
     )
+
+
+def _recheck(seg: Segment) -> str | None:
+    """Why ``seg`` must not be deleted now (None: it may be): the file at its real path is
+    another one than scanned, or a process holds it."""
+    try:
+        st = os.lstat(seg.real_path)
+    except FileNotFoundError:
+        return "gone already"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    key = (st.st_dev, st.st_ino)
+    if key != (seg.device, seg.inode) or not statmod.S_ISREG(st.st_mode):
+        return "replaced since the scan (another file has its name now)"
+    users, _ = holders({key})
+    if users.get(key):
+        return f"in use by pid {sorted(users[key])} (opened since the scan)"
+    return None
 
 
 def clean(root: Path = Path("/dev/shm"), apply: bool = False) -> ShmReport:
@@ -142,16 +219,23 @@ def clean(root: Path = Path("/dev/shm"), apply: bool = False) -> ShmReport:
     if not apply:
         return report
     uid = os.getuid()
-    users_now, _ = _users(root)
     for seg in report.segments:
-        if not seg.stale or users_now.get(seg.path):
+        if not seg.stale:
             continue
-        path = Path(seg.path)
         try:
-            if report.unreadable_pids and path.stat().st_uid != uid and uid != 0:
-                report.failed[seg.path] = "owned by another user whose processes we cannot read"
-                continue
-            path.unlink()
+            owner = os.lstat(seg.real_path).st_uid
+        except OSError:
+            owner = uid
+        if report.unreadable_pids and owner != uid and uid != 0:
+            report.failed[seg.path] = "owned by another user whose processes we cannot read"
+            continue
+        why = _recheck(seg)
+        if why is not None:
+            if why != "gone already":
+                report.failed[seg.path] = why
+            continue
+        try:
+            os.unlink(seg.real_path)
             report.removed.append(seg.path)
         except OSError as exc:
             report.failed[seg.path] = exc.strerror or str(exc)
@@ -163,17 +247,35 @@ def run_shm(root: Path = Path("/dev/shm"), apply: bool = False, json_out: bool =
     from rich.markup import escape
 
     from ceiling.console import emit_json, out
+    from ceiling.errors import CeilingError
+
+    if not root.is_dir():
+        raise CeilingError(
+            f"--root {root} is not a directory", fix="pass the shared-memory mount, e.g. /dev/shm"
+        )
+    from ceiling.run.guard import orphans
 
     report = clean(root, apply=apply)
+    orphaned = {pid: rec for rec in orphans() for pid in rec.members()}
+    report.orphaned_engines = sorted({rec.pid for rec in orphaned.values()})
     if json_out:
         emit_json(report)
         return 0
     o = out()
+    if orphaned:
+        recs = {rec.pid: rec for rec in orphaned.values()}
+        o.print(
+            f"{len(recs)} engine server(s) outlived the ceiling that launched them "
+            f"({', '.join(f'{r.variant} pid {r.pid} port {r.port}' for r in recs.values())}): "
+            "`ceiling stop` ends them and frees their segments"
+        )
     if not report.segments:
         o.print(f"no engine/NCCL segments in {report.root}")
         return 0
     for seg in report.segments:
         state = f"in use by pid {seg.in_use_by}" if seg.in_use_by else "stale"
+        if any(pid in orphaned for pid in seg.in_use_by):
+            state += ", an orphaned engine: `ceiling stop`"
         mark = "removed" if seg.path in report.removed else state
         o.print(f"{seg.size_bytes / 2**20:10.1f} MiB  {escape(seg.path)}  ({mark})")
     stale = [s for s in report.segments if s.stale]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ceiling.errors import CeilingError
+from ceiling.spec.checks import check_config_values
 from ceiling.spec.quant import QuantScheme, WeightFormat, override_scheme, parse_quant
 
 # Architectures whose layer structure this module knows (field `architectures`).
@@ -203,13 +204,19 @@ def list_models() -> list[dict[str, str]]:
     return rows
 
 
+_FULL_CONFIG = "pass the model's complete Hugging Face config.json"
+
+
 def _read_json(p: Path) -> dict[str, Any]:
-    try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
+    from ceiling.inputs import read_json
+
+    data = read_json(p, "model config", fix="pass a Hugging Face config.json")
+    if not isinstance(data, dict):
         raise CeilingError(
-            f"{p} is not valid JSON: {exc}", fix="pass a Hugging Face config.json"
-        ) from exc
+            f"model config {p} holds a JSON {type(data).__name__}, not an object",
+            fix="pass a Hugging Face config.json",
+        )
+    return data
 
 
 def load_model(name_or_path: str, weight_format: WeightFormat | None = None) -> ModelSpec:
@@ -238,7 +245,15 @@ def load_model(name_or_path: str, weight_format: WeightFormat | None = None) -> 
     hq = cfg_path.parent / "hf_quant_config.json"
     if hq.is_file():
         hf_quant = _read_json(hq)
-    spec = build_model(_read_json(cfg_path), name=name, source=str(cfg_path), hf_quant=hf_quant)
+    raw = _read_json(cfg_path)
+    try:
+        spec = build_model(raw, name=name, source=str(cfg_path), hf_quant=hf_quant)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
+        # a value of the wrong shape the explicit checks (spec/checks.py) did not name
+        raise CeilingError(
+            f"model config {cfg_path} is malformed: {type(exc).__name__}: {exc}",
+            fix="pass an unmodified Hugging Face config.json",
+        ) from None
     return spec.with_weight_format(weight_format)
 
 
@@ -308,6 +323,7 @@ def build_model(
         notes.append(raw["_ceiling_note"])
 
     where = f"{name}: {arch}"
+    check_config_values(cfg, where)
     hidden = int(_require(cfg, "hidden_size", where))
     n_layers = int(_require(cfg, "num_hidden_layers", where))
     vocab = int(_require(cfg, "vocab_size", where))
@@ -321,7 +337,9 @@ def build_model(
     )
     top_k = int(_get(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) or 0)
     if n_experts and not top_k:
-        raise CeilingError(f"MoE config without top-k (field num_experts_per_tok) in {where}")
+        raise CeilingError(
+            f"MoE config without top-k (field num_experts_per_tok) in {where}", fix=_FULL_CONFIG
+        )
     moe_inter = int(_get(cfg, "moe_intermediate_size", default=0) or 0)
     if n_experts and not moe_inter:
         moe_inter = inter  # MiniMax-M2 and gpt-oss name the expert width intermediate_size
@@ -538,7 +556,9 @@ def build_model(
                     )
         else:
             if not inter:
-                raise CeilingError(f"dense layer {i} without intermediate_size in {where}")
+                raise CeilingError(
+                    f"dense layer {i} without intermediate_size in {where}", fix=_FULL_CONFIG
+                )
             add(f"{pre}.mlp.gate_proj", "mlp", inter, hidden, i, "tp")
             add(f"{pre}.mlp.up_proj", "mlp", inter, hidden, i, "tp")
             add(f"{pre}.mlp.down_proj", "mlp", hidden, inter, i, "tp")

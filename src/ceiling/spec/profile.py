@@ -7,7 +7,6 @@ is optional: a profile overrides only what was measured. ``schema_version`` guar
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
@@ -107,16 +106,13 @@ class HardwareProfile(BaseModel):
 
 def load_profile(path: str | Path) -> HardwareProfile:
     """Read a profile file, with errors that name the file and the field."""
+    from ceiling.inputs import read_json
+
     p = Path(path)
-    if not p.is_file():
-        raise CeilingError(
-            f"profile file not found: {p}",
-            fix="pass a file written by `ceiling calibrate` or `ceiling commbench` (--out)",
-        )
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise CeilingError(f"profile {p} is not valid JSON: {exc}", fix="re-run calibrate") from exc
+    fix = "pass a file written by `ceiling calibrate` or `ceiling commbench` (--out)"
+    data = read_json(p, "profile", fix=fix)
+    if not isinstance(data, dict):
+        raise CeilingError(f"profile {p} is not a JSON object", fix=fix)
     if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
         raise CeilingError(
             f"profile {p} has schema_version {data.get('schema_version')}, expected {SCHEMA_VERSION}",

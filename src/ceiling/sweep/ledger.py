@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ceiling.errors import CeilingError
+from ceiling.redact import redact
 
 STATUSES = ("pending", "running", "done", "stopped_early", "failed", "interrupted")
 FINISHED = ("done", "stopped_early", "failed")
@@ -90,7 +91,8 @@ class Ledger:
     def set_meta(self, key: str, value: Any) -> None:
         with self.db:
             self.db.execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value))
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                (key, redact(json.dumps(value))),
             )
 
     def get_meta(self, key: str, default: Any = None) -> Any:
@@ -146,7 +148,7 @@ class Ledger:
             self.db.execute(
                 "INSERT OR REPLACE INTO repeats(fingerprint, idx, tok_s, result_json, recorded)"
                 " VALUES (?, ?, ?, ?, ?)",
-                (fingerprint, idx, tok_s, json.dumps(result, default=str), time.time()),
+                (fingerprint, idx, tok_s, redact(json.dumps(result, default=str)), time.time()),
             )
 
     def samples(self, fingerprint: str) -> list[float]:

@@ -79,16 +79,22 @@ class Plan(BaseModel):
 
 def load_plan(path: str | Path) -> Plan:
     """Read and validate a plan file."""
+    from ceiling.inputs import read_text
+
     p = Path(path)
-    if not p.is_file():
-        raise CeilingError(f"plan file not found: {p}", fix="see examples/plans/ for the format")
+    text = read_text(p, "plan file", fix="pass a plan YAML file (see examples/plans/)")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise CeilingError(
             f"malformed plan {p}: {str(exc).splitlines()[0]}",
             fix="fix the YAML syntax (see examples/plans/)",
         ) from None
+    if not isinstance(data, dict):
+        raise CeilingError(
+            f"malformed plan {p}: top level is {type(data).__name__}, not a mapping",
+            fix="write `variants:` (and `bench:`, `baseline:`) at the top level",
+        )
     try:
         plan = Plan.model_validate({**data, "source": str(p.resolve())})
     except ValidationError as exc:

@@ -168,6 +168,24 @@ def _preflight_all(paths: dict[str, Path]) -> dict[str, str]:
     return bad
 
 
+def _check_bench(plan: Plan) -> None:
+    """The plan's ``bench:`` settings are valid before the first (long) launch."""
+    from pydantic import ValidationError
+
+    from ceiling.bench.config import BenchConfig
+
+    try:
+        BenchConfig(**{**plan.bench, "url": "http://127.0.0.1:1", "repeat": 1})
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc") or ())
+        raise CeilingError(
+            f"plan {plan.source}: bench.{where}: {first['msg']}", fix="see docs/sweep.md"
+        ) from None
+    except TypeError as err:
+        raise CeilingError(f"plan {plan.source}: bench: {err}", fix="see docs/sweep.md") from None
+
+
 def run_sweep(
     plan_path: str | Path,
     out_dir: str | Path,
@@ -181,9 +199,12 @@ def run_sweep(
     """Run (or resume) a sweep; write ``sweep.json`` and the report into ``out_dir``."""
     from ceiling.console import dumps
     from ceiling.engines.variant import load_variant
+    from ceiling.inputs import check_out_dir
 
     plan = load_plan(plan_path)
+    _check_bench(plan)
     out = Path(out_dir)
+    check_out_dir(out, "--out")
     ledger_path = out / "ledger.sqlite"
     if ledger_path.exists() and not resume:
         raise CeilingError(

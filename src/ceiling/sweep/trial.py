@@ -36,6 +36,7 @@ class TrialSpec(BaseModel):
     baseline_samples: list[float] | None = None
     early_stop: EarlyStop = Field(default_factory=EarlyStop)
     launch_timeout_s: float = 1800.0
+    progress: bool = True  # the engine's start-up phases on stderr (lines without a terminal)
     out_dir: str
     log_dir: str
 
@@ -52,12 +53,21 @@ def execute_trial(spec: TrialSpec) -> Iterator[Event]:
     from ceiling.bench.config import BenchConfig
     from ceiling.bench.runner import run_bench
     from ceiling.engines.variant import load_variant
+    from ceiling.redact import use_api_key
     from ceiling.run.launcher import launch
 
     variant = load_variant(spec.variant_path).with_overrides(log_dir=spec.log_dir)
     samples = list(spec.samples_done)
     try:
-        with launch(variant, timeout_s=spec.launch_timeout_s, progress=False) as server:
+        with (
+            launch(
+                variant,
+                timeout_s=spec.launch_timeout_s,
+                progress=spec.progress,
+                timeout_option="`launch_timeout_s:` in the plan",
+            ) as server,
+            use_api_key(server.api_key),
+        ):
             yield {"type": "launched", "log_path": str(server.log_path), "url": server.url}
             for idx in range(spec.repeats_done, spec.repeats_total):
                 out = Path(spec.out_dir) / "results" / f"{spec.name}-{spec.fingerprint}-r{idx}.json"

@@ -1,0 +1,117 @@
+"""Doctor's input, checked before anything is launched or requested, and its exit code.
+
+A doctor run may start with a model load of many minutes: every option, path and name is
+checked first (``DoctorConfig``'s bounds through :func:`ceiling.inputs.model_from_options`,
+then :func:`check_config`), so a typo costs a second. At the end,
+:func:`outcome` turns the result into the exit code: a doctor whose requests all failed, or
+whose server died, did not measure what it claims and must not exit 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ceiling.errors import EXIT_FAILED, CeilingError
+
+#: DoctorConfig field -> the CLI option that sets it, where the two names differ
+OPTION_NAMES = {
+    "launch_timeout_s": "--launch-timeout",
+    "target_tok_s": "--target",
+    "out_dir": "--out",
+}
+
+
+def check_config(cfg: Any) -> None:
+    """Every option that names something (server, files, catalog entries) is checked here,
+    before the first launch or request; raises CeilingError (exit 2) for the first bad one."""
+    from ceiling.inputs import check_out_dir, check_server_url, read_text
+
+    if not cfg.url and not cfg.variant:
+        raise CeilingError(
+            "doctor needs a server to examine",
+            fix="pass --url http://HOST:PORT (running) or --variant FILE (launch)",
+        )
+    if cfg.url and cfg.variant:
+        raise CeilingError(
+            "--url and --variant both given: doctor examines one server",
+            fix="pass --url for a running server, or --variant to launch one (not both)",
+        )
+    if cfg.url:
+        from ceiling.bench.client import base_url
+
+        cfg.url = base_url(cfg.url)  # as bench reads it: scheme added, a trailing /v1 dropped
+        check_server_url(cfg.url)
+    if cfg.log:
+        if cfg.variant:
+            raise CeilingError(
+                "--log is for a running server (--url); a launched server's log is captured",
+                fix="drop --log when you pass --variant",
+            )
+        read_text(cfg.log, "--log", fix="pass the running server's log file, or drop --log")
+    if cfg.variant:
+        from ceiling.engines.variant import load_variant
+
+        load_variant(cfg.variant)  # a malformed variant fails here, not after a probe
+    if cfg.model_path:
+        _check_model_path(cfg.model_path)
+    if cfg.gpu:
+        from ceiling.spec.hardware import load_gpu
+
+        load_gpu(cfg.gpu)
+    if cfg.engine:
+        from ceiling.engines import engine_names
+
+        if cfg.engine.lower() not in engine_names():
+            raise CeilingError(
+                f"--engine {cfg.engine!r} is not an engine ceiling knows",
+                fix="one of: " + ", ".join(engine_names()),
+            )
+    check_out_dir(cfg.out_dir, "--out")
+
+
+def _check_model_path(value: str) -> None:
+    from ceiling.spec.model import catalog
+
+    if value in catalog():
+        return
+    p = Path(value).expanduser()
+    if p.is_dir() and not (p / "config.json").is_file():
+        raise CeilingError(
+            f"--model-path {p}: no config.json in that directory",
+            fix="pass a model directory, its config.json, or a catalog name (predict --list-models)",
+        )
+    if not p.exists():
+        raise CeilingError(
+            f"--model-path {value!r}: not a catalog name, file or directory",
+            fix="pass a model directory, its config.json, or a catalog name (predict --list-models)",
+        )
+
+
+def completed_requests(res: Any) -> int | None:
+    """Requests that completed over the bench stages that ran (None: no bench ran)."""
+    runs = [b for b in res.bench.values() if isinstance(b, dict)]
+    if not runs:
+        return None
+    total = 0
+    for b in runs:
+        levels = b.get("levels") or [b]
+        total += sum(int(lv.get("completed") or 0) for lv in levels)
+    return total
+
+
+def outcome(res: Any) -> tuple[int, str | None]:
+    """(exit code, why it is not 0): 1 when the server died or no request completed."""
+    if res.server_died:
+        return EXIT_FAILED, f"the server died {res.server_death}"
+    done = completed_requests(res)
+    if done == 0:
+        errors: dict[str, int] = {}
+        for b in res.bench.values():
+            for k, v in (b.get("errors") or {}).items():
+                errors[k] = errors.get(k, 0) + int(v)
+        return EXIT_FAILED, f"no request completed (errors: {errors or 'none recorded'})"
+    return 0, None
+
+
+__all__ = ["OPTION_NAMES", "check_config", "completed_requests", "outcome"]

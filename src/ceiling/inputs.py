@@ -1,0 +1,155 @@
+"""Input files and output paths, checked before anything expensive runs.
+
+Every file ceiling reads (variants, plans, model configs, logs, result files, datasets) goes
+through :func:`read_text`/:func:`read_json`: a missing file, a directory, an unreadable file or
+a binary one is a one-line :class:`CeilingError` that names the option and the fix, never a
+``UnicodeDecodeError`` traceback. Every output (``--out`` files and directories) is checked by
+:func:`check_out_file`/:func:`check_out_dir` before a launch or a request, so a bad path costs a
+second, not a 36-minute model load followed by a traceback and nothing saved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ceiling.errors import CeilingError
+
+M = TypeVar("M", bound=BaseModel)
+
+#: A file whose first bytes hold a NUL is binary (what git and grep assume).
+_SNIFF = 8192
+
+
+def read_text(path: str | Path, what: str, fix: str) -> str:
+    """The UTF-8 text of ``path``; ``what`` names it in messages ("variant file", "--log")."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise CeilingError(f"{what} not found: {p}", fix=fix) from None
+    except IsADirectoryError:
+        raise CeilingError(f"{what} {p} is a directory, not a file", fix=fix) from None
+    except PermissionError:
+        raise CeilingError(f"{what} {p} is not readable (permission denied)", fix=fix) from None
+    except OSError as exc:
+        raise CeilingError(f"cannot read {what} {p}: {exc.strerror or exc}", fix=fix) from None
+    if b"\0" in data[:_SNIFF]:
+        raise CeilingError(f"{what} {p} is a binary file, not text", fix=fix)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CeilingError(
+            f"{what} {p} is not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 1]!r})",
+            fix=fix,
+        ) from None
+
+
+def read_json(path: str | Path, what: str, fix: str) -> Any:
+    """The JSON document in ``path`` (see :func:`read_text`); malformed JSON is one line too."""
+    text = read_text(path, what, fix)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CeilingError(
+            f"{what} {path} is not valid JSON (line {exc.lineno}: {exc.msg})", fix=fix
+        ) from None
+    except RecursionError:
+        raise CeilingError(f"{what} {path} is nested too deeply", fix=fix) from None
+
+
+def _writable_dir(d: Path, option: str) -> None:
+    """Create ``d`` (and parents) if needed and prove it takes a new file."""
+    if d.exists() and not d.is_dir():
+        raise CeilingError(
+            f"{option}: {d} exists and is not a directory", fix=f"pass another {option}"
+        )
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".ceiling-write-check-", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise CeilingError(
+            f"{option}: cannot write into {d}: {exc.strerror or exc}",
+            fix=f"pass a writable {option} path",
+        ) from None
+
+
+def check_out_file(path: str | Path | None, option: str = "--out") -> None:
+    """``path`` can be written as a file: not a directory, its folder exists (or can be made)
+    and takes a new file. Device files (``/dev/null``) that exist are accepted as they are."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise CeilingError(f"{option} {p} is a directory", fix=f"name a file, e.g. {p}/run.json")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise CeilingError(f"{option} {p} is not writable", fix=f"pass another {option} file")
+        if not p.is_file():
+            return  # /dev/null, /dev/stdout, a FIFO: written into, never replaced
+    _writable_dir(p.parent if str(p.parent) else Path("."), option)
+
+
+def check_out_dir(path: str | Path | None, option: str = "--out") -> None:
+    """``path`` is (or can be made) a directory that takes new files."""
+    if path is None:
+        return
+    _writable_dir(Path(path), option)
+
+
+def model_from_options(
+    cls: type[M], options: dict[str, Any], command: str, names: dict[str, str] | None = None
+) -> M:
+    """``cls(**options)`` for a command's options; an out-of-range or malformed value is one
+    CeilingError that names the option as the user typed it (``names``: field -> option where
+    they differ), never a pydantic traceback."""
+    try:
+        return cls(**options)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = str(first["loc"][0]) if first.get("loc") else ""
+        option = (names or {}).get(field) or "--" + field.replace("_", "-")
+        value = options.get(field, first.get("input"))
+        raise CeilingError(
+            f"bad {option} {value!r}: {first['msg']}", fix=f"see `ceiling {command} --help`"
+        ) from None
+
+
+def int_list(text: str, option: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``; anything else is one line naming ``option``."""
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise CeilingError(
+            f"{option} {text!r} is not a comma-separated list of integers",
+            fix=f"e.g. {option} 1,2,4",
+        ) from None
+
+
+def check_server_url(url: str, option: str = "--url") -> None:
+    """The root of an http(s) server: a host, a valid port, maybe a path prefix (a gateway's);
+    no query, fragment, ``@`` outside the credentials, spaces or control characters."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port, host = parts.port, parts.hostname
+    except ValueError:
+        parts, port, host = urlsplit(""), -1, None
+    bad = any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url)
+    bad = bad or "@" in parts.path or bool(parts.query or parts.fragment)
+    if bad or parts.scheme not in ("http", "https") or not host or port in (-1, 0):
+        import re
+
+        shown = re.sub(r"[^/\s]*@", "***@", url)  # a malformed URL may still hold a key
+        raise CeilingError(
+            f"{option} {shown!r} is not an http(s) server address",
+            fix=f"e.g. {option} http://127.0.0.1:8000",
+        )

@@ -1,0 +1,63 @@
+"""``python -m ceiling.run.watchdog PGID OWNER_PID``: end an engine's group when ceiling dies.
+
+Started by the launcher beside each engine (see :mod:`ceiling.run.guard`), in its own session.
+It blocks on a pidfd of the owner (Linux >= 5.3; else it polls ``getppid`` once a second), and
+checks once a second whether the engine's group still exists: when the group is gone (ceiling
+stopped it), it exits; when the owner is gone first, it ends the group (SIGTERM, SIGKILL after
+:data:`ceiling.run.guard.KILL_GRACE_S`) and removes the server's record. It imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def watch(pgid: int, owner: int) -> str:
+    """Block until the group is gone ("group gone") or the owner died ("owner died")."""
+    parent = os.getppid()
+    try:
+        fd: int | None = os.pidfd_open(owner)
+    except ProcessLookupError:
+        return "owner died"
+    except (OSError, AttributeError):  # kernel < 5.3: poll our parent (the owner) instead
+        fd = None
+        if parent != owner:
+            return "owner died"
+    while True:
+        if fd is not None:
+            ready, _, _ = select.select([fd], [], [], 1.0)
+            if ready:
+                return "owner died"
+        else:
+            select.select([], [], [], 1.0)
+            if os.getppid() != parent:
+                return "owner died"
+        if not _group_exists(pgid):
+            return "group gone"
+
+
+def main(argv: list[str]) -> int:
+    from ceiling.run.guard import end_group, group_members, remove_record
+
+    pgid, owner = int(argv[0]), int(argv[1])
+    if watch(pgid, owner) == "owner died" and group_members(pgid):
+        end_group(pgid)
+        if not group_members(pgid):
+            remove_record(pgid)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

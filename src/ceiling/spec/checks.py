@@ -1,0 +1,101 @@
+"""What engines would refuse, refused here first: malformed config values, impossible layouts.
+
+A config.json with ``"hidden_size": -4096`` or ``"num_attention_heads": "big"`` must be an error
+that names the field, not a negative millisecond figure or a ``ValueError`` traceback; a tensor-
+parallel size the model's heads do not divide must be refused as the engines refuse it, not
+predicted. The rules are vLLM's (``ModelConfig.verify_with_parallel_config`` and
+``QKVParallelLinear``, 0.32; SGLang applies the same): the attention heads must divide by TP,
+and the KV heads must divide by TP or TP by the KV heads (then each is replicated).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ceiling.errors import CeilingError
+
+#: config.json fields that are counts or sizes (>= 1 when present and not null)
+POSITIVE = (
+    "hidden_size",
+    "num_hidden_layers",
+    "vocab_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "num_experts_per_tok",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "max_position_embeddings",
+    "sliding_window",
+    "full_attention_interval",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "moe_layer_freq",
+    "decoder_sparse_step",
+)
+#: fields that may be 0 (no shared experts, no dense layers first, no q compression, ...)
+NON_NEGATIVE = (
+    "n_routed_experts",
+    "num_experts",
+    "num_local_experts",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "q_lora_rank",
+    "index_n_heads",
+    "index_head_dim",
+)
+
+
+def check_config_values(cfg: dict[str, Any], where: str) -> None:
+    """Every count/size field present in ``cfg`` is a whole number in range."""
+    for names, low in ((POSITIVE, 1), (NON_NEGATIVE, 0)):
+        for key in names:
+            value = cfg.get(key)
+            if value is None:
+                continue
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            if isinstance(value, float) and value.is_integer():
+                ok = True
+            if not ok or value < low:
+                raise CeilingError(
+                    f"config field '{key}' is {value!r} ({where}): it must be a whole number "
+                    f">= {low}",
+                    fix="pass an unmodified Hugging Face config.json",
+                )
+
+
+def parallel_refusal(spec: Any, tp: int, pp: int = 1) -> str | None:
+    """Why an engine refuses ``tp`` x ``pp`` for ``spec`` (None: it accepts them)."""
+    heads, kv = spec.heads, spec.kv_heads
+    if heads % tp:
+        return (
+            f"{spec.name} has {heads} attention heads: they do not divide by --tp {tp} "
+            "(engines refuse it: heads must be divisible by the tensor-parallel size)"
+        )
+    if spec.attention != "mla" and kv and kv % tp and tp % kv:
+        return (
+            f"{spec.name} has {kv} KV heads: --tp {tp} neither divides them nor is a multiple "
+            "of them (engines refuse it)"
+        )
+    if pp > spec.num_layers:
+        return f"{spec.name} has {spec.num_layers} layers: fewer than --pp {pp} stages"
+    return None
+
+
+def check_parallel(spec: Any, tp: int, pp: int = 1) -> None:
+    """CeilingError naming the TP sizes that work when ``tp`` x ``pp`` does not."""
+    why = parallel_refusal(spec, tp, pp)
+    if why is None:
+        return
+    if parallel_refusal(spec, tp, 1) is None:
+        raise CeilingError(why, fix=f"use --pp {spec.num_layers} or fewer")
+    ok = [t for t in (1, 2, 4, 8, 16, 32, 64) if parallel_refusal(spec, t, 1) is None]
+    raise CeilingError(why, fix=f"use --tp {' / '.join(map(str, ok))}")

@@ -1,0 +1,519 @@
+"""Property-based tests (Hypothesis) over every command's inputs: never a traceback.
+
+For any value of an option, any config file, variant or plan file, engine log, result file or
+SSE stream, a command either works or fails with ``error: ...`` + ``fix: ...`` (or Click's usage
+error) and a documented non-zero exit code (docs/failures.md); nothing escapes as a traceback,
+and what was measured is never lost. Inputs are generated (random values, random JSON/YAML,
+binary bytes) and mutated from real files (engine logs in tests/fixtures/logs, a real
+doctor.json, a real bench result, real config.json files of the catalog).
+
+The default run is bounded (a few dozen examples per property, derandomized so CI is
+reproducible). ``CEILING_FUZZ=long`` runs the long profile (hundreds per property):
+    CEILING_FUZZ=long .venv/bin/python -m pytest tests/test_fuzz_inputs.py -q
+No property starts an engine, a measurement or a network connection outside 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import socket
+import string
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from ceiling.cli import main
+from ceiling.errors import CeilingError
+
+settings.register_profile(
+    "default",
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "long",
+    max_examples=500,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile("long" if os.environ.get("CEILING_FUZZ") == "long" else "default")
+
+REPO = Path(__file__).resolve().parents[1]
+LOGS = sorted((REPO / "tests" / "fixtures" / "logs").glob("*.log"))
+DOCTOR_JSON = REPO / "tests" / "data" / "report" / "doctor-cpu.json"
+CATALOG = REPO / "src" / "ceiling" / "data" / "models"
+EXIT_CODES = {0, 1, 2, 3, 4, 130}
+_ERROR = re.compile(r"^error: [^\n]+\n  fix: [^\n]+$", re.M)
+_USAGE = re.compile(r"(^|\n)(Usage: ceiling|Error: |Try 'ceiling)")
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    """``ceiling ARGV`` in this process; (exit code, stdout, stderr). Any exception that is not
+    a handled failure propagates, and fails the property with its traceback."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def check(argv: list[str], codes: set[int] = EXIT_CODES) -> tuple[int, str, str]:
+    """Run and check the failure contract; returns the run for further checks."""
+    rc, out, err = run(argv)
+    assert "Traceback" not in out + err, (argv, err)
+    assert rc in codes, (argv, rc, err)
+    if rc not in (0, 130):
+        assert _ERROR.search(err) or _USAGE.search(err), (argv, rc, err)
+    return rc, out, err
+
+
+# ---- strategies ----------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+weird_text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+binary = st.binary(min_size=1, max_size=300).map(lambda b: b"\0" + b)
+numbers = st.one_of(
+    st.integers(min_value=-(10**12), max_value=10**12).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(str),
+    st.sampled_from(
+        ["0", "-1", "1e309", "nan", "inf", "-inf", "", " ", "1,2", "x", "0x10", "1_000"]
+    ),
+)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+CLOSED = f"http://127.0.0.1:{_closed_port()}"
+
+
+def _mutate_json(doc: Any, path: list[Any], value: Any) -> Any:
+    """``doc`` with the value at ``path`` (indices taken modulo the container size) replaced."""
+    if not path or not isinstance(doc, dict | list) or not doc:
+        return value
+    if isinstance(doc, dict):
+        key = sorted(doc)[path[0] % len(doc)]
+        return {**doc, key: _mutate_json(doc[key], path[1:], value)}
+    i = path[0] % len(doc)
+    return [*doc[:i], _mutate_json(doc[i], path[1:], value), *doc[i + 1 :]]
+
+
+mutations = st.tuples(st.lists(st.integers(0, 50), min_size=1, max_size=4), json_values)
+
+
+# ---- predict: options and config.json -------------------------------------------------------
+
+
+@given(
+    tp=numbers,
+    pp=numbers,
+    batch=numbers,
+    context=numbers,
+    model=st.sampled_from(["llama-3.1-8b", "qwen2.5-7b", "kimi-k2.5", "nope", ""]),
+    gpu=st.sampled_from(["h100-sxm", "rtx-pro-6000", "h200", "gpu?"]),
+    link=st.sampled_from([None, "foo", "nvlink4", "self", ""]),
+)
+def test_predict_options(tp, pp, batch, context, model, gpu, link):
+    argv = ["predict", "--model", model, "--gpu", gpu, "--tp", tp, "--pp", pp]
+    argv += ["--batch", batch, "--context", context]
+    if link is not None:
+        argv += ["--link", link]
+    rc, out, _ = check(argv, {0, 2})
+    if rc == 0:  # an answer is never an impossible one
+        assert "-" not in out.split("ms/token")[0].split(":")[-1]
+
+
+def test_predict_refuses_what_engines_refuse():
+    for tp in ("3", "64"):
+        rc, _, err = check(["predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", tp])
+        assert rc == 2 and "attention heads" in err
+    rc, _, err = check(["predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--link", "foo"])
+    assert rc == 2 and "foo" in err
+
+
+def _real_config() -> dict[str, Any]:
+    return json.loads((CATALOG / "llama-3.1-8b.json").read_text())
+
+
+@given(mutation=mutations)
+def test_predict_mutated_config(tmp_path_factory, mutation):
+    path, value = mutation
+    cfg = tmp_path_factory.mktemp("cfg") / "config.json"
+    cfg.write_text(json.dumps(_mutate_json(_real_config(), path, value)))
+    check(["predict", "--model", str(cfg), "--gpu", "h100-sxm"], {0, 2})
+
+
+@given(doc=json_values)
+def test_predict_any_json_config(tmp_path_factory, doc):
+    cfg = tmp_path_factory.mktemp("cfg") / "config.json"
+    cfg.write_text(json.dumps(doc))
+    rc, _, _ = check(["predict", "--model", str(cfg), "--gpu", "h100-sxm"], {0, 2})
+    assert rc == 2  # random JSON is never a model
+
+
+@given(data=binary | weird_text.map(str.encode))
+def test_predict_binary_or_text_config(tmp_path_factory, data):
+    cfg = tmp_path_factory.mktemp("cfg") / "config.json"
+    cfg.write_bytes(data)
+    assert check(["predict", "--model", str(cfg), "--gpu", "h100-sxm"], {2})[0] == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("hidden_size", "big"), ("hidden_size", -4096), ("num_attention_heads", 0),
+     ("num_hidden_layers", 2.5), ("vocab_size", None), ("intermediate_size", [1])],
+)  # fmt: skip
+def test_predict_named_bad_config_values(tmp_path, field, value):
+    cfg = _real_config()
+    cfg[field] = value
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    _rc, _, err = check(["predict", "--model", str(p), "--gpu", "h100-sxm"], {2})
+    assert field in err
+
+
+# ---- variant and plan files ----------------------------------------------------------------
+
+VARIANT_KEYS = ["engine", "model", "args", "env", "port", "host", "name", "extends", "command"]
+
+
+@given(
+    doc=st.dictionaries(st.sampled_from([*VARIANT_KEYS, "junk"]), json_values, max_size=6)
+    | json_values
+)
+def test_variant_files(tmp_path_factory, doc):
+    from ceiling.engines.variant import load_variant
+
+    path = tmp_path_factory.mktemp("v") / "v.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    try:
+        load_variant(path)
+    except CeilingError as err:
+        assert err.message and err.fix and "\n" not in err.message
+
+
+@given(data=binary | weird_text.map(lambda t: t.encode()))
+def test_variant_and_plan_files_through_the_cli(tmp_path_factory, data):
+    d = tmp_path_factory.mktemp("vp")
+    path = d / "v.yaml"
+    path.write_bytes(data)
+    assume(b"engine" not in data)  # a valid variant would start an engine
+    for argv in (
+        ["preflight", str(path)],
+        ["launch", "--skip-preflight", str(path)],
+        ["launch", "--port", "99999", str(path)],
+        ["sweep", str(path), "--out", str(d / "o")],
+    ):
+        assert check(argv, {2})[0] == 2
+
+
+@given(
+    doc=st.fixed_dictionaries(
+        {"variants": json_values}, optional={"bench": json_values, "baseline": json_values}
+    )
+    | json_values
+)
+def test_plan_files(tmp_path_factory, doc):
+    from ceiling.sweep.plan import load_plan
+    from ceiling.sweep.runner import _check_bench
+
+    path = tmp_path_factory.mktemp("p") / "plan.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    try:
+        _check_bench(load_plan(path))
+    except CeilingError as err:
+        assert err.message and err.fix
+
+
+@given(port=numbers)
+def test_launch_port_values(tmp_path_factory, port):
+    path = tmp_path_factory.mktemp("v") / "v.yaml"
+    path.write_text("engine: vllm\nmodel: ./does-not-exist\n")
+    rc, _, _ = check(["launch", "--skip-preflight", "--port", port, str(path)], {2})
+    assert rc == 2  # bad port, or the model path: nothing launched either way
+
+
+# ---- logs -----------------------------------------------------------------------------------
+
+
+@given(
+    log=st.sampled_from(LOGS),
+    ops=st.lists(st.tuples(st.integers(0, 10**6), weird_text | st.just("")), max_size=8),
+    engine=st.sampled_from([None, "vllm", "sglang", "llamacpp", "warp"]),
+)
+def test_mutated_engine_logs(tmp_path_factory, log, ops, engine):
+    lines = log.read_text(errors="replace").splitlines()
+    for pos, text in ops:  # replace, delete (empty text) or garble lines
+        if lines:
+            lines[pos % len(lines)] = text
+    path = tmp_path_factory.mktemp("log") / "engine.log"
+    path.write_text("\n".join(lines))
+    argv = ["inspect", str(path), "--json"] + (["--engine", engine] if engine else [])
+    rc, out, _ = check(argv, {0, 2})
+    if rc == 0:
+        json.loads(out)
+
+
+@given(data=binary)
+def test_binary_log(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("log") / "engine.log"
+    path.write_bytes(data)
+    assert check(["inspect", "--engine", "vllm", str(path)], {2})[0] == 2
+
+
+# ---- result files: compare and report --------------------------------------------------------
+
+
+def _bench_result() -> dict[str, Any]:
+    from ceiling.bench.results import LevelResult, PerRequest, RunResult, Summary
+
+    reps = [Summary(decode_tok_s_per_stream=v, completed=5) for v in (80.0, 81.0, 82.0)]
+    lv = LevelResult(
+        concurrency=1,
+        completed=15,
+        decode_tok_s_per_stream=81.0,
+        repeats=reps,
+        per_request=PerRequest(tpot_ms=[12.3, 12.4, 12.2]),
+    )
+    return RunResult(**lv.model_dump(), mode="single", levels=[lv]).model_dump(mode="json")
+
+
+@given(
+    mutation=mutations, metric=st.sampled_from(["decode_tok_s_per_stream", "mean_ttft_ms", "nope"])
+)
+def test_compare_mutated_results(tmp_path_factory, mutation, metric):
+    d = tmp_path_factory.mktemp("cmp")
+    a, b = d / "a.json", d / "b.json"
+    a.write_text(json.dumps(_bench_result()))
+    b.write_text(json.dumps(_mutate_json(_bench_result(), *mutation)))
+    check(["compare", str(a), str(b), "--metric", metric], {0, 2})
+
+
+def test_compare_refuses_a_side_without_requests(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(_bench_result()))
+    empty = _bench_result()
+    for holder in [empty, *empty["levels"]]:
+        holder.update(completed=0, decode_tok_s_per_stream=None, repeats=[])
+        holder["per_request"] = {}
+    b.write_text(json.dumps(empty))
+    _rc, out, err = check(["compare", str(a), str(b)], {2})
+    assert "no request completed" in err or "0 request(s) completed" in err
+    assert "no significant difference" not in out
+    _rc, _, err = check(["compare", str(a), str(a), "--metric", "decode_tok_s"], {2})
+    assert "no metric 'decode_tok_s'" in err
+
+
+@settings(max_examples=max(6, settings.default.max_examples // 4))  # a render takes ~1 s
+@given(mutation=mutations)
+def test_report_mutated_doctor_json(tmp_path_factory, mutation):
+    d = tmp_path_factory.mktemp("rep")
+    doc = json.loads(DOCTOR_JSON.read_text())
+    path = d / "doctor.json"
+    path.write_text(json.dumps(_mutate_json(doc, *mutation)))
+    check(["report", str(path), "--out", str(d / "o")], {0, 2})
+
+
+@given(data=binary | json_values.map(lambda v: json.dumps(v).encode()))
+def test_report_and_compare_on_garbage(tmp_path_factory, data):
+    d = tmp_path_factory.mktemp("g")
+    path = d / "result.json"
+    path.write_bytes(data)
+    assert check(["report", str(path)], {2})[0] == 2
+    assert check(["compare", str(path), str(path)], {2})[0] == 2
+
+
+def test_report_on_a_bench_result_is_refused(tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(_bench_result()))
+    _rc, _, err = check(["report", str(path)], {2})
+    assert "bench result" in err and "compare" in err
+
+
+# ---- bench and doctor options (no server: nothing listens on the port) -----------------------
+
+
+@given(
+    opt=st.sampled_from(
+        ["--max-tokens", "--input-len", "--requests", "--duration", "--repeat", "--warmup",
+         "--rate", "--burstiness", "--timeout", "--stall-timeout", "--concurrency", "--seed"]
+    ),
+    value=numbers,
+    mode=st.sampled_from(["single", "concurrency", "rate", "sideways"]),
+)  # fmt: skip
+def test_bench_options(opt, value, mode):
+    rc, _, err = check(["bench", "--url", CLOSED, "--quiet", "--mode", mode, opt, value], {2, 4})
+    if rc == 4:
+        assert "cannot reach" in err  # every option was valid: only then the connection
+
+
+# URLs that need no name resolution (random host names would ask the resolver)
+urls = st.builds(
+    lambda scheme, cred, host, port, path: f"{scheme}{cred}{host}{port}{path}",
+    st.sampled_from(["http://", "https://", "ftp://", "", "http:/", "HTTP://"]),
+    st.sampled_from(["", "user:sk-secret-77@", "sk-secret-77@", ":@", "a@b@"]),
+    st.sampled_from(["127.0.0.1", "[::1]", "", "999.1.1.1", "[::1", "127.0.0.1 x"]),
+    st.sampled_from(["", f":{CLOSED.rsplit(':', 1)[1]}", ":0", ":99999", ":-1", ":abc", ":"]),
+    st.sampled_from(["", "/", "/v1", "/v1/", "?api_key=sk-secret-77", "/%zz", "#x"]),
+)
+
+
+@given(url=urls)
+def test_bench_and_doctor_urls(tmp_path_factory, url):
+    assume(url.strip() and not url.startswith("-"))
+    _rc, out, err = check(["bench", "--url", url, "--quiet", "--timeout", "5"], {2, 4})
+    assert "sk-secret-77" not in out + err
+    out_dir = tmp_path_factory.mktemp("doc")
+    _rc, out, err = check(["doctor", "--url", url, "--out", str(out_dir)], {2, 4})
+    assert "sk-secret-77" not in out + err
+
+
+@given(
+    opt=st.sampled_from(
+        ["--max-tokens", "--input-len", "--repeat", "--concurrency", "--concurrency-max-tokens",
+         "--target", "--launch-timeout", "--tp", "--gpu", "--model-path", "--log", "--engine"]
+    ),
+    value=numbers | weird_text,
+)  # fmt: skip
+def test_doctor_options_are_checked_before_anything(tmp_path_factory, opt, value):
+    assume(not value.startswith("-"))
+    out_dir = tmp_path_factory.mktemp("doc")
+    rc, _, err = check(["doctor", "--url", CLOSED, "--out", str(out_dir), opt, value], {2, 4})
+    if rc == 4:
+        assert "no OpenAI-compatible server" in err
+
+
+def test_doctor_bad_inputs_name_themselves(tmp_path):
+    out = str(tmp_path / "o")
+    cases = {
+        ("--max-tokens", "0"): "--max-tokens",
+        ("--repeat", "-1"): "--repeat",
+        ("--gpu", "gpu9000"): "gpu9000",
+        ("--model-path", str(tmp_path / "nope")): "--model-path",
+        ("--log", str(tmp_path / "missing.log")): "--log",
+        ("--variant", str(tmp_path / "v.yaml")): "--url and --variant",
+    }
+    for (opt, value), needle in cases.items():
+        _rc, _, err = check(["doctor", "--url", CLOSED, "--out", out, opt, value], {2})
+        assert needle in err, (opt, err)
+
+
+@given(target=st.sampled_from(["dir", "proc", "file-in-file", "dev-null"]))
+def test_output_paths_checked_before_measuring(tmp_path_factory, target):
+    d = tmp_path_factory.mktemp("out")
+    (d / "f").write_text("x")
+    path = {
+        "dir": str(d),
+        "proc": "/proc/nope/x.json",
+        "file-in-file": str(d / "f" / "x.json"),
+        "dev-null": "/dev/null",
+    }[target]
+    rc, _, err = check(["bench", "--url", CLOSED, "--quiet", "--out", path], {2, 4})
+    # an unwritable --out is refused first (exit 2), before the server is even asked
+    assert rc == (4 if target == "dev-null" else 2), err
+
+
+# ---- probe group: only invalid values (valid ones would measure) -----------------------------
+
+
+@given(
+    argv=st.sampled_from(
+        [["commbench", "--world-sizes"], ["commbench", "--reps"], ["commbench", "--batch"],
+         ["commbench", "--budget-ms"], ["commbench", "--sizes"], ["calibrate", "--cpu", "--scale"],
+         ["telemetry", "--duration"], ["telemetry", "--interval-ms"]]
+    ),
+    value=st.sampled_from(["0", "-1", "nan", "-inf", "x", "1,,x", "-0.5"]),
+)  # fmt: skip
+def test_probe_invalid_values(argv, value):
+    assert check([*argv, value], {2})[0] == 2
+
+
+@given(root=weird_text | st.sampled_from(["/proc/self/fd", "/nonexistent", "/etc/hostname"]))
+def test_shm_roots(root):
+    assume(root.strip() and not root.startswith("-") and "\0" not in root)
+    path = Path(root)
+    assume(not (path.is_dir() and os.path.realpath(path).startswith("/dev/shm")))
+    check(["shm", "--root", root, "--json"], {0, 2})  # never --apply here
+
+
+# ---- SSE streams -----------------------------------------------------------------------------
+
+sse_lines = st.lists(
+    st.sampled_from(
+        [b"data: ", b"data:", b": keep-alive", b"event: x", b"\r", b"\n", b"\r\n", b"[DONE]",
+         b'{"choices":[{"text":"a","index":0}]}', b'{"choices":[]}', b'{"error":{"message":"x"}}',
+         b'{"usage":{"completion_tokens":3}}', b"{", b"\xff\xfe", b"null", b"[1,2]"]
+    )
+    | st.binary(max_size=20),
+    max_size=30,
+)  # fmt: skip
+
+
+@given(parts=sse_lines, cuts=st.lists(st.integers(0, 10**4), max_size=8))
+def test_sse_streams_split_anywhere(parts, cuts):
+    """Any byte stream, split at any points: the splitter never raises and yields the same
+    events as in one piece; parsing marks garbage as malformed instead of raising."""
+    from ceiling.bench.client import RawStream
+    from ceiling.bench.metrics import process
+    from ceiling.bench.sse import SSESplitter
+
+    data = b"".join(parts)
+    whole = SSESplitter()
+    expected = whole.feed(data)
+    split = SSESplitter()
+    got: list[tuple[bytes, int]] = []
+    prev = 0
+    for cut in [*sorted({c % (len(data) + 1) for c in cuts}), len(data)]:
+        got += split.feed(data[prev:cut])
+        prev = cut
+    assert got == expected and split.leftover() == whole.leftover()
+    raw = RawStream()
+    raw.status = 200
+    raw.t_send_ns, raw.t_first_byte_ns = 1_000, 2_000
+    raw.events = [(3_000 + i, p) for i, (p, _end) in enumerate(expected)]
+    raw.t_end_ns = 10_000_000
+    raw.leftover = whole.leftover()
+    rec = process(raw, 0, max_tokens=16)
+    assert rec.output_tokens >= 0 and rec.malformed_chunks >= 0
+    if rec.ok:
+        assert rec.error_kind is None
+
+
+# ---- secrets ---------------------------------------------------------------------------------
+
+
+@given(
+    user=st.text(alphabet=string.ascii_letters + string.digits + "._~-", min_size=1, max_size=10),
+    key=st.text(alphabet=string.ascii_letters + string.digits + "-_", min_size=8, max_size=30),
+    host=st.sampled_from(["127.0.0.1:8000", "[::1]:80", "gpu-box.internal", "h:1/v1"]),
+)
+def test_url_credentials_never_printed(user, key, host):
+    from ceiling.redact import redact
+
+    url = f"https://{user}:{key}@{host}"
+    assert key not in redact(f"error at {url} (x)") and "***@" in redact(url)
+    assert redact(f"{url}?api_key={key}x").count(key) == 0
