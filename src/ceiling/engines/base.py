@@ -145,6 +145,13 @@ class Engine:
                 return merged[name]
         return None
 
+    # ``ceiling env``/``deploy``: the flags that set tensor parallelism (first value wins), and
+    # requirements of the engine that are absent ON PURPOSE in an environment whose torch
+    # version carries ``intended_absent_when`` (e.g. "+cpu"): dist -> why
+    tp_flags: tuple[str, ...] = ()
+    intended_absent: ClassVar[dict[str, str]] = {}
+    intended_absent_when: str = ""
+
     # ---- install -------------------------------------------------------------------------
     def locate(self, variant: Variant) -> EngineInstall:
         """Find the engine for ``variant``: its ``python``/``command``, else ``.engines/<name>``."""
@@ -277,6 +284,24 @@ class Engine:
     def renamed_config_keys(self) -> dict[str, dict[str, Any]]:
         """Renamed keys inside JSON-valued flags (e.g. compilation config ``level`` -> ``mode``)."""
         return load_data(f"{self.name}_removed_flags.yaml").get("config_keys", {})
+
+    # ---- environment (ceiling env / deploy) -------------------------------------------------
+    def tensor_parallel(self, variant: Variant) -> int:
+        """The tensor-parallel size the variant asks for (1 when it sets none)."""
+        args = variant.argv()
+        for i, tok in enumerate(args):
+            for flag in self.tp_flags:
+                if tok == flag and i + 1 < len(args) and args[i + 1].isdigit():
+                    return int(args[i + 1])
+                if tok.startswith(flag + "=") and tok.split("=", 1)[1].isdigit():
+                    return int(tok.split("=", 1)[1])
+        return 1
+
+    def env_waivers(self, torch_version: str | None) -> dict[str, str]:
+        """Requirements this engine's install leaves out on purpose, for this torch build."""
+        if self.intended_absent and torch_version and self.intended_absent_when in torch_version:
+            return dict(self.intended_absent)
+        return {}
 
     # ---- logs ----------------------------------------------------------------------------
     def phase_of(self, line: str) -> str | None:

@@ -54,6 +54,7 @@ class SglangEngine(Engine):
     default_port = 30000
     env_prefixes = ("SGLANG_",)
     dist_names = ("sglang",)
+    tp_flags = ("--tp-size", "--tensor-parallel-size")
     server_module = "sglang.launch_server"
     model_flag = "--model-path"
     flags_module = "sglang.srt.server_args"

