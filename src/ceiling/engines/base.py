@@ -151,6 +151,12 @@ class Engine:
     tp_flags: tuple[str, ...] = ()
     intended_absent: ClassVar[dict[str, str]] = {}
     intended_absent_when: str = ""
+    # ``ceiling deploy``'s Compose service: the engine's published image ({version} filled in;
+    # empty: none known, the user names one), what runs the server in it, and the tool its
+    # healthcheck calls (python3 or curl)
+    container_image: str = ""
+    container_entrypoint: tuple[str, ...] = ()
+    container_health_tool: str = "python3"
 
     # ---- install -------------------------------------------------------------------------
     def locate(self, variant: Variant) -> EngineInstall:
@@ -296,6 +302,13 @@ class Engine:
                 if tok.startswith(flag + "=") and tok.split("=", 1)[1].isdigit():
                     return int(tok.split("=", 1)[1])
         return 1
+
+    def image_for(self, install: EngineInstall) -> str | None:
+        """The published container image of this install's version (None: none known)."""
+        if not self.container_image:
+            return None
+        version = (install.version or "latest").split("+")[0]
+        return self.container_image.format(version=version)
 
     def env_waivers(self, torch_version: str | None) -> dict[str, str]:
         """Requirements this engine's install leaves out on purpose, for this torch build."""

