@@ -29,7 +29,7 @@ def _variant(tmp_path: Path, **extra: object):
     model.write_bytes(b"GGUF")
     data = {
         "name": "winner",
-        "engine": "llamacpp",
+        "engine": "llamacpp-python",
         "model": str(model),
         "served_model_name": "tiny",
         "port": 8123,

@@ -105,6 +105,7 @@ class Engine:
     default_port: int = 8000
     env_prefixes: tuple[str, ...] = ()
     dist_names: tuple[str, ...] = ()
+    install_dir: str = ""  # the environment under .engines/ (default: ``name``)
     # the server: ``python -m <server_module> <model_flag> MODEL [<served_name_flag> NAME]``
     server_module: str = ""
     model_flag: str = ""  # empty: the model is a positional argument
@@ -173,11 +174,12 @@ class Engine:
         candidates: list[Path] = []
         if variant.python:
             candidates.append(Path(variant.python).expanduser())
-        env_py = os.environ.get(f"CEILING_{self.name.upper()}_PYTHON")
+        home = self.install_dir or self.name
+        env_py = os.environ.get(f"CEILING_{home.upper().replace('-', '_')}_PYTHON")
         if env_py:
             candidates.append(Path(env_py))
         for root in _search_roots(variant):
-            candidates.append(root / ".engines" / self.name / "bin" / "python")
+            candidates.append(root / ".engines" / home / "bin" / "python")
         for py in candidates:
             if py.exists():
                 install = EngineInstall(python=py)

@@ -36,6 +36,7 @@ from ceiling.envcheck.requirements import pip_cmd
 PROBE = Path(__file__).parent / "data" / "probe_env.py"
 _RULES = Path(__file__).parent / "data" / "load_errors.yaml"
 _LOADER_VARS = ("LD_LIBRARY_PATH", "LD_PRELOAD")
+LOAD_FORMAT = 2  # raise when the choice of binaries or the retry rule changes
 # the dynamic loader's own refusals do not depend on what else the process loaded: not retried
 _LOADER_FAILURE = re.compile(
     r"undefined symbol|cannot open shared object file|version `\S+' not found"
@@ -61,6 +62,9 @@ def candidates(inv: Inventory) -> list[tuple[str, str, str]]:
 
 def _cache_key(python: str, items: list[tuple[str, str, str]], inv: Inventory) -> str:
     h = hashlib.sha256(os.path.realpath(python).encode())
+    # how binaries are loaded is part of the result: a changed probe or loading rule reloads
+    h.update(PROBE.read_bytes())
+    h.update(f"load-format-{LOAD_FORMAT}".encode())
     torch_file = (inv.torch or {}).get("path")
     for path in sorted([p for _, _, p in items] + ([torch_file] if torch_file else [])):
         try:
