@@ -32,9 +32,9 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     import torch
-    from env_helpers import build_broken_env
 
     from ceiling.envcheck.check import check_environment
+    from env_helpers import build_broken_env
 
     root = Path(tempfile.mkdtemp(prefix="env-bench-"))
     t0 = time.monotonic()
