@@ -33,8 +33,14 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def report(broken: Path, tmp_path_factory: pytest.TempPathFactory):
-    os.environ["CEILING_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the module: the broken venv's binaries are loaded (torch imported) once."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def report(broken: Path, cache: Path):
+    os.environ["CEILING_CACHE_DIR"] = str(cache)
     try:
         t0 = time.monotonic()
         rep = check_environment(str(broken))
@@ -111,14 +117,18 @@ def test_second_run_uses_the_cache_and_a_changed_binary_is_loaded_again(broken, 
         assert not first.binaries_cached and again.binaries_cached
         assert [p.kind for p in again.problems] == [p.kind for p in first.problems]
         so = next((broken.parents[1] / "lib").glob("python*/site-packages/cuda_kernels/_ops*.so"))
+        before = so.stat()
         os.utime(so)  # an install would change it: the cache key follows size and mtime
-        third = check_environment(str(broken))
+        try:
+            third = check_environment(str(broken))
+        finally:
+            os.utime(so, ns=(before.st_atime_ns, before.st_mtime_ns))
         assert not third.binaries_cached
     finally:
         del os.environ["CEILING_CACHE_DIR"]
 
 
-def test_cli_json_exit_code_and_low_open_file_limit(broken, tmp_path):
+def test_cli_json_exit_code_and_low_open_file_limit(broken, report, cache):
     def low_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 4096))
 
@@ -127,13 +137,16 @@ def test_cli_json_exit_code_and_low_open_file_limit(broken, tmp_path):
         capture_output=True,
         text=True,
         preexec_fn=low_limit,
-        env={**os.environ, "CEILING_CACHE_DIR": str(tmp_path)},
+        env={**os.environ, "CEILING_CACHE_DIR": str(cache)},
         check=False,
         timeout=300,
     )
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)
     assert data["ok"] is False and data["schema_version"] == 1
+    assert data["binaries_cached"] is True  # the report fixture loaded them into this cache
+    env_kinds = {p.kind for p in report.problems if not p.kind.startswith("nofile")}
+    assert {p["kind"] for p in data["problems"]} >= env_kinds
     [nofile] = [p for p in data["problems"] if p["kind"] == "nofile_low"]
     assert nofile["level"] == "warning" and "soft=1024 hard=4096" in nofile["evidence"][0]
     assert "LimitNOFILE=65536" in nofile["fix"]

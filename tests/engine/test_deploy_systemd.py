@@ -44,7 +44,7 @@ def test_unit_comes_up_ready_logs_to_the_journal_and_restarts_after_kill(
     checks = {c.tool: c for c in validate_plan(plan)}
     unit_check = checks["systemd-analyze verify"]
     assert unit_check.status == "passed", unit_check.output
-    url = plan.url + plan.health_paths[0]
+    url = plan.url + "/v1/models"
     with NestedSystemd(Path(plan.unit.path), tmp_path) as sd:
         # "active" only after ExecStartPost (ceiling ready) saw the health endpoints answer
         first = sd.wait_for({"ActiveState": "active", "SubState": "running"}, timeout=180)

@@ -185,7 +185,10 @@ def test_bench_single_stream_counts_64_tokens_from_chunks(llamacpp_server, tmp_p
         assert rec.chunks == 64  # one token per chunk (ASCII-only vocabulary)
         assert rec.usage_tokens == (64 if source == "usage" else None)
         assert rec.finish_reason == "length" and not rec.short
-        assert rec.tpot_ms is not None and rec.tpot_ms > 0
+        assert rec.tpot_ms is not None
+    # llama-server decodes the tiny model in ~0.2 ms a token: when the 2-core machine is busy the
+    # client can read a whole 64-token stream at once (TPOT 0), but not every request of a run
+    assert any(rec.tpot_ms > 0 for rec in res.requests)
     assert res.total_output_tokens == 3 * 64
     # without a usage chunk the count comes from chunks, and the result says so
     assert any("no usage chunk" in w for w in res.warnings) == (source == "chunks")
