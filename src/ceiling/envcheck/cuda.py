@@ -212,11 +212,11 @@ def check_binaries(
             )
         if not caps:
             continue
-        archs = fatbin_archs(path)
-        if archs is None or archs.empty:
+        compiled = fatbin_archs(path)
+        if compiled is None or compiled.empty:
             continue
         for cap in caps:
-            ok, how = runs_on(archs, cap)
+            ok, how = runs_on(compiled, cap)
             if not ok:
                 version = versions.get(dist, "")
                 problems.append(
@@ -229,7 +229,7 @@ def check_binaries(
                             f'capability {cap // 10}.{cap % 10}: {how} ("no kernel image is '
                             'available for execution on the device")'
                         ),
-                        evidence=[f"{path}: .nv_fatbin holds {archs.label()}"],
+                        evidence=[f"{path}: .nv_fatbin holds {compiled.label()}"],
                         fix=(
                             f'rebuild it for this GPU: TORCH_CUDA_ARCH_LIST="{cap // 10}.{cap % 10}" '
                             + pip_cmd(
@@ -248,7 +248,8 @@ def check_binaries(
 
 
 def _from_flags(flags: list[str]) -> ArchList:
-    sm, ptx = [], []
+    sm: list[int] = []
+    ptx: list[int] = []
     for f in flags:
         m = re.fullmatch(r"(sm|compute)_(\d+)a?", f)
         if m:

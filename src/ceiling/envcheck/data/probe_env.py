@@ -176,6 +176,8 @@ def load(items: list[str]) -> None:
             if name:
                 loader = importlib.machinery.ExtensionFileLoader(name, path)
                 spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+                if spec is None:
+                    raise ImportError(f"no module spec for {path}")
                 module = importlib.util.module_from_spec(spec)  # runs PyInit_*
                 sys.modules.setdefault(name, module)
             else:
