@@ -15,7 +15,7 @@ import pytest
 
 from ceiling.deploy.command import validate_plan, write_plan
 from ceiling.deploy.render import build_plan
-from ceiling.run.launcher import free_port
+from ceiling.run.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from systemd_ns import NestedSystemd, available

@@ -8,7 +8,7 @@ import time
 import urllib.error
 import urllib.request
 
-from ceiling.errors import CeilingError
+from ceiling.errors import EXIT_ENGINE, EXIT_SERVER, CeilingError
 
 # our own server: never through an HTTP(S)_PROXY from the environment
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -46,13 +46,13 @@ def wait_ready(
             raise CeilingError(
                 f"the server process {pid} exited before {base} was ready",
                 fix="read its log (journalctl -u UNIT)",
-                exit_code=3,
+                exit_code=EXIT_ENGINE,
             )
         if time.monotonic() - t0 > timeout_s:
             raise CeilingError(
                 f"{base} not ready after {timeout_s:.0f} s ({', '.join(paths)})",
                 fix="raise --timeout (large models load for many minutes) or read the log",
-                exit_code=3,
+                exit_code=EXIT_SERVER,
             )
         time.sleep(interval_s)
 

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from ceiling.engines.variant import Variant
 
 SCHEMA_VERSION = 1
-SECRET_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 
 
 class DeployFile(BaseModel):
@@ -66,7 +65,9 @@ class DeployPlan(BaseModel):
 
 
 def _secret(name: str) -> bool:
-    return any(h in name.upper().replace("-", "_") for h in SECRET_HINTS)
+    from ceiling.redact import is_secret_name  # the one rule of what a secret name is
+
+    return is_secret_name(name)
 
 
 def service_name(variant: Variant) -> str:
@@ -135,7 +136,8 @@ def build_plan(
                 f"{variant.name}: {name} carries a secret on the command line; a unit or compose "
                 "file would hold it in clear",
                 fix=f"remove {name} from the variant and give the engine its key through the "
-                "environment (e.g. VLLM_API_KEY), which deploy puts in the env file",
+                f"environment ({' / '.join(engine.api_key_env) or 'its key variable'}) in the env "
+                "file deploy references",
             )
     service = service_name(variant)
     out_dir = out_dir.resolve()
