@@ -18,7 +18,14 @@ def deploy_cmd(
     no_validate: bool = typer.Option(False, "--no-validate", help="Skip the validators."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
-    """Write a variant as a systemd unit and a Docker Compose service, validated."""
+    """Write a variant as a systemd unit and a Docker Compose service, validated.
+
+    \b
+    Example:
+      ceiling deploy ceiling-out/sweep/winner.yaml --dry-run
+
+    Secrets are referenced (EnvironmentFile= / env_file:), never written.
+    """
     from ceiling.deploy.command import run_deploy
 
     raise typer.Exit(
@@ -43,7 +50,12 @@ def ready_cmd(
     pid: int = typer.Option(None, "--pid", help="Give up when this process (the server) exits."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Wait until a server's health endpoints answer 200 (a unit's readiness check)."""
+    """Wait until a server's health endpoints answer 200 (a unit's readiness check).
+
+    \b
+    Example:
+      ceiling ready --url http://127.0.0.1:8000 --path /health --timeout 600
+    """
     from ceiling.deploy.ready import run_ready
 
     raise typer.Exit(run_ready(url, path or [], timeout, pid, json_out))

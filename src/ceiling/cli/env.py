@@ -19,7 +19,14 @@ def env_cmd(
     refresh: bool = typer.Option(False, "--refresh", help="Load every binary again (no cache)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Check an environment: requirements, binaries vs torch, driver/CUDA/arch, NCCL, shm, limits."""
+    """Check an environment: requirements, binaries vs torch, driver/CUDA/arch, NCCL, shm, limits.
+
+    \b
+    Example:
+      ceiling env --python .engines/vllm/bin/python --tp 8
+
+    Every problem comes with its evidence and the exact fix; exit code 1 when one is an error.
+    """
     from ceiling.envcheck.check import run_env
 
     raise typer.Exit(

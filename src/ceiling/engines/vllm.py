@@ -57,8 +57,7 @@ sys.exit(main())
 """
 
 _CPU_WHY = (
-    "vLLM's CPU build runs without it; its CUDA build breaks `import vllm` beside a CPU torch "
-    "(scripts/install-vllm-cpu.sh removes it)"
+    "its CUDA build breaks `import vllm` beside a CPU torch; vLLM's CPU build runs without it"
 )
 _SHARDS = re.compile(
     r"Loading (?:safetensors|pt|\w+) checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)"
