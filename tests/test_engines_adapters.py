@@ -27,8 +27,10 @@ def variant(engine: str, *args: str, **kw) -> Variant:
 
 
 def test_lookup_and_aliases():
-    assert engine_names() == ["llamacpp", "sglang", "vllm"]
-    assert get_engine("llama.cpp").name == "llamacpp"
+    assert engine_names() == ["llamacpp", "llamacpp-python", "sglang", "vllm"]
+    assert get_engine("llama.cpp").name == "llamacpp"  # llama-server, the default flavour
+    assert get_engine("llama-server").name == "llamacpp"
+    assert get_engine("llama-cpp-python").name == "llamacpp-python"
     assert get_engine("VLLM").name == "vllm"
     with pytest.raises(CeilingError) as err:
         get_engine("tgi")
@@ -93,9 +95,15 @@ def test_sglang_and_llamacpp_commands(tmp_path):
         "/models/m",
     ]
     assert s.argv[-2:] == ["--tp-size", "8"] and "30001" in s.argv
-    ll = get_engine("llamacpp").launch_command(variant("llamacpp", "--n_ctx", "512"), install, 8081)
+    ll = get_engine("llamacpp-python").launch_command(
+        variant("llamacpp-python", "--n_ctx", "512"), install, 8081
+    )
     assert ll.argv[:5] == ["/env/bin/python", "-m", "llama_cpp.server", "--model", "/models/m"]
     assert ll.argv[ll.argv.index("--model_alias") + 1] == "m"
+    server = EngineInstall(python=None, command=["/opt/llama-server"])
+    ls = get_engine("llamacpp").launch_command(variant("llamacpp", "-c", "512"), server, 8082)
+    assert ls.argv[:3] == ["/opt/llama-server", "--model", "/models/m"]
+    assert ls.argv[ls.argv.index("--alias") + 1] == "m" and ls.argv[-2:] == ["-c", "512"]
 
 
 @pytest.mark.parametrize(
@@ -126,10 +134,16 @@ def test_sglang_and_llamacpp_commands(tmp_path):
         ("sglang", "[2026-05-12 11:08:47 TP0] Capture cuda graph begin.", "capturing CUDA graphs"),
         ("sglang", "[2026-05-12 11:09:40] The server is fired up and ready to roll!", "ready"),
         (
-            "llamacpp",
+            "llamacpp-python",
             "llama_model_loader: loaded meta data with 20 key-value pairs",
             "reading the GGUF file",
         ),
+        (
+            "llamacpp",
+            "0.00.015.125 I llama_model_loader: loaded meta data with 24 key-value pairs",
+            "reading the GGUF file",
+        ),
+        ("llamacpp", "0.00.099.310 I srv  llama_server: listening on http://127.0.0.1:1", "ready"),
     ],
 )
 def test_phases(engine, line, phase):

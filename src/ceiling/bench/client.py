@@ -210,13 +210,23 @@ class Client:
         return str(ids[0])
 
     async def tokenize(self, model: str, text: str) -> int | None:
-        """Token count of ``text`` from the server's ``/tokenize`` (vLLM, SGLang), or None."""
+        """Token count of ``text`` from the server's ``/tokenize``, or None. vLLM and SGLang
+        read ``prompt``; llama-server reads ``content`` (and answers ``{"tokens": []}`` to a
+        body without it), so an empty answer is asked again in its form."""
+        for body in (
+            {"model": model, "prompt": text, "add_special_tokens": False},
+            {"content": text, "add_special": False},
+        ):
+            n = await self._tokenize(body)
+            if n:
+                return n
+        return None
+
+    async def _tokenize(self, payload: dict[str, Any]) -> int | None:
         try:
             tmo = aiohttp.ClientTimeout(total=10, connect=CONNECT_TIMEOUT_S)
             async with self.session.post(
-                self.base + "/tokenize",
-                json={"model": model, "prompt": text, "add_special_tokens": False},
-                timeout=tmo,
+                self.base + "/tokenize", json=payload, timeout=tmo
             ) as resp:
                 if resp.status != 200:
                     return None
@@ -245,8 +255,16 @@ class Client:
         """POST a streaming request and record arrival times of every SSE event.
 
         Never raises for server-side failures: they land in ``error_kind`` (``http_4xx``,
-        ``http_5xx``, ``timeout``, ``connection``) so that the run goes on.
+        ``http_5xx``, ``timeout``, ``connection``) so that the run goes on. A request that
+        failed to be WRITTEN (no status, no byte back) is sent once more: the pooled keep-alive
+        connection was closed by the server (llama-server closes it after each stream).
         """
+        raw = await self._stream_once(path, body)
+        if raw.error_kind == "connection" and not raw.status and not raw.t_first_byte_ns:
+            raw = await self._stream_once(path, body)
+        return raw
+
+    async def _stream_once(self, path: str, body: bytes) -> RawStream:
         raw = RawStream()
         splitter = SSESplitter()
         events = raw.events

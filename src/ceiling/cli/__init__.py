@@ -29,7 +29,7 @@ app = typer.Typer(
 )
 
 # Command groups, in the order --help lists them. Each module exposes ``register(app)``.
-_GROUPS = ("predict", "bench", "engines", "probe", "doctor")
+_GROUPS = ("predict", "bench", "engines", "probe", "doctor", "env", "deploy")
 
 
 _registered: list[str] = []

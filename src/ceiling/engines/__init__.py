@@ -18,9 +18,18 @@ if TYPE_CHECKING:
 _ADAPTERS = {
     "vllm": ("ceiling.engines.vllm", "VllmEngine"),
     "sglang": ("ceiling.engines.sglang", "SglangEngine"),
-    "llamacpp": ("ceiling.engines.llamacpp", "LlamaCppEngine"),
+    # llama.cpp: the real llama-server binary (default), llama-cpp-python's server (second)
+    "llamacpp": ("ceiling.engines.llamacpp_server", "LlamaServerEngine"),
+    "llamacpp-python": ("ceiling.engines.llamacpp", "LlamaCppEngine"),
 }
-_ALIASES = {"llama.cpp": "llamacpp", "llama-cpp": "llamacpp", "llama_cpp": "llamacpp"}
+_ALIASES = {
+    "llama.cpp": "llamacpp",
+    "llama-cpp": "llamacpp",
+    "llama_cpp": "llamacpp",
+    "llama-server": "llamacpp",
+    "llama-cpp-python": "llamacpp-python",
+    "llama_cpp_python": "llamacpp-python",
+}
 
 
 def engine_names() -> list[str]:
@@ -29,7 +38,8 @@ def engine_names() -> list[str]:
 
 
 def get_engine(name: str) -> Engine:
-    """The adapter for ``name`` (``vllm``, ``sglang``, ``llamacpp``); CeilingError if unknown."""
+    """The adapter for ``name`` (``vllm``, ``sglang``, ``llamacpp``, ``llamacpp-python``);
+    CeilingError if unknown."""
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in _ADAPTERS:
         raise CeilingError(

@@ -105,6 +105,7 @@ class Engine:
     default_port: int = 8000
     env_prefixes: tuple[str, ...] = ()
     dist_names: tuple[str, ...] = ()
+    install_dir: str = ""  # the environment under .engines/ (default: ``name``)
     # the server: ``python -m <server_module> <model_flag> MODEL [<served_name_flag> NAME]``
     server_module: str = ""
     model_flag: str = ""  # empty: the model is a positional argument
@@ -145,6 +146,19 @@ class Engine:
                 return merged[name]
         return None
 
+    # ``ceiling env``/``deploy``: the flags that set tensor parallelism (first value wins), and
+    # requirements of the engine that are absent ON PURPOSE in an environment whose torch
+    # version carries ``intended_absent_when`` (e.g. "+cpu"): dist -> why
+    tp_flags: tuple[str, ...] = ()
+    intended_absent: ClassVar[dict[str, str]] = {}
+    intended_absent_when: str = ""
+    # ``ceiling deploy``'s Compose service: the engine's published image ({version} filled in;
+    # empty: none known, the user names one), what runs the server in it, and the tool its
+    # healthcheck calls (python3 or curl)
+    container_image: str = ""
+    container_entrypoint: tuple[str, ...] = ()
+    container_health_tool: str = "python3"
+
     # ---- install -------------------------------------------------------------------------
     def locate(self, variant: Variant) -> EngineInstall:
         """Find the engine for ``variant``: its ``python``/``command``, else ``.engines/<name>``."""
@@ -160,11 +174,12 @@ class Engine:
         candidates: list[Path] = []
         if variant.python:
             candidates.append(Path(variant.python).expanduser())
-        env_py = os.environ.get(f"CEILING_{self.name.upper()}_PYTHON")
+        home = self.install_dir or self.name
+        env_py = os.environ.get(f"CEILING_{home.upper().replace('-', '_')}_PYTHON")
         if env_py:
             candidates.append(Path(env_py))
         for root in _search_roots(variant):
-            candidates.append(root / ".engines" / self.name / "bin" / "python")
+            candidates.append(root / ".engines" / home / "bin" / "python")
         for py in candidates:
             if py.exists():
                 install = EngineInstall(python=py)
@@ -277,6 +292,31 @@ class Engine:
     def renamed_config_keys(self) -> dict[str, dict[str, Any]]:
         """Renamed keys inside JSON-valued flags (e.g. compilation config ``level`` -> ``mode``)."""
         return load_data(f"{self.name}_removed_flags.yaml").get("config_keys", {})
+
+    # ---- environment (ceiling env / deploy) -------------------------------------------------
+    def tensor_parallel(self, variant: Variant) -> int:
+        """The tensor-parallel size the variant asks for (1 when it sets none)."""
+        args = variant.argv()
+        for i, tok in enumerate(args):
+            for flag in self.tp_flags:
+                if tok == flag and i + 1 < len(args) and args[i + 1].isdigit():
+                    return int(args[i + 1])
+                if tok.startswith(flag + "=") and tok.split("=", 1)[1].isdigit():
+                    return int(tok.split("=", 1)[1])
+        return 1
+
+    def image_for(self, install: EngineInstall) -> str | None:
+        """The published container image of this install's version (None: none known)."""
+        if not self.container_image:
+            return None
+        version = (install.version or "latest").split("+")[0]
+        return self.container_image.format(version=version)
+
+    def env_waivers(self, torch_version: str | None) -> dict[str, str]:
+        """Requirements this engine's install leaves out on purpose, for this torch build."""
+        if self.intended_absent and torch_version and self.intended_absent_when in torch_version:
+            return dict(self.intended_absent)
+        return {}
 
     # ---- logs ----------------------------------------------------------------------------
     def phase_of(self, line: str) -> str | None:

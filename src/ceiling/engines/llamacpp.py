@@ -1,4 +1,7 @@
-"""llama.cpp adapter, through llama-cpp-python's OpenAI server (``python -m llama_cpp.server``).
+"""llama.cpp's second flavour, engine ``llamacpp-python``: llama-cpp-python's OpenAI server
+(``python -m llama_cpp.server``). The default flavour, engine ``llamacpp``, is the real
+``llama-server`` binary (llamacpp_server.py), which shares this module's log grammar for
+llama.cpp's own loader lines.
 
 Measured with llama-cpp-python 0.3.36 (scripts/install-llamacpp.sh) serving the tiny GGUF
 (src/ceiling/demo/tiny_gguf.py); see docs/engines.md.
@@ -94,7 +97,7 @@ _ERROR = re.compile(
 class LlamaCppEngine(Engine):
     """llama-cpp-python's server (``llama_cpp.server``)."""
 
-    name = "llamacpp"
+    name = "llamacpp-python"
     display_name = "llama-cpp-python"
     finding_fixes = {  # noqa: RUF012 (class data, read only)
         "kv-capacity": "more context: raise --n_ctx (the server runs one request at a time: "
@@ -105,6 +108,7 @@ class LlamaCppEngine(Engine):
     default_port = 8080
     env_prefixes = ()
     dist_names = ("llama_cpp_python",)
+    install_dir = "llamacpp"  # beside llama-server (scripts/install-llamacpp.sh)
     server_module = "llama_cpp.server"
     model_flag = "--model"
     served_name_flag = "--model_alias"
@@ -117,9 +121,9 @@ class LlamaCppEngine(Engine):
 
     def install_hint(self) -> str:
         return (
-            "install it with `bash scripts/install-llamacpp.sh` (compiles llama.cpp, ~9 min) into "
-            ".engines/llamacpp, or point `python:` in the variant at an environment that has "
-            "`llama-cpp-python[server]`"
+            "install it with `bash scripts/install-llamacpp.sh` (builds llama.cpp once for both "
+            "flavours, ~10 min) into .engines/llamacpp, or point `python:` in the variant at an "
+            "environment that has `llama-cpp-python[server]`"
         )
 
     def parse_log(self, lines: list[str], facts: EngineFacts) -> None:

@@ -57,6 +57,7 @@ class PreflightReport(BaseModel):
     env_checked: int = 0
     problems: list[Problem] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    environment: dict[str, Any] | None = None  # `ceiling env`'s report of the engine's Python
     elapsed_s: float = 0.0
 
     @property
@@ -77,8 +78,9 @@ class PreflightReport(BaseModel):
         return data
 
 
-def preflight(variant: Variant, refresh: bool = False) -> PreflightReport:
-    """Check ``variant``'s model path, flags and environment against the installed engine."""
+def preflight(variant: Variant, refresh: bool = False, env_check: bool = True) -> PreflightReport:
+    """Check ``variant``'s model path, flags and environment against the installed engine, and
+    (``env_check``) the engine's Python environment and this host (``ceiling env``)."""
     t0 = time.monotonic()
     engine = get_engine(variant.engine)
     report = PreflightReport(variant=variant.name, engine=engine.name)
@@ -104,6 +106,12 @@ def preflight(variant: Variant, refresh: bool = False) -> PreflightReport:
     report.flags_checked = len(variant.args)
     report.problems.extend(check_env(variant.env, table, engine))
     report.env_checked = len(variant.env)
+    if env_check and install.python is not None:  # `ceiling env` of the engine's Python
+        from ceiling.envcheck.check import check_for_preflight
+
+        tp = engine.tensor_parallel(variant)
+        report.environment, found = check_for_preflight(str(install.python), tp, variant.env)
+        report.problems.extend(Problem.model_validate(f) for f in found)
     report.elapsed_s = round(time.monotonic() - t0, 3)
     return report
 

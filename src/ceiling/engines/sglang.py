@@ -54,6 +54,9 @@ class SglangEngine(Engine):
     default_port = 30000
     env_prefixes = ("SGLANG_",)
     dist_names = ("sglang",)
+    tp_flags = ("--tp-size", "--tensor-parallel-size")
+    container_image = "lmsysorg/sglang:v{version}"
+    container_entrypoint = ("python3", "-m", "sglang.launch_server")
     server_module = "sglang.launch_server"
     model_flag = "--model-path"
     flags_module = "sglang.srt.server_args"

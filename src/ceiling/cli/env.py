@@ -1,0 +1,39 @@
+"""CLI command ``env`` (thin: parse options, call the library, print)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def env_cmd(
+    python: str = typer.Option(
+        None, "--python", help="Interpreter of the environment to check (default: this one)."
+    ),
+    engine: str = typer.Option(
+        None, "--engine", help="Check this engine's environment (as launch finds it)."
+    ),
+    tp: int = typer.Option(1, "--tp", help="Planned tensor-parallel size (sizes /dev/shm)."),
+    shm_root: Path = typer.Option(Path("/dev/shm"), "--shm-root", help="Shared-memory mount."),
+    refresh: bool = typer.Option(False, "--refresh", help="Load every binary again (no cache)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Check an environment: requirements, binaries vs torch, driver/CUDA/arch, NCCL, shm, limits.
+
+    \b
+    Example:
+      ceiling env --python .engines/vllm/bin/python --tp 8
+
+    Every problem comes with its evidence and the exact fix; exit code 1 when one is an error.
+    """
+    from ceiling.envcheck.check import run_env
+
+    raise typer.Exit(
+        run_env(python, tp=tp, shm_root=shm_root, refresh=refresh, json_out=json_out, engine=engine)
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add this group's commands to the app."""
+    app.command("env")(env_cmd)

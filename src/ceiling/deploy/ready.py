@@ -1,0 +1,68 @@
+"""``ceiling ready``: wait until a server's health endpoints answer 200 (a unit's
+``ExecStartPost``: the service is "activating" until then, and ``systemctl start`` waits)."""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.error
+import urllib.request
+
+from ceiling.errors import EXIT_ENGINE, EXIT_SERVER, CeilingError
+
+# our own server: never through an HTTP(S)_PROXY from the environment
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _ok(url: str) -> bool:
+    try:
+        with _NO_PROXY.open(url, timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_ready(
+    url: str, paths: list[str], timeout_s: float, pid: int | None = None, interval_s: float = 0.5
+) -> float:
+    """Seconds until every ``url + path`` answered 200; CeilingError on timeout or when ``pid``
+    (the server's main process) is gone first."""
+    t0 = time.monotonic()
+    base = url.rstrip("/")
+    while True:
+        if all(_ok(base + p) for p in paths):
+            return time.monotonic() - t0
+        if pid is not None and not _alive(pid):
+            raise CeilingError(
+                f"the server process {pid} exited before {base} was ready",
+                fix="read its log (journalctl -u UNIT)",
+                exit_code=EXIT_ENGINE,
+            )
+        if time.monotonic() - t0 > timeout_s:
+            raise CeilingError(
+                f"{base} not ready after {timeout_s:.0f} s ({', '.join(paths)})",
+                fix="raise --timeout (large models load for many minutes) or read the log",
+                exit_code=EXIT_SERVER,
+            )
+        time.sleep(interval_s)
+
+
+def run_ready(url: str, paths: list[str], timeout_s: float, pid: int | None, json_out: bool) -> int:
+    from ceiling.console import emit_json, out
+
+    took = wait_ready(url, paths or ["/health"], timeout_s, pid)
+    if json_out:
+        emit_json({"url": url, "paths": paths, "ready_s": round(took, 2)})
+    else:
+        out().print(f"ready: {url} ({', '.join(paths)}) after {took:.1f} s")
+    return 0

@@ -1,0 +1,261 @@
+"""llama.cpp's default flavour, engine ``llamacpp``: the real ``llama-server`` binary.
+
+Built by scripts/install-llamacpp.sh from the llama.cpp source llama-cpp-python vendors (one
+compile for both flavours) and found as ``.engines/llamacpp/bin/llama-server``, the variant's
+``command:``, ``$CEILING_LLAMACPP_SERVER`` or ``llama-server`` on PATH. Measured with the build of
+llama-cpp-python 0.3.36's llama.cpp serving the tiny GGUF; see docs/engines.md.
+
+- Command: ``llama-server --model FILE.gguf --alias NAME --host H --port P`` plus the
+  variant's flags (``--ctx-size 512``).
+- Flags: llama.cpp's own C++ parser (common/arg.cpp) has no Python to import: the table is read
+  from ``llama-server --help`` (``parse_server_help``): each option line lists its spellings
+  (``-c,    --ctx-size N``), a value hint, and its help, which ends with ``(env: LLAMA_ARG_...)``
+  when an environment variable sets it too. Spellings are exact: ``--ctx_size`` is an error.
+- Readiness: ``/health`` answers 503 while the model loads, then 200; plus ``/v1/models``.
+- Start-up log: the same llama.cpp loader lines as the Python flavour (``llama_model_loader:``,
+  ``print_info:``, ``load_tensors:``, ``llama_context:``, ...; parsed by llamacpp.py), then the
+  server's own: ``srv  load_model: ...``, ``main: model loaded``, ``... listening on http://...``;
+  ``n_slots`` (parallel sequences) is its concurrency.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ceiling.engines.base import (
+    EngineInstall,
+    FlagSpec,
+    FlagTable,
+    _search_roots,
+    quiet_env,
+)
+from ceiling.engines.llamacpp import LlamaCppEngine
+from ceiling.errors import CeilingError
+
+if TYPE_CHECKING:
+    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.engines.variant import Variant
+
+_OPTION_LINE = re.compile(r"^(-{1,2}[A-Za-z0-9][^\s,]*)")
+_ENV = re.compile(r"\(env: ([A-Z0-9_]+)\)")
+# ``version: 0.5.0-dev (build 1, commit 0c1e570)``; older builds: ``version: 4589 (4f0c5d1)``
+_VERSION = re.compile(r"version: (?:(\S+) \(build (\d+), commit (\w+)\)|(\d+) \((\w+)\))")
+# every line of llama-server's log: ``0.00.015.125 I `` (time since start, level) before the
+# message; llama.cpp's loader lines then read as in llama-cpp-python's log
+_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ [IWEDT] ")
+_BUFFER = re.compile(r"^load_tensors:\s+(\S+) model buffer size")
+_SERVER_PHASES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"llama_server: listening on "), "ready"),
+    (
+        re.compile(r"llama_server: model loaded|load_model: initializing, n_slots"),
+        "starting the HTTP server",
+    ),
+    (re.compile(r"load_model: loading model"), "reading the GGUF file"),
+]
+_SERVER_FACTS: list[tuple[str, re.Pattern[str]]] = [
+    ("n_slots", re.compile(r"load_model: initializing, n_slots = (\d+), n_ctx_slot = (\d+)")),
+    ("listening", re.compile(r"llama_server: listening on (\S+)")),
+    ("build", re.compile(r"common_params_print_info: build (\d+) \((\w+)\)")),
+]
+
+
+def parse_server_help(text: str) -> tuple[list[FlagSpec], list[str]]:
+    """Flags and environment variables from ``llama-server --help`` (llama.cpp's
+    ``common_arg::to_string``: spellings and value hint in the first 40 columns, help after)."""
+    specs: list[FlagSpec] = []
+    envs: list[str] = []
+    current: dict[str, object] | None = None
+    for line in text.splitlines():
+        if _OPTION_LINE.match(line):
+            # spellings + hint fill the first 40 columns, help follows; a longer head takes
+            # the whole line and its help starts on the next one
+            short = len(line) > 40 and line[38:40] == "  "
+            head, help_text = (line[:40], line[40:]) if short else (line, "")
+            if current:
+                specs.append(_spec(current))
+            current = {"head": head.rstrip(), "help": help_text.strip()}
+        elif current is not None and line.startswith(" " * 40):
+            current["help"] = f"{current['help']} {line.strip()}"
+        elif current is not None and not line.strip():
+            specs.append(_spec(current))
+            current = None
+    if current:
+        specs.append(_spec(current))
+    for s in specs:
+        m = _ENV.search(s.help)
+        if m:
+            envs.append(m.group(1))
+    return specs, envs
+
+
+def _spec(entry: dict[str, object]) -> FlagSpec:
+    head = str(entry["head"])
+    help_text = str(entry["help"])
+    options: list[str] = []
+    rest = head
+    while True:
+        m = re.match(r"\s*(-{1,2}[A-Za-z0-9][\w.-]*)\s*(,\s*)?", rest)
+        if not m:
+            break
+        options.append(m.group(1))
+        rest = rest[m.end() :]
+        if not m.group(2):
+            break
+    hint = rest.strip()
+    cm = (
+        re.fullmatch(r"[\[{<]([\w.-]+(?:[|,][\w.-]+)+)[\]}>]", hint.split(" ")[0]) if hint else None
+    )
+    choices = re.split(r"[|,]", cm.group(1)) if cm else None
+    negated = any(o.startswith("--no-") for o in options)
+    if "--help" in options:
+        kind, nargs = "help", 0
+    elif not hint:
+        kind, nargs = ("bool_optional" if negated else "flag"), 0
+    else:
+        kind, nargs = "value", None
+    return FlagSpec(
+        options=options,
+        dest=(next((o for o in options if o.startswith("--")), options[0]))
+        .lstrip("-")
+        .replace("-", "_"),
+        kind=kind,
+        nargs=nargs,
+        choices=choices,
+        type="int" if hint in ("N", "N N") and kind == "value" else None,
+        deprecated="deprecated" in help_text.lower(),
+        help=help_text,
+    )
+
+
+class LlamaServerEngine(LlamaCppEngine):
+    """llama.cpp's ``llama-server``."""
+
+    name = "llamacpp"
+    display_name = "llama-server"
+    finding_fixes = {  # noqa: RUF012 (class data, read only)
+        "kv-capacity": "more context: raise --ctx-size (it is shared by --parallel slots: "
+        "each request gets ctx-size / parallel)",
+    }
+    ready_line = "llama_server: listening on "
+    health_paths = ("/health", "/v1/models")
+    default_port = 8080
+    env_prefixes = ("LLAMA_ARG_",)
+    api_key_env = ("LLAMA_API_KEY",)  # `--help`: --api-key KEY ... (env: LLAMA_API_KEY)
+    dist_names = ()
+    server_module = ""
+    model_flag = "--model"
+    served_name_flag = "--alias"
+    flags_module = "llama-server --help"
+    # llama.cpp's parser reads `_` as `-` (`--ctx_size` is --ctx-size; its own error message
+    # for an unknown `--no_such_flag` says `--no-such-flag`)
+    dash_underscore_alias = True
+    container_image = "ghcr.io/ggml-org/llama.cpp:server"
+    container_entrypoint = ("/app/llama-server",)
+    container_health_tool = "curl"
+    log_marker = re.compile(r"^\d+\.\d+\.\d+\.\d+ [IWEDT] (srv|cmn|slot) ", re.M)
+    log_claim_rank = 40  # before llamacpp-python: both print llama.cpp's loader lines
+
+    def install_hint(self) -> str:
+        return (
+            "install it with `bash scripts/install-llamacpp.sh` (builds llama-server, ~10 min) "
+            "into .engines/llamacpp, or set `command: [/path/to/llama-server]` in the variant"
+        )
+
+    def image_for(self, install: EngineInstall) -> str | None:
+        return self.container_image
+
+    def locate(self, variant: Variant) -> EngineInstall:
+        """The variant's ``command``, ``$CEILING_LLAMACPP_SERVER``, ``.engines/llamacpp/bin/
+        llama-server`` (cwd, its parents, the checkout), or ``llama-server`` on PATH."""
+        candidates: list[Path] = []
+        if variant.command:
+            install = super(LlamaCppEngine, self).locate(variant)
+            install.version = _version(install.command[0]) if install.command else None
+            return install
+        env = os.environ.get("CEILING_LLAMACPP_SERVER")
+        if env:
+            candidates.append(Path(env))
+        candidates += [
+            r / ".engines" / "llamacpp" / "bin" / "llama-server" for r in _search_roots(variant)
+        ]
+        on_path = shutil.which("llama-server")
+        if on_path:
+            candidates.append(Path(on_path))
+        for exe in candidates:
+            if exe.exists() and os.access(exe, os.X_OK):
+                version = _version(str(exe))
+                if version is not None:
+                    return EngineInstall(
+                        python=None, command=[str(exe)], version=version, dist="llama-server"
+                    )
+        tried = ", ".join(str(c) for c in candidates[:3]) or "nothing"
+        raise CeilingError(
+            f"llama-server is not installed (looked for {tried})", fix=self.install_hint()
+        )
+
+    def dump_flags(self, install: EngineInstall) -> FlagTable:
+        """``llama-server --help``, parsed (llama.cpp's parser is C++: nothing to import)."""
+        assert install.command is not None
+        proc = subprocess.run(
+            [*install.command, "--help"], capture_output=True, text=True, timeout=120,
+            check=False, env=quiet_env(),
+        )  # fmt: skip
+        actions, env = parse_server_help(proc.stdout + proc.stderr)
+        if proc.returncode != 0 or len(actions) < 20:
+            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise CeilingError(
+                f"could not read llama-server's flags from `{install.command[0]} --help`: {tail}",
+                fix="check that the binary runs (`llama-server --version`)",
+            )
+        return FlagTable(
+            engine=self.name, version=install.version or "unknown", source="help",
+            actions=actions, env=env,
+        )  # fmt: skip
+
+    def phase_of(self, line: str) -> str | None:
+        for pattern, phase in _SERVER_PHASES:
+            if pattern.search(line):
+                return phase
+        return super().phase_of(_PREFIX.sub("", line))
+
+    def parse_log(self, lines: list[str], facts: EngineFacts) -> None:
+        """llama.cpp's loader lines (llamacpp.py, after the time/level prefix) + the server's."""
+        plain = [_PREFIX.sub("", ln.strip()) for ln in lines]
+        super().parse_log(plain, facts)
+        if facts.device is None:  # no per-layer device lines at -lv 4: the weight buffers say
+            buffers = [m.group(1) for ln in plain if (m := _BUFFER.search(ln))]
+            gpu = [b for b in buffers if not b.upper().startswith("CPU")]
+            if buffers:
+                facts.device = re.sub(r"\d+$", "", gpu[0]).lower() if gpu else "cpu"
+        for line in plain:
+            for key, pattern in _SERVER_FACTS:
+                hit = pattern.search(line)
+                if not hit:
+                    continue
+                if key == "n_slots":  # parallel sequences, each with n_ctx_slot tokens
+                    facts.max_concurrency = float(hit.group(1))
+                    facts.max_model_len = int(hit.group(2))
+                elif key == "listening":
+                    facts.ready = True
+                elif key == "build":
+                    facts.version = f"b{hit.group(1)}.{hit.group(2)}"
+                facts.add_evidence(key, line)
+
+
+def _version(exe: str) -> str | None:
+    """``b<build>.<commit>`` from ``llama-server --version``; None when it does not run."""
+    try:
+        proc = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except OSError:
+        return None
+    m = _VERSION.search(proc.stdout + proc.stderr)
+    if not m:
+        return None
+    return f"b{m.group(2)}.{m.group(3)}" if m.group(1) else f"b{m.group(4)}.{m.group(5)}"

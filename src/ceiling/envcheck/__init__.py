@@ -1,0 +1,1 @@
+"""``ceiling env``: the serving stack's compatibility, read from what is installed (check.py)."""
