@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic_sse import SyntheticServer
 
-from ceiling.bench import http as bench_http
+from ceiling.bench import pool as bench_pool
 from ceiling.bench.client import Client
 from ceiling.bench.load import LoadState, RequestOptions, Share, drive
 from ceiling.bench.looplag import LoopLagMonitor
@@ -114,10 +114,10 @@ def main() -> None:
     ap.add_argument("--save", type=Path, default=None)
     args = ap.parse_args()
     rows = []
-    real_supported = bench_http.kernel_stamps_supported
+    real_supported = bench_pool.kernel_stamps_supported
     with SyntheticServer(0.05, 0.01, stamp=True) as srv:
         for path in args.paths.split(","):
-            bench_http.kernel_stamps_supported = (
+            bench_pool.kernel_stamps_supported = (
                 real_supported if path == "kernel" else (lambda: False)
             )
             for n in [int(x) for x in args.streams.split(",")]:
@@ -134,7 +134,7 @@ def main() -> None:
                 )
                 if args.profile:
                     print(row["profile_top"])
-    bench_http.kernel_stamps_supported = real_supported
+    bench_pool.kernel_stamps_supported = real_supported
     if args.save:
         args.save.parent.mkdir(parents=True, exist_ok=True)
         args.save.write_text(json.dumps({"machine": os.uname().nodename, "rows": rows}, indent=1))

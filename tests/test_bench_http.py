@@ -212,7 +212,7 @@ def test_kernel_stamps_are_arrival_times_even_when_the_loop_is_late() -> None:
     import socket
     import time
 
-    from ceiling.bench.http import SO_TIMESTAMPNS, KernelStampedSocket, kernel_stamps_supported
+    from ceiling.bench.kstamp import SO_TIMESTAMPNS, KernelStampedSocket, kernel_stamps_supported
 
     if not kernel_stamps_supported():
         pytest.skip("no SO_TIMESTAMPNS on this platform")

@@ -74,7 +74,7 @@ def test_chunk_timestamps_and_tpot_track_emission(
     server_url: str, source: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if source == "socket":  # the path TLS and non-Linux platforms take
-        monkeypatch.setattr("ceiling.bench.http.kernel_stamps_supported", lambda: False)
+        monkeypatch.setattr("ceiling.bench.pool.kernel_stamps_supported", lambda: False)
     # Up to three tries: a shared 2-core box stalls processes now and then, which is noise, not
     # the client. A client that stamps late or lumps chunks together fails every try.
     for _attempt in range(3):

@@ -162,3 +162,57 @@ def test_ctrl_c_with_workers_writes_a_partial_result(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["partial"] is True and data["completed"] >= 4
     assert len(data["workers"]) == 2 and data["cancelled_in_flight"] >= 1
+
+
+def _spawned_children() -> list[int]:
+    """PIDs of this process's multiprocessing children (the bench workers we started)."""
+    me, out = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == me and b"spawn_main" in cmd:  # not the resource tracker
+            out.append(int(entry.name))
+    return out
+
+
+def test_a_worker_that_dies_ends_the_run_with_what_the_others_measured(tmp_path: Path) -> None:
+    import threading
+
+    with SSEServer(Plan(itl_s=0.002)) as srv:
+
+        def kill_one() -> None:
+            deadline = time.monotonic() + 60
+            while srv.n_requests < 10 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            victims = _spawned_children()
+            if victims:
+                os.kill(victims[0], signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_one, daemon=True)
+        killer.start()
+        cfg = BenchConfig(
+            url=srv.url,
+            mode="concurrency",
+            concurrency=[4],
+            requests=2000,
+            max_tokens=30,
+            input_len=4,
+            warmup=0,
+            workers=2,
+            out=tmp_path / "dead.json",
+        )
+        res = run_bench(cfg, progress=False)
+        killer.join(5)
+    assert (
+        res.partial
+        and "bench worker" in (res.partial_reason or "")
+        and "died" in (res.partial_reason or "")
+    )
+    assert 1 <= res.completed < 2000  # the survivor's requests are kept
+    assert json.loads((tmp_path / "dead.json").read_text())["partial"] is True

@@ -19,7 +19,8 @@ from typing import Any
 
 import aiohttp
 
-from ceiling.bench.http import HTTPError, Sink, StreamPool, StreamProtocol
+from ceiling.bench.http import HTTPError, Sink, StreamProtocol
+from ceiling.bench.pool import StreamPool
 from ceiling.bench.sse import SSESplitter
 from ceiling.errors import EXIT_SERVER, CeilingError
 from ceiling.redact import API_KEY_ENV, redact

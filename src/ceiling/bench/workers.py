@@ -390,11 +390,16 @@ class ProcessPool:
             self._conns.append(parent)
         loop = asyncio.get_running_loop()
         for w, conn in enumerate(self._conns):
-            ready = await loop.run_in_executor(None, conn.poll, 60)
-            msg = conn.recv() if ready else None
+            try:
+                ready = await loop.run_in_executor(None, conn.poll, 60)
+                msg = conn.recv() if ready else None
+            except (EOFError, OSError):
+                msg = None
             if not msg or msg[0] != "ready":
                 raise CeilingError(
-                    f"bench worker {w} did not start", fix="run without --workers to see why"
+                    f"bench worker {w} did not start",
+                    fix="run without --workers to see why; a script that calls run_bench with "
+                    "workers must guard it with `if __name__ == '__main__':` (workers are spawned)",
                 )
             info = {**msg[1], "same_host": True, "clock_basis": "same_host"}
             self.book.infos[w] = {**info, "clock_offset_ms": 0.0}
