@@ -103,6 +103,10 @@ class RawStream:
             self._split()
         return self._leftover
 
+    @leftover.setter
+    def leftover(self, value: bytes) -> None:
+        self._leftover = value
+
     def _split(self) -> None:
         splitter = SSESplitter()
         found = splitter.feed(b"".join(self.parts))
