@@ -38,18 +38,18 @@ def server_url():
         proc.wait(10)
 
 
-async def _streams(url: str, n: int, tokens: int):
+async def _streams(url: str, n: int, tokens: int, source: str):
     body = json.dumps(
         {"model": "synthetic", "prompt": "a b c", "max_tokens": tokens, "stream": True}
     ).encode()
     async with Client(url, timeout_s=60) as client:
-        assert client.timestamp_source == "socket"
+        assert client.timestamp_source == source
         return await asyncio.gather(*(client.stream("/v1/completions", body) for _ in range(n)))
 
 
-def _measure(url: str) -> tuple[list[float], list[float], list[float]]:
+def _measure(url: str, source: str) -> tuple[list[float], list[float], list[float]]:
     """(per-chunk error ms, per-request relative TPOT error, server TPOT ms) of one try."""
-    raws = asyncio.run(_streams(url, 4, 40))
+    raws = asyncio.run(_streams(url, 4, 40, source))
     errors_ms, tpot_err, true_tpots = [], [], []
     for i, raw in enumerate(raws):
         rec = process(raw, i, max_tokens=40)
@@ -69,14 +69,21 @@ def _measure(url: str) -> tuple[list[float], list[float], list[float]]:
 
 
 @pytest.mark.timeout(120)
-def test_chunk_timestamps_and_tpot_track_emission(server_url: str) -> None:
+@pytest.mark.parametrize("source", ["kernel", "socket"])
+def test_chunk_timestamps_and_tpot_track_emission(
+    server_url: str, source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if source == "socket":  # the path TLS and non-Linux platforms take
+        monkeypatch.setattr("ceiling.bench.pool.kernel_stamps_supported", lambda: False)
     # Up to three tries: a shared 2-core box stalls processes now and then, which is noise, not
     # the client. A client that stamps late or lumps chunks together fails every try.
     for _attempt in range(3):
-        errors_ms, tpot_err, true_tpots = _measure(server_url)
-        # Never before the server wrote it: same clock, stamps taken on arrival.
-        assert min(errors_ms) >= 0.0
-        assert all(t == pytest.approx(10.0, rel=0.2) for t in true_tpots)
+        errors_ms, tpot_err, true_tpots = _measure(server_url, source)
+        # Never before the server wrote it: same clock, stamps taken on arrival (the kernel's
+        # are moved from CLOCK_REALTIME to the monotonic clock: allow that a few us).
+        assert min(errors_ms) >= -0.02
+        if not all(t == pytest.approx(10.0, rel=0.2) for t in true_tpots):
+            continue  # the server itself missed its schedule (a busy box): try again
         if float(np.percentile(errors_ms, 50)) < 2.0 and max(tpot_err) < 0.03:
             return
     pytest.fail(

@@ -84,3 +84,23 @@ def test_chat_endpoint_streams(vllm_server) -> None:
     )
     res = run_bench(cfg, progress=False)
     assert res.completed == 1 and res.total_output_tokens == 16
+
+
+def test_two_worker_processes_against_real_vllm(vllm_server) -> None:
+    cfg = BenchConfig(
+        url=vllm_server.url,
+        mode="concurrency",
+        concurrency=[4],
+        max_tokens=32,
+        input_len=16,
+        requests=8,
+        warmup=1,
+        workers=2,
+    )
+    res = run_bench(cfg, progress=False)
+    assert res.completed == 8 and res.failed == 0 and not res.partial
+    assert res.total_output_tokens == 8 * 32 and res.timestamp_source == "kernel"
+    assert [w.requests for w in res.workers] == [4, 4]
+    # The driver's /metrics scrapes bracket both workers' requests.
+    sm = res.server_metrics
+    assert sm is not None and sm["available"] and sm["quantities"]["ttft"]["count"] == 8

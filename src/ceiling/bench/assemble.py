@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ceiling.bench import server_metrics
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.metrics import RequestRecord, errors_by_kind, summarize
-from ceiling.bench.results import CI_METRICS, LevelResult, PerRequest, Summary
+from ceiling.bench.results import CI_METRICS, LevelResult, PerRequest, Summary, WorkerInfo
 from ceiling.bench.stats import mean_ci
 
 #: Loop lag (p99) above this share of the mean ITL gets a warning.
@@ -31,6 +31,7 @@ class Measurement:
     duration_s: float
     metrics_delta: dict[str, float] | None
     metrics_missing: str | None = None  # why there is no delta, when it is not "no endpoint"
+    aligned: bool = True  # send times of all workers on one clock (steady-state windows)
 
 
 def _token_weighted_tpot(records: list[RequestRecord]) -> float | None:
@@ -43,8 +44,9 @@ def _token_weighted_tpot(records: list[RequestRecord]) -> float | None:
 def level_result(cfg: BenchConfig, level: int | None, ms: list[Measurement]) -> LevelResult:
     """Pooled summary over repeats, per-repeat summaries, CIs across repeats, server deltas."""
     records = [r for m in ms for r in m.records]
-    pooled = summarize(records, sum(m.duration_s for m in ms), level)
-    repeats = [Summary(**summarize(m.records, m.duration_s, level)) for m in ms]
+    aligned = all(m.aligned for m in ms)
+    pooled = summarize(records, sum(m.duration_s for m in ms), level, steady=aligned)
+    repeats = [Summary(**summarize(m.records, m.duration_s, level, m.aligned)) for m in ms]
     ci = {
         k: mean_ci([getattr(s, k) for s in repeats if getattr(s, k) is not None])
         for k in CI_METRICS
@@ -87,8 +89,11 @@ def run_warnings(
     lag_ms: dict[str, float | None],
     prompts_reused: bool,
     len_source: str,
+    workers: list[WorkerInfo] | None = None,
+    clock_aligned: bool = True,
 ) -> list[str]:
-    """Plain-language caveats about a run, from its levels and the client's loop lag."""
+    """Plain-language caveats about a run, from its levels and the client's loop lag (per
+    worker with ``--workers``/``--ray``)."""
     out: list[str] = []
     for lv in levels:
         tag = f"c={lv.concurrency}: " if lv.concurrency is not None and len(levels) > 1 else ""
@@ -119,11 +124,18 @@ def run_warnings(
                 "understates the decode step, compare server_metrics"
             )
     itls = [lv.mean_itl_ms for lv in levels if lv.mean_itl_ms]
-    p99 = lag_ms.get("p99")
-    if itls and p99 is not None and p99 > LAG_WARN_SHARE * min(itls):
+    checks = [(f"worker {w.index} ({w.host}) ", w.loop_lag_ms) for w in workers or []]
+    for who, lag in checks or [("client ", lag_ms)]:
+        p99 = lag.get("p99")
+        if itls and p99 is not None and p99 > LAG_WARN_SHARE * min(itls):
+            out.append(
+                f"{who}event-loop lag p99 {p99:.2f} ms is {p99 / min(itls):.0%} of the "
+                f"mean ITL ({min(itls):.2f} ms): the client is part of what was measured"
+            )
+    if not clock_aligned:
         out.append(
-            f"client event-loop lag p99 {p99:.2f} ms is {p99 / min(itls):.0%} of the "
-            f"mean ITL ({min(itls):.2f} ms): the client is part of what was measured"
+            "the clock offsets of some workers are unknown: durations come from the driver's "
+            "clock and steady-state throughput is not reported"
         )
     if prompts_reused:
         out.append("synthetic prompts were reused: a prefix cache may have lowered TTFT")

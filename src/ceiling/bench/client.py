@@ -1,24 +1,26 @@
-"""HTTP side of the benchmark: one shared aiohttp pool, preflight, tokenizer, streaming request.
+"""HTTP side of the benchmark: preflight, tokenizer, and the streaming request.
 
-Timing rule: ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux, comparable across
-processes) is read in the connection protocol's ``data_received``, the moment the event loop
-hands over the socket's bytes, before any HTTP or SSE parsing; each SSE event gets the time of
-the read that completed it. (Where aiohttp's internals do not allow that, the time the reading
-task wakes up is used: ``timestamp_source`` says which.) The request body is serialized before
-the send timestamp. Everything after the stream ends (JSON parsing,
-token counting) lives in :mod:`ceiling.bench.metrics`.
+Timing rule: every socket read of a stream is stamped on the ``time.perf_counter_ns()`` clock
+(CLOCK_MONOTONIC on Linux: one clock for every process on the host), with the kernel's receive
+time on plain TCP on Linux, else when the event loop hands the bytes over, before any HTTP or
+SSE parsing (:mod:`ceiling.bench.http`, :mod:`ceiling.bench.kstamp`); each SSE event gets the
+stamp of the read that completed it. The request body is serialized before the send timestamp.
+Everything after the stream ends (SSE splitting, JSON parsing, token counting) happens later:
+the splitting when ``RawStream.events`` is first read, the rest in :mod:`ceiling.bench.metrics`.
+``/v1/models``, ``/tokenize`` and ``/metrics`` go through aiohttp.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
 from typing import Any
 
 import aiohttp
 
+from ceiling.bench.http import HTTPError, Sink, StreamProtocol
+from ceiling.bench.pool import StreamPool
 from ceiling.bench.sse import SSESplitter
 from ceiling.errors import EXIT_SERVER, CeilingError
 from ceiling.redact import API_KEY_ENV, redact
@@ -27,43 +29,8 @@ __all__ = ["API_KEY_ENV", "Client", "RawStream", "api_key", "base_url", "redact"
 
 #: Connecting (and the preflight) must fail fast: a wrong URL is an error in seconds, not minutes.
 CONNECT_TIMEOUT_S = 4.0
-
-try:  # aiohttp's connection protocol: subclassed to timestamp bytes as the socket delivers them
-    from aiohttp.client_proto import ResponseHandler as _ResponseHandler
-except ImportError:  # pragma: no cover - a future aiohttp; we fall back to read-time stamps
-    _ResponseHandler = None  # type: ignore[assignment,misc]
-
-
-if _ResponseHandler is not None:
-
-    class TimedResponseHandler(_ResponseHandler):  # type: ignore[misc,valid-type]
-        """aiohttp's protocol, plus an arrival log: (time, payload bytes so far) per socket read.
-
-        ``data_received`` is the earliest point Python sees the bytes; the reading task wakes
-        up later (one loop iteration, or many when a burst of streams arrives together). The log
-        lets the reader give each SSE event the time of the socket read that completed it.
-        """
-
-        timing_payload: Any = None
-        timing_log: list[tuple[int, int]] | None = None
-
-        def data_received(self, data: bytes) -> None:
-            t = time.perf_counter_ns()
-            super().data_received(data)
-            log = self.timing_log
-            if log is not None:
-                log.append((t, self.timing_payload.total_bytes))
-
-
-def _connector() -> tuple[aiohttp.TCPConnector, str]:
-    """The shared pool, with socket-time stamps when this aiohttp allows ("socket"), else
-    stamps taken when the reading task wakes up ("reader")."""
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-    if _ResponseHandler is not None and hasattr(connector, "_factory"):
-        loop = asyncio.get_running_loop()
-        connector._factory = functools.partial(TimedResponseHandler, loop=loop)
-        return connector, "socket"
-    return connector, "reader"
+#: Error text kept from a non-200 answer.
+ERROR_TEXT = 500
 
 
 def api_key() -> str | None:
@@ -84,17 +51,22 @@ def base_url(url: str) -> str:
 
 
 class RawStream:
-    """What one request produced on the wire: timestamps and raw payloads, nothing parsed.
+    """What one request produced on the wire: timestamps and raw bytes, nothing parsed.
 
-    ``events`` holds ``(arrival ns, payload)``; arrival is the socket read that completed the
-    event (see :class:`TimedResponseHandler`).
+    ``reads``/``ends``: the time of each socket read that carried body bytes and the body
+    length once it was consumed; ``parts``: the body. ``events`` (``(arrival ns, payload)``
+    per SSE event, arrival = the read that completed the event) is split from them on first
+    use; it can also be set directly.
     """
 
     __slots__ = (
+        "_events",
+        "_leftover",
+        "ends",
         "error",
         "error_kind",
-        "events",
-        "leftover",
+        "parts",
+        "reads",
         "status",
         "t_end_ns",
         "t_first_byte_ns",
@@ -106,10 +78,47 @@ class RawStream:
         self.t_first_byte_ns = 0
         self.t_end_ns = 0
         self.status = 0
-        self.events: list[tuple[int, bytes]] = []
+        self.reads: list[int] = []
+        self.ends: list[int] = []
+        self.parts: list[bytes] = []
         self.error_kind: str | None = None
         self.error: str | None = None
-        self.leftover = b""
+        self._events: list[tuple[int, bytes]] | None = None
+        self._leftover = b""
+
+    @property
+    def events(self) -> list[tuple[int, bytes]]:
+        if self._events is None:
+            self._split()
+        return self._events  # type: ignore[return-value]
+
+    @events.setter
+    def events(self, value: list[tuple[int, bytes]]) -> None:
+        self._events = value
+
+    @property
+    def leftover(self) -> bytes:
+        """Bytes after the last complete event (non-empty means a truncated stream)."""
+        if self._events is None:
+            self._split()
+        return self._leftover
+
+    @leftover.setter
+    def leftover(self, value: bytes) -> None:
+        self._leftover = value
+
+    def _split(self) -> None:
+        splitter = SSESplitter()
+        found = splitter.feed(b"".join(self.parts))
+        self._leftover = splitter.leftover()
+        reads, ends = self.reads, self.ends
+        out: list[tuple[int, bytes]] = []
+        i, last = 0, len(ends) - 1
+        for payload, end in found:
+            while i < last and ends[i] < end:
+                i += 1
+            out.append((reads[i], payload))
+        self._events = out
 
 
 class Client:
@@ -125,24 +134,36 @@ class Client:
             headers["Authorization"] = f"Bearer {key}"
         self._headers = headers
         self._session: aiohttp.ClientSession | None = None
-        self.timestamp_source = "reader"
+        self._pool: StreamPool | None = None
+        #: Where chunk stamps come from: "kernel" (the kernel's receive time of each read,
+        #: plain TCP on Linux) or "socket" (when the event loop hands the read over).
+        self.timestamp_source = "kernel"
 
     async def __aenter__(self) -> Client:
-        connector, self.timestamp_source = _connector()
         self._session = aiohttp.ClientSession(
-            connector=connector,
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
             headers=self._headers,
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(
                 total=self.timeout_s, connect=CONNECT_TIMEOUT_S, sock_read=self.stall_s
             ),
         )
+        self._pool = StreamPool(self.base, self._headers, CONNECT_TIMEOUT_S)
+        self.timestamp_source = self._pool.timestamp_source
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    @property
+    def timestamp_fallbacks(self) -> int:
+        """Reads that should have had a kernel stamp and got the read time instead."""
+        return self._pool.kernel_misses[0] if self._pool is not None else 0
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -240,83 +261,107 @@ class Client:
                 return len(body["tokens"])
         return None
 
-    async def get_text(self, path: str, timeout_s: float = 5.0) -> str | None:
-        """GET a text resource (``/metrics``); None when absent or unreachable."""
+    async def get_text(self, path: str, timeout_s: float = 5.0, fresh: bool = False) -> str | None:
+        """GET a text resource (``/metrics``); None when absent or unreachable.
+
+        ``fresh``: on a new connection (a liveness check must not ride on a pooled
+        keep-alive connection that outlived the server's listening socket).
+        """
+        tmo = aiohttp.ClientTimeout(total=timeout_s, connect=CONNECT_TIMEOUT_S)
         try:
-            tmo = aiohttp.ClientTimeout(total=timeout_s, connect=CONNECT_TIMEOUT_S)
+            if fresh:
+                conn = aiohttp.TCPConnector(force_close=True)
+                async with (
+                    aiohttp.ClientSession(connector=conn, headers=self._headers) as one,
+                    one.get(self.base + path, timeout=tmo) as resp,
+                ):
+                    return await resp.text() if resp.status == 200 else None
             async with self.session.get(self.base + path, timeout=tmo) as resp:
-                if resp.status != 200:
-                    return None
-                return await resp.text()
+                return await resp.text() if resp.status == 200 else None
         except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
             return None
 
     async def stream(self, path: str, body: bytes) -> RawStream:
-        """POST a streaming request and record arrival times of every SSE event.
+        """POST a streaming request and record the arrival time of every socket read.
 
         Never raises for server-side failures: they land in ``error_kind`` (``http_4xx``,
-        ``http_5xx``, ``timeout``, ``connection``) so that the run goes on. A request that
-        failed to be WRITTEN (no status, no byte back) is sent once more: the pooled keep-alive
-        connection was closed by the server (llama-server closes it after each stream).
+        ``http_5xx``, ``timeout``, ``connection``) so that the run goes on. A reused keep-alive
+        connection that the server closed before answering (llama-server closes it after each
+        stream) is retried once on a fresh one (the send time stays the first attempt's).
         """
-        raw = await self._stream_once(path, body)
-        if raw.error_kind == "connection" and not raw.status and not raw.t_first_byte_ns:
-            raw = await self._stream_once(path, body)
-        return raw
-
-    async def _stream_once(self, path: str, body: bytes) -> RawStream:
+        assert self._pool is not None, "use Client as an async context manager"
+        pool = self._pool
         raw = RawStream()
-        splitter = SSESplitter()
-        events = raw.events
-        perf = time.perf_counter_ns
-        raw.t_send_ns = perf()
+        request = pool.request_bytes(path, body, "application/json")
+        raw.t_send_ns = time.perf_counter_ns()
+        deadline_ns = raw.t_send_ns + int(self.timeout_s * 1e9)
+        sink = Sink()
+        proto: StreamProtocol | None = None
         try:
-            async with self.session.post(
-                self.base + path, data=body, headers={"Content-Type": "application/json"}
-            ) as resp:
-                raw.status = resp.status
-                if resp.status != 200:
-                    raw.t_first_byte_ns = perf()
-                    text = (await resp.text(errors="replace"))[:500]
-                    raw.error_kind = "http_4xx" if 400 <= resp.status < 500 else "http_5xx"
-                    raw.error = redact(f"HTTP {resp.status}: {text.strip()}")
-                    return raw
-                content = resp.content
-                conn = resp.connection
-                proto = conn.protocol if conn is not None else None
-                log: list[tuple[int, int]] | None = None
-                if _ResponseHandler is not None and isinstance(proto, TimedResponseHandler):
-                    log = []
-                    proto.timing_payload, proto.timing_log = content, log
-                # Bytes already buffered before the log was attached get the read time.
-                attached = content.total_bytes
-                li = 0
+            for attempt in (0, 1):
+                proto, reused = await pool.acquire()
+                sink = Sink()
                 try:
-                    while True:
-                        data = await content.readany()
-                        t_read = perf()
-                        if not data:
-                            break
-                        if not raw.t_first_byte_ns:
-                            raw.t_first_byte_ns = log[0][0] if log and not attached else t_read
-                        for payload, end in splitter.feed(data):
-                            t = t_read
-                            if log and end > attached:
-                                while li < len(log) and log[li][1] < end:
-                                    li += 1
-                                if li < len(log):
-                                    t = log[li][0]
-                            events.append((t, payload))
-                finally:
-                    if log is not None:
-                        proto.timing_payload, proto.timing_log = None, None  # type: ignore[union-attr]
-        except TimeoutError:
+                    await self._response(proto, sink, request, deadline_ns)
+                except HTTPError:
+                    if reused and attempt == 0 and not sink.t_first_byte_ns:
+                        pool.release(proto)  # not reusable: dropped
+                        proto = None
+                        continue
+                    raise
+                break
+        except TimeoutError as err:
             raw.error_kind = "timeout"
-            raw.error = f"no data for {self.stall_s:g} s or over {self.timeout_s:g} s in total"
-        except (aiohttp.ClientError, OSError) as err:
+            raw.error = str(err) or f"no answer within {CONNECT_TIMEOUT_S:g} s"
+        except (HTTPError, OSError) as err:
             raw.error_kind = "connection"
             raw.error = redact(f"{type(err).__name__}: {err}")[:300]
         finally:
-            raw.t_end_ns = perf()
-            raw.leftover = splitter.leftover()
+            raw.t_end_ns = time.perf_counter_ns()
+            if proto is not None:
+                pool.release(proto)  # closes it unless the response ended cleanly
+        raw.status = sink.status
+        raw.t_first_byte_ns = sink.t_first_byte_ns
+        if sink.status == 200 or not sink.status:
+            raw.reads, raw.ends, raw.parts = sink.reads, sink.ends, sink.parts
+        elif raw.error_kind is None:
+            text = b"".join(sink.parts)[:ERROR_TEXT].decode("utf-8", "replace").strip()
+            raw.error_kind = "http_4xx" if 400 <= sink.status < 500 else "http_5xx"
+            raw.error = redact(f"HTTP {sink.status}: {text}")
         return raw
+
+    async def _response(
+        self, proto: StreamProtocol, sink: Sink, request: bytes, deadline_ns: int
+    ) -> None:
+        """Send on ``proto`` and wait for the whole response; a stall (no byte for
+        ``stall_s``) or the total deadline fails it with TimeoutError."""
+        loop = asyncio.get_running_loop()
+        stall_ns = int(self.stall_s * 1e9)
+        fut = proto.start(sink, request)
+        proto.last_read_ns = time.perf_counter_ns()
+        handle: asyncio.TimerHandle | None = None
+
+        def check() -> None:
+            # One timer per stall period, not one per read: reads only update last_read_ns.
+            nonlocal handle
+            now = time.perf_counter_ns()
+            idle = now - proto.last_read_ns
+            if now >= deadline_ns:
+                proto.fail(TimeoutError(f"over {self.timeout_s:g} s in total"))
+            elif idle >= stall_ns:
+                proto.fail(TimeoutError(f"no data for {self.stall_s:g} s"))
+            else:
+                wait = min(stall_ns - idle, deadline_ns - now)
+                handle = loop.call_later(wait / 1e9, check)
+
+        handle = loop.call_later(min(stall_ns, deadline_ns - proto.last_read_ns) / 1e9, check)
+        try:
+            await fut
+        finally:
+            handle.cancel()
+
+    async def prewarm(self, n: int) -> None:
+        """Open connections until ``n`` idle ones wait in the pool (failures are left to the
+        requests that would use them)."""
+        assert self._pool is not None, "use Client as an async context manager"
+        await self._pool.prewarm(n)

@@ -41,6 +41,8 @@ class BenchConfig(BaseModel):
     timeout: float = Field(default=900.0, gt=0)
     stall_timeout: float = Field(default=60.0, gt=0)
     seed: int = 0
+    workers: int = Field(default=1, ge=1, le=1024)
+    ray: str | None = None  # Ray address ("auto", "host:port", "ray://...", "local")
 
     @model_validator(mode="after")
     def _check(self) -> BenchConfig:

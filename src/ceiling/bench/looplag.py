@@ -16,6 +16,11 @@ import time
 import numpy as np
 
 
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():  # cancelled when the monitor stopped in between
+        fut.set_result(None)
+
+
 class LoopLagMonitor:
     """Start with :meth:`start`, stop with :meth:`stop` (returns mean/p99/max lag in ms)."""
 
@@ -30,7 +35,7 @@ class LoopLagMonitor:
             await asyncio.sleep(self.interval_s)
             fut: asyncio.Future[None] = loop.create_future()
             t0 = time.perf_counter_ns()
-            loop.call_soon(fut.set_result, None)
+            loop.call_soon(_resolve, fut)
             await fut
             self.samples_ns.append(time.perf_counter_ns() - t0)
 
@@ -42,11 +47,16 @@ class LoopLagMonitor:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if not self.samples_ns:
-            return {"mean": None, "p99": None, "max": None}
-        arr = np.asarray(self.samples_ns, dtype=float) / 1e6
-        return {
-            "mean": float(arr.mean()),
-            "p99": float(np.percentile(arr, 99)),
-            "max": float(arr.max()),
-        }
+        return lag_stats(self.samples_ns)
+
+
+def lag_stats(samples_ns: list[int]) -> dict[str, float | None]:
+    """Mean, p99 and max of lag samples (ns) in ms; None without samples."""
+    if not samples_ns:
+        return {"mean": None, "p99": None, "max": None}
+    arr = np.asarray(samples_ns, dtype=float) / 1e6
+    return {
+        "mean": float(arr.mean()),
+        "p99": float(np.percentile(arr, 99)),
+        "max": float(arr.max()),
+    }

@@ -243,9 +243,14 @@ def steady_state(records: Sequence[RequestRecord], level: int | None) -> tuple[f
 
 
 def summarize(
-    records: Sequence[RequestRecord], duration_s: float, level: int | None = None
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    level: int | None = None,
+    steady: bool = True,
 ) -> dict[str, Any]:
-    """Run-level summary with ``vllm bench serve`` key names plus ours."""
+    """Run-level summary with ``vllm bench serve`` key names plus ours.
+
+    ``steady`` False (send times not on one clock): no steady-state window."""
     ok = [r for r in records if r.ok]
     out: dict[str, Any] = {
         "duration": duration_s,
@@ -285,7 +290,7 @@ def summarize(
     out["usage_missing"] = sum(1 for r in ok if r.usage_tokens is None)
     out["short_requests"] = sum(1 for r in ok if r.short)
     out["reasoning_chunks"] = sum(r.reasoning_chunks for r in ok)
-    tput, span = steady_state(records, level)
+    tput, span = steady_state(records, level) if steady else (0.0, 0.0)
     out["steady_state_output_throughput"] = tput if span > 0 else None
     out["steady_state_duration"] = span
     return out

@@ -89,6 +89,30 @@ class LevelResult(Summary):
     requests: list[RequestRecord] | None = None
 
 
+class WorkerInfo(BaseModel):
+    """One load-generating worker of a ``--workers``/``--ray`` run.
+
+    ``clock_offset_ms``: the worker's monotonic clock minus the driver's (0 on the same host,
+    where CLOCK_MONOTONIC is one clock); ``clock_basis``: ``same_host``, ``measured`` (round
+    trips, ``clock_uncertainty_ms`` = half the best round trip) or ``unknown`` (then nothing
+    that compares times across workers is reported).
+    """
+
+    index: int
+    kind: str = "process"
+    host: str = ""
+    pid: int = 0
+    node: str | None = None
+    same_host: bool = True
+    clock_basis: str = "same_host"
+    clock_offset_ms: float | None = 0.0
+    clock_uncertainty_ms: float | None = None
+    clock_offset_measured_ms: float | None = None
+    loop_lag_ms: dict[str, float | None] = Field(default_factory=dict)
+    requests: int = 0
+    streams: int = 0
+
+
 class RunResult(LevelResult):
     """A whole ``ceiling bench`` run; the top level mirrors ``levels[0]``."""
 
@@ -103,6 +127,7 @@ class RunResult(LevelResult):
     config: dict[str, Any] = Field(default_factory=dict)
     input_len_source: str | None = None
     timestamp_source: str = "socket"
+    timestamp_fallbacks: int = 0
     partial: bool = False
     partial_reason: str | None = None
     interrupted: bool = False  # partial because of Ctrl-C/SIGTERM (CLI exit code 130)
@@ -110,6 +135,8 @@ class RunResult(LevelResult):
     warnings: list[str] = Field(default_factory=list)
     loop_lag_ms: dict[str, float | None] = Field(default_factory=dict)
     telemetry: dict[str, Any] | None = None
+    workers: list[WorkerInfo] = Field(default_factory=list)
+    clock_aligned: bool = True
     levels: list[LevelResult] = Field(default_factory=list)
 
     def level(self, concurrency: int | None) -> LevelResult | None:

@@ -1,122 +1,55 @@
 """Orchestration of a benchmark run: preflight, warm-up, levels x repeats, scrapes, result.
 
 ``run_bench`` is the one entry point (sync; runs its own event loop, uvloop when installed).
-Failures of single requests are data (counted by kind); a dead server or Ctrl-C ends the run
-early and whatever was measured is summarized, written and marked ``partial``.
+The load itself is driven by :mod:`ceiling.bench.load`, in this process or, with ``--workers``
+/ ``--ray``, in worker processes (:mod:`ceiling.bench.workers`, :mod:`ceiling.bench.rayworkers`)
+whose records are merged here. Failures of single requests are data (counted by kind); a dead
+server or Ctrl-C ends the run early and whatever was measured is summarized, written and
+marked ``partial`` (workers are told to stop and send back what they measured).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import signal
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import cycle
 from typing import Any
-
-import numpy as np
 
 from ceiling.bench import server_metrics
 from ceiling.bench.assemble import Measurement, level_result, run_warnings
 from ceiling.bench.client import Client, RawStream
 from ceiling.bench.config import BenchConfig
-from ceiling.bench.looplag import LoopLagMonitor
-from ceiling.bench.metrics import RequestRecord, process
+from ceiling.bench.load import (
+    LoadState,
+    PromptPool,
+    RequestOptions,
+    Sent,
+    body_for,
+    drive,
+    send_one,
+)
+from ceiling.bench.looplag import LoopLagMonitor, lag_stats
 from ceiling.bench.results import LevelResult, RunResult, save_result
 from ceiling.bench.telemetry import Telemetry
-from ceiling.bench.workloads import (
-    Prompt,
-    arrival_offsets,
-    load_jsonl,
-    request_body,
-    synthetic_prompts,
-)
+from ceiling.bench.workers import merge, plan_shares
+from ceiling.bench.workloads import Prompt, load_jsonl, synthetic_prompts
 from ceiling.redact import redact
 
 __all__ = ["BenchConfig", "RunResult", "run_bench"]
 
-#: Consecutive connection failures after which we check whether the server is still there.
-DEAD_SERVER_STREAK = 3
 #: Prompt pool when the request count is open (``--duration``); reused cyclically beyond it.
 OPEN_POOL = 512
-
-
-@dataclass
-class _Sent:
-    """A finished request, not parsed yet."""
-
-    raw: RawStream
-    index: int
-    repeat: int
-    max_tokens: int
-    expected_tokens: int | None
-
-    def record(self) -> RequestRecord:
-        rec = process(
-            self.raw,
-            self.index,
-            max_tokens=self.max_tokens,
-            prompt_tokens_expected=self.expected_tokens,
-        )
-        rec.repeat = self.repeat
-        return rec
-
-
-@dataclass
-class _State:
-    """Shared run state: the stop signal, its reason, and the dead-server detector."""
-
-    client: Client
-    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
-    reason: str | None = None
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    in_flight: int = 0
-    cancelled: int = 0
-    conn_streak: int = 0
-    checking: bool = False
-    interrupted: bool = False  # stopped by Ctrl-C/SIGTERM (not by a dead server)
-    ignore_eos: bool = True  # cleared when the server rejects the ignore_eos/min_tokens fields
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def stopped(self) -> bool:
-        return self.stop_event.is_set()
-
-    def stop(self, reason: str) -> None:
-        if self.stopped:
-            return
-        self.reason = reason
-        self.stop_event.set()
-        for task in list(self.tasks):
-            task.cancel()
-
-    async def observe(self, raw: RawStream) -> None:
-        if raw.error_kind != "connection":
-            self.conn_streak = 0
-            return
-        self.conn_streak += 1
-        if self.conn_streak < DEAD_SERVER_STREAK or self.checking:
-            return
-        self.checking = True
-        try:
-            alive = await self.client.get_text("/v1/models", timeout_s=3.0) is not None
-        finally:
-            self.checking = False
-        if alive:
-            self.conn_streak = 0
-        else:
-            self.stop(f"server stopped answering ({raw.error})")
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _on_sigint(
-    state: _State, loop: asyncio.AbstractEventLoop, signum: int, previous: dict[int, Any]
+    state: LoadState, loop: asyncio.AbstractEventLoop, signum: int, previous: dict[int, Any]
 ) -> None:
     """First Ctrl-C (or SIGTERM): stop and keep what was measured (said at once; a caller such
     as doctor learns of it through ``ceiling.interrupts``). A second one interrupts for real."""
@@ -128,7 +61,7 @@ def _on_sigint(
     _restore_handlers(loop, previous)
 
 
-def _install_handlers(state: _State, loop: asyncio.AbstractEventLoop) -> dict[int, Any]:
+def _install_handlers(state: LoadState, loop: asyncio.AbstractEventLoop) -> dict[int, Any]:
     """Route SIGINT/SIGTERM to :func:`_on_sigint` while the loop runs; returns the handlers
     they replace (the CLI's), which :func:`_restore_handlers` puts back: asyncio's own removal
     would leave SIGTERM at its default, killing ceiling without a teardown."""
@@ -149,22 +82,18 @@ def _restore_handlers(loop: asyncio.AbstractEventLoop, previous: dict[int, Any])
         previous.pop(sig, None)
 
 
-class _Prompts:
-    """Hands out prompts in order; cycles (and says so) when the pool runs out."""
+def _raise_fd_limit(cfg: BenchConfig) -> None:
+    """One socket per stream: lift the soft open-files limit (often 1024) towards the hard one
+    so that 1000+ streams do not fail with EMFILE. Worker processes inherit it."""
+    levels = [lv for lv in cfg.levels() if lv is not None]
+    need = (max(levels) if levels else 4096) + 256
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        import resource
 
-    def __init__(self, prompts: list[Prompt], reusable: bool) -> None:
-        self._it: Iterator[Prompt] = cycle(prompts)
-        self._n = len(prompts)
-        self._used = 0
-        self.reusable = reusable
-
-    def next(self) -> Prompt:
-        self._used += 1
-        return next(self._it)
-
-    @property
-    def reused(self) -> bool:
-        return self._used > self._n and not self.reusable
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 def run_bench(cfg: BenchConfig, progress: bool = True) -> RunResult:
@@ -176,6 +105,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> RunResult:
 
     check_out_file(cfg.out, "--out")
     dataset = load_jsonl(cfg.dataset) if cfg.dataset is not None else None  # before a request
+    _raise_fd_limit(cfg)
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     with contextlib.suppress(ImportError):
         import uvloop
@@ -220,9 +150,13 @@ class _Ctx:
     client: Client
     model: str
     path: str
-    prompts: _Prompts
-    state: _State
+    prompts: PromptPool
+    state: LoadState
     prog: Any  # rich.progress.Progress (imported lazily)
+    options: RequestOptions
+    pool: Any = None  # ProcessPool | RayPool | None (in-process)
+    prompts_reused: bool = False
+    stamp_fallbacks: int = 0  # in worker processes (the driver's own client counts its own)
 
 
 async def _run(
@@ -232,11 +166,24 @@ async def _run(
     async with Client(cfg.url, timeout_s=cfg.timeout, stall_s=cfg.stall_timeout) as client:
         model = await client.detect_model(cfg.model)
         path = "/v1/chat/completions" if cfg.chat else "/v1/completions"
-        state = _State(client=client)
+        state = LoadState(client=client)
+        options = RequestOptions(
+            model=model,
+            path=path,
+            chat=cfg.chat,
+            max_tokens=cfg.effective_max_tokens,
+            ignore_eos=cfg.ignore_eos,
+            temperature=cfg.temperature,
+            logit_bias=cfg.logit_bias,
+        )
         loop = asyncio.get_running_loop()
         previous = _install_handlers(state, loop)
+        pool = None
         try:
             prompts, len_source = await _prompts(cfg, client, model, dataset)
+            pool = await _start_pool(cfg, client.base)
+            if pool is not None:
+                state.on_stop.append(pool.stop)
             telemetry = Telemetry() if cfg.telemetry else None
             if telemetry:
                 telemetry.start()
@@ -244,7 +191,7 @@ async def _run(
             lag.start()
             measurements: list[Measurement] = []
             with _progress(show_progress) as prog:
-                ctx = _Ctx(cfg, client, model, path, prompts, state, prog)
+                ctx = _Ctx(cfg, client, model, path, prompts, state, prog, options, pool)
                 await _warmup(ctx)
                 for rep in range(cfg.repeat):
                     for level in cfg.levels():
@@ -255,49 +202,50 @@ async def _run(
             tele = telemetry.stop() if telemetry else None
         finally:
             _restore_handlers(loop, previous)
+            if pool is not None:
+                await pool.close()
     return _assemble(ctx, started, len_source, measurements, lag_ms, tele)
+
+
+async def _start_pool(cfg: BenchConfig, url: str) -> Any:
+    """Worker processes (``--workers N``) or Ray actors (``--ray``); None: in-process."""
+    if cfg.ray:
+        from ceiling.bench.rayworkers import RayPool
+
+        pool: Any = RayPool(cfg.ray, cfg.workers, url, cfg.timeout, cfg.stall_timeout)
+    elif cfg.workers > 1:
+        from ceiling.bench.workers import ProcessPool
+
+        pool = ProcessPool(cfg.workers, url, cfg.timeout, cfg.stall_timeout)
+    else:
+        return None
+    try:
+        await pool.start()
+    except BaseException:
+        await pool.close()
+        raise
+    return pool
 
 
 async def _prompts(
     cfg: BenchConfig, client: Client, model: str, dataset: list[Prompt] | None = None
-) -> tuple[_Prompts, str]:
+) -> tuple[PromptPool, str]:
     if dataset is not None or cfg.dataset is not None:
         loaded = dataset if dataset is not None else load_jsonl(cfg.dataset)  # type: ignore[arg-type]
-        return _Prompts(loaded, reusable=True), "dataset"
+        return PromptPool(loaded, reusable=True), "dataset"
     counts = [cfg.requests_for(lv) for lv in cfg.levels()]
     if any(c is None for c in counts):
         total = OPEN_POOL
     else:
         total = cfg.warmup + cfg.repeat * sum(c for c in counts if c is not None)
     prompts, source = await synthetic_prompts(client, model, total, cfg.input_len, cfg.seed)
-    return _Prompts(prompts, reusable=False), source
+    return PromptPool(prompts, reusable=False), source
 
 
-async def _send(ctx: _Ctx, index: int, repeat: int) -> _Sent:
-    """Send one request. Parsing is deferred to the end of the measurement: JSON work while
-    other streams are live would hold up the event loop and with it their timestamps."""
-    cfg, state = ctx.cfg, ctx.state
-    prompt = ctx.prompts.next()
-    max_t = prompt.max_tokens or cfg.effective_max_tokens
-    body = request_body(
-        prompt,
-        model=ctx.model,
-        chat=cfg.chat,
-        max_tokens=max_t,
-        ignore_eos=cfg.ignore_eos and state.ignore_eos,
-        temperature=cfg.temperature,
-        logit_bias=cfg.logit_bias,
-    )
-    state.in_flight += 1
-    try:
-        raw = await ctx.client.stream(ctx.path, body)
-    except asyncio.CancelledError:
-        state.cancelled += 1
-        raise
-    finally:
-        state.in_flight -= 1
-    await state.observe(raw)
-    return _Sent(raw, index, repeat, max_t, prompt.expected_tokens)
+async def _send(ctx: _Ctx, prompt: Prompt, index: int, repeat: int) -> Sent:
+    """Send one request in this process (the warm-up)."""
+    body, max_t = body_for(prompt, ctx.options, ctx.state.ignore_eos)
+    return await send_one(ctx.state, ctx.path, body, max_t, prompt, index, repeat)
 
 
 async def _warmup(ctx: _Ctx) -> None:
@@ -311,7 +259,8 @@ async def _warmup(ctx: _Ctx) -> None:
     async def one(i: int) -> None:
         async with sem:
             if not state.stopped:
-                sent = await _send(ctx, i, -1)
+                prompt = ctx.prompts.take(1)[0]
+                sent = await _send(ctx, prompt, i, -1)
                 if _rejects_extensions(sent.raw) and state.ignore_eos and cfg.ignore_eos:
                     # An OpenAI-compatible server without vLLM's extensions: go on without them.
                     state.ignore_eos = False
@@ -319,7 +268,7 @@ async def _warmup(ctx: _Ctx) -> None:
                         "the server rejected ignore_eos/min_tokens (HTTP 400): requests were sent "
                         "without them, so generations may stop at EOS before max_tokens"
                     )
-                    await _send(ctx, i, -1)
+                    await _send(ctx, prompt, i, -1)
                 ctx.prog.advance(task)
 
     jobs = [asyncio.ensure_future(one(i)) for i in range(cfg.warmup)]
@@ -337,54 +286,36 @@ def _rejects_extensions(raw: RawStream) -> bool:
 
 async def _measure(ctx: _Ctx, rep: int, level: int | None) -> Measurement:
     """One level of one repeat, between two /metrics scrapes."""
-    cfg, state = ctx.cfg, ctx.state
+    cfg, state, pool = ctx.cfg, ctx.state, ctx.pool
     n = cfg.requests_for(level)
     label = f"c={level}" if level is not None else f"rate={cfg.rate:g}/s"
     if cfg.repeat > 1:
         label += f" repeat {rep + 1}/{cfg.repeat}"
     task = ctx.prog.add_task(label, total=n)
     before = await ctx.client.get_text("/metrics")
-    sent: list[_Sent] = []
-
-    async def send(i: int) -> None:
-        sent.append(await _send(ctx, i, rep))
-        ctx.prog.advance(task)
-
-    t0 = time.perf_counter()
-    deadline = t0 + cfg.duration if cfg.duration else math.inf
-    jobs: list[asyncio.Future[Any]] = []
-    if level is not None:
-        counter = iter(range(n if n is not None else 2**62))
-
-        async def worker() -> None:
-            for i in counter:
-                if state.stopped or time.perf_counter() >= deadline:
-                    return
-                await send(i)
-
-        jobs = [asyncio.ensure_future(worker()) for _ in range(level)]
-        state.tasks.update(jobs)
+    options = ctx.options.model_copy(update={"ignore_eos": cfg.ignore_eos and state.ignore_eos})
+    workers, start_ns = (pool.n, pool.start_ns()) if pool is not None else (1, 0)
+    shares = plan_shares(cfg, level, rep, ctx.prompts, options, workers, start_ns)
+    aligned = True
+    if pool is None:
+        out = await drive(shares[0], state, lambda: ctx.prog.advance(task))
+        records = [item.record() for item in out.sent]
+        duration = (out.end_ns - out.start_ns) / 1e9
+        used, reused = out.used, out.prompts_reused
     else:
-        assert cfg.rate is not None
-        rng = np.random.default_rng(cfg.seed + 1000 * rep)
-        count = n if n is not None else int(cfg.rate * (cfg.duration or 0) * 2) + 16
-        for i, off in enumerate(arrival_offsets(count, cfg.rate, cfg.burstiness, rng)):
-            if t0 + off >= deadline or state.stopped:
-                break
-            delay = t0 + off - time.perf_counter()
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(state.stop_event.wait(), delay)
-                if state.stopped:
-                    break
-            job = asyncio.ensure_future(send(i))
-            jobs.append(job)
-            state.tasks.add(job)
-    await asyncio.gather(*jobs, return_exceptions=True)
-    state.tasks.difference_update(jobs)
-    duration = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        outputs = await pool.run(shares, lambda k: ctx.prog.advance(task, k))
+        merged = merge(outputs, pool.offsets_ns(), time.perf_counter() - t0)
+        state.cancelled += merged.cancelled
+        if merged.stop_reasons:
+            state.stop(merged.stop_reasons[0])
+        records, duration, aligned = merged.records, merged.duration_s, merged.aligned
+        used, reused = merged.used, merged.prompts_reused
+        ctx.stamp_fallbacks += merged.stamp_fallbacks
+    if n is None:
+        ctx.prompts.advance(used)  # open-ended shares cycled through windows of the pool
+    ctx.prompts_reused = ctx.prompts_reused or reused
     after = await ctx.client.get_text("/metrics") if not state.stopped else None
-    records = [item.record() for item in sent]
     missing = None
     if before is not None and after is None:
         missing = (
@@ -393,7 +324,9 @@ async def _measure(ctx: _Ctx, rep: int, level: int | None) -> Measurement:
             else "the server stopped answering /metrics during the run"
         )
     delta = server_metrics.delta(before, after)
-    return Measurement(rep, level, records, duration, delta, metrics_missing=missing)
+    return Measurement(
+        rep, level, records, duration, delta, metrics_missing=missing, aligned=aligned
+    )
 
 
 def _assemble(
@@ -420,6 +353,10 @@ def _assemble(
     head["errors"] = errors
     config = cfg.model_dump(mode="json")
     config["url"] = redact(config["url"])
+    workers = ctx.pool.book.result() if ctx.pool is not None else []
+    if ctx.pool is not None:  # the self-check that matters ran in the workers: pool it
+        lag_ms = lag_stats(ctx.pool.book.all_lag_ns())
+    aligned = all(m.aligned for m in measurements)
     result = RunResult(
         **head,
         date=started.isoformat(timespec="seconds"),
@@ -437,9 +374,21 @@ def _assemble(
         cancelled_in_flight=ctx.state.cancelled,
         loop_lag_ms=lag_ms,
         telemetry=tele,
+        workers=workers,
+        clock_aligned=aligned,
+        timestamp_fallbacks=ctx.stamp_fallbacks + ctx.client.timestamp_fallbacks,
         levels=levels,
     )
-    result.warnings = ctx.state.notes + run_warnings(levels, lag_ms, ctx.prompts.reused, len_source)
+    reused = ctx.prompts.reused or ctx.prompts_reused
+    result.warnings = ctx.state.notes + run_warnings(
+        levels, lag_ms, reused, len_source, workers, aligned
+    )
+    chunks = sum(r.chunks for m in measurements for r in m.records)
+    if result.timestamp_fallbacks > 0.01 * max(chunks, 1):
+        result.warnings.append(
+            f"{result.timestamp_fallbacks} socket reads (of ~{chunks} chunks) came without a "
+            "kernel timestamp and were stamped when the event loop read them"
+        )
     if ctx.state.stopped:
         result.warnings.insert(0, f"partial result: {ctx.state.reason}")
     return result

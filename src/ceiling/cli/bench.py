@@ -90,6 +90,12 @@ def register(app: typer.Typer) -> None:
             60.0, "--stall-timeout", help="Max silence in a stream, s."
         ),
         seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrivals."),
+        workers: int = typer.Option(
+            1, "--workers", help="Load-generating processes (each its own event loop)."
+        ),
+        ray: str = typer.Option(
+            None, "--ray", help="Ray address (auto, host:port, local): workers as Ray actors."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
     ) -> None:
@@ -140,6 +146,8 @@ def register(app: typer.Typer) -> None:
             timeout=timeout,
             stall_timeout=stall_timeout,
             seed=seed,
+            workers=workers,
+            ray=ray,
         )
         result = run_bench(cfg, progress=not quiet)
         if as_json:
