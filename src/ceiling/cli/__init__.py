@@ -103,7 +103,9 @@ def _plain_metavars(group: Any) -> None:
                 continue
             if param.param_type_name != "option" or param.is_flag or param.metavar:
                 continue
-            name, kind = param.name or "", param.display_type(None).lower()  # "<int range>"
+            # the parameter's Click type name ("integer range", "float", "path", "text"): public
+            # on every Typer/Click version (display_type() exists only in newer vendored Clicks)
+            name, kind = param.name or "", str(getattr(param.type, "name", "") or "").lower()
             if name in _METAVARS and not (name == "batch" and "str" not in kind):
                 param.metavar = _METAVARS[name]
             elif "int" in kind:
