@@ -44,3 +44,18 @@ def test_every_option_is_described(name):
 def test_api_key_variable_is_documented(name, capsys):
     main([name, "--help"])
     assert "CEILING_API_KEY" in capsys.readouterr().out
+
+
+def test_option_kind_is_read_from_either_typer_generation():
+    """Typer < 0.29 gives Click a ParamType (``param.type.name``); Typer >= 0.29 describes its
+    own parameters (``display_type``). The GPU image ships typer 0.27: the CLI must start there."""
+    from types import SimpleNamespace
+
+    from ceiling.cli import _type_label
+
+    old = SimpleNamespace(type=SimpleNamespace(name="integer range"))
+    new = SimpleNamespace(display_type=lambda ctx: "<FLOAT>")
+    broken = SimpleNamespace(display_type=lambda ctx: 1 / 0)
+    assert _type_label(old) == "integer range"
+    assert _type_label(new) == "<float>"
+    assert _type_label(broken) == "" and _type_label(SimpleNamespace()) == ""

@@ -103,9 +103,7 @@ def _plain_metavars(group: Any) -> None:
                 continue
             if param.param_type_name != "option" or param.is_flag or param.metavar:
                 continue
-            # the parameter's Click type name ("integer range", "float", "path", "text"): public
-            # on every Typer/Click version (display_type() exists only in newer vendored Clicks)
-            name, kind = param.name or "", str(getattr(param.type, "name", "") or "").lower()
+            name, kind = param.name or "", _type_label(param)
             if name in _METAVARS and not (name == "batch" and "str" not in kind):
                 param.metavar = _METAVARS[name]
             elif "int" in kind:
@@ -116,6 +114,22 @@ def _plain_metavars(group: Any) -> None:
                 param.metavar = "PATH"
             else:
                 param.metavar = "TEXT"
+
+
+def _type_label(param: Any) -> str:
+    """What kind of value an option takes ("integer range", "<float>", "path", "text"): Typer
+    >= 0.29 describes its parameters itself (``display_type``), older Typers hand Click a Click
+    ``ParamType`` (``param.type.name``); both are seen in the field (0.27 on the GPU image)."""
+    click_type = getattr(param, "type", None)
+    if click_type is not None:
+        return str(getattr(click_type, "name", "") or "").lower()
+    show = getattr(param, "display_type", None)
+    if callable(show):
+        try:
+            return str(show(None)).lower()
+        except Exception:  # a help label must never stop the CLI from starting
+            return ""
+    return ""
 
 
 def _one_line(text: str) -> str:
