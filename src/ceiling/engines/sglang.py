@@ -9,7 +9,7 @@ fired up and ready to roll!" plus ``/health``.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ceiling.engines.base import Engine
 from ceiling.engines.logparse import (
@@ -50,6 +50,7 @@ class SglangEngine(Engine):
         "kv-capacity": "more KV: raise --mem-fraction-static, --kv-cache-dtype fp8_e4m3, lower "
         "--context-length, or serve fewer sequences (--max-running-requests)",
     }
+    ignore_eos_field = "ignore_eos"
     ready_line = "The server is fired up and ready to roll!"
     default_port = 30000
     env_prefixes = ("SGLANG_",)
@@ -80,6 +81,13 @@ class SglangEngine(Engine):
 
     def parse_log(self, lines: list[str], facts: EngineFacts) -> None:
         _parse_sglang(lines, facts)
+
+    def token_ids_request(self) -> dict[str, Any]:
+        """SGLang's completions: ``return_token_ids`` (-> ``return_prompt_token_ids``); prompt
+        log-probabilities come from the OpenAI ``echo`` + ``logprobs`` pair, which sets
+        ``logprob_start_len=0`` (sglang/srt/entrypoints/openai/serving_completions.py,
+        ``_convert_to_internal_request``)."""
+        return {"return_token_ids": True}
 
 
 # ---- start-up log grammar (``ceiling inspect``) ------------------------------------------

