@@ -358,3 +358,32 @@ def test_short_loop_found_wherever_it_is():
     words = "one two " * 10 + "and then the story went on to a quiet end"
     sig = detect.short_loop(words, None, DegenerateRules(loop_min_share=0.5))
     assert sig is not None and sig.evidence.startswith("a 2-token cycle covers 20 of 30")
+
+
+# ---- the gate in doctor ------------------------------------------------------------------
+
+
+def test_doctor_stops_before_benchmarking_a_broken_server(intact, tmp_path):
+    from ceiling.diagnose.doctor import DoctorConfig, run_doctor
+    from ceiling.sanity.run import SanityBroken
+
+    def wrong(asked: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+        choice = answer["choices"][0]
+        if not asked.get("ignore_eos") and not choice.get("prompt_logprobs"):
+            choice["text"] = " and the, and the"
+        return answer
+
+    out = tmp_path / "doctor"
+    with Replay(intact, wrong) as srv, pytest.raises(SanityBroken) as err:
+        run_doctor(DoctorConfig(url=srv.url, out_dir=str(out), progress=False, telemetry=False))
+    assert "gives broken output (sanity): broken: known answers: 0 of 5 right" in err.value.message
+    doc = json.loads((out / "doctor.json").read_text())
+    assert doc["sanity"]["verdict"] == "broken"
+    assert doc["verdict"]["headline"].startswith("Broken output: known answers: 0 of 5 right")
+    assert doc["bench"] == {}  # nothing was benchmarked
+    names = [s["name"] for s in doc["stages"]]
+    assert "sanity" in names and not any(n.startswith("bench") for n in names)
+    report = (out / "report.md").read_text()
+    assert "## Output sanity" in report and "| broken | known answers |" in report
+    # every request the gate made was a plain completion: none streamed, none timed
+    assert all(not r.get("stream") for r in srv.requests)

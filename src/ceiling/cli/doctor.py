@@ -51,6 +51,9 @@ def doctor(
         False, "--no-measure-cpu", help="On CPU, use the labelled assumed rates."
     ),
     launch_timeout: float = typer.Option(1800.0, "--launch-timeout", help="Seconds to be ready."),
+    no_sanity: bool = typer.Option(
+        False, "--no-sanity", help="Benchmark even if the output is wrong (skip the sanity gate)."
+    ),
     out: Path = typer.Option(Path("ceiling-out"), "--out", help="Output directory."),
     json_out: bool = typer.Option(False, "--json", help="Print doctor.json on stdout."),
 ) -> None:
@@ -91,6 +94,7 @@ def doctor(
         telemetry=not no_telemetry,
         measure_cpu=not no_measure_cpu,
         launch_timeout_s=launch_timeout,
+        sanity=not no_sanity,
         out_dir=str(out),
         progress=not json_out,
     )

@@ -71,6 +71,7 @@ class DoctorConfig(BaseModel):
     launch_timeout_s: float = Field(1800.0, gt=0, allow_inf_nan=False)
     out_dir: str = "ceiling-out"
     flag_hypotheses: list[str] = Field(default_factory=lambda: list(FLAG_HYPOTHESES))
+    sanity: bool = Field(True, description="gate on `ceiling sanity` before any measurement")
     progress: bool = True
 
 
@@ -96,6 +97,7 @@ class DoctorResult(BaseModel):
     prediction_note: str | None = None
     preflight: dict[str, Any] | None = None
     flag_checks: dict[str, str | None] = Field(default_factory=dict)
+    sanity: dict[str, Any] | None = Field(None, description="the sanity gate's SanityReport")
     bench: dict[str, Any] = Field(default_factory=dict)
     telemetry: dict[str, Any] | None = Field(
         None, description="probe's TelemetrySeries during the single-stream bench (+ summary)"
@@ -341,6 +343,17 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
                 st.message = f"{len(res.findings)} findings"
         else:
             rec.skip("inspect log", "no log file (pass --log with --url)")
+        if cfg.sanity:  # before anything is measured: a broken server is not benchmarked
+            from ceiling.sanity.run import SanityBroken, broken_verdict, doctor_gate
+
+            with rec.stage("sanity", fatal=True) as st:
+                rep = doctor_gate(url, served, engine, cfg.model_path, variant, res.facts)
+                res.sanity, st.message = rep.model_dump(mode="json"), rep.headline
+                if rep.verdict == "broken":
+                    res.verdict = broken_verdict(rep)
+                    raise SanityBroken(rep)
+        else:
+            rec.skip("sanity", "turned off")
         with rec.stage("hardware") as st:
             host = describe_hardware(cfg, res)
             st.message = res.hardware.get("description")

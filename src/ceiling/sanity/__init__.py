@@ -8,7 +8,7 @@ that ``doctor`` and ``sweep`` run first. See docs/sanity.md.
 """
 
 from ceiling.sanity.checks import Check, Probe, SanityReport, check_server
-from ceiling.sanity.run import SanityBroken, SanityConfig, gate_server, run_sanity
+from ceiling.sanity.run import SanityBroken, SanityConfig, doctor_gate, run_sanity
 
 __all__ = [
     "Check",
@@ -17,6 +17,6 @@ __all__ = [
     "SanityConfig",
     "SanityReport",
     "check_server",
-    "gate_server",
+    "doctor_gate",
     "run_sanity",
 ]

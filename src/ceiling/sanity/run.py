@@ -49,25 +49,47 @@ def variant_dtype(variant: Any) -> str | None:
     return None
 
 
-def gate_server(
+def doctor_gate(
     url: str,
     model: str | None,
     engine: str | None,
-    model_dir: str | None,
-    dtype: str | None = None,
-    timeout_s: float = 60.0,
+    model_path: str | None,
+    variant: Any,
+    facts: dict[str, Any] | None = None,
 ) -> SanityReport:
-    """The gate: the report; :class:`SanityBroken` (carrying it) when the verdict is broken."""
-    srv = _Server(url, model or "", timeout_s)
+    """The gate as ``doctor``'s and ``sweep``'s first stage (the verdict is the caller's to act
+    on): the model directory from ``--model-path`` (a directory, or a config.json in one) or the
+    variant's model; the dtype from the variant's flags or the engine log's facts."""
+    model_dir = None
+    for cand in (model_path, getattr(variant, "model", None)):
+        if cand and Path(cand).is_dir():
+            model_dir = str(cand)
+            break
+        if cand and Path(cand).name == "config.json" and Path(cand).is_file():
+            model_dir = str(Path(cand).parent)
+            break
+    srv = _Server(url, model or "", 60.0)
     models = srv.models() if (model is None or model_dir is None) else []
     model = model or (models[0]["id"] if models else "")
     if model_dir is None and models:
         root = models[0].get("root")
         model_dir = root if root and Path(root).is_dir() else None
-    report = check_server(url, model, engine, model_dir, dtype, timeout_s=timeout_s)
-    if report.verdict == "broken":
-        raise SanityBroken(report)
-    return report
+    dtype = variant_dtype(variant) or (facts or {}).get("dtype")
+    return check_server(url, model, engine, model_dir, dtype)
+
+
+def broken_verdict(report: SanityReport) -> dict[str, Any]:
+    """The verdict of a run stopped by the gate (the report renders it like any verdict)."""
+    return {
+        "headline": f"Broken output: {report.headline.removeprefix('broken: ')}. Not "
+        "benchmarked: speed figures of a server that computes the wrong thing mean nothing.",
+        "bound_by": "broken output",
+        "measured_tok_s": None,
+        "notes": [
+            "Fix the deployment first (config, weights and tokenizer against the checkpoint's); "
+            "the sanity checks below say what was wrong."
+        ],
+    }
 
 
 def run_sanity(cfg: SanityConfig) -> SanityReport:
