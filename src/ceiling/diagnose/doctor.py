@@ -461,9 +461,12 @@ def _death_text(server: Any, url: str, stage: str) -> str:
 
 
 def _inspect(res: DoctorResult, log_path: Path, engine: str | None, concurrency: int) -> None:
+    from ceiling.diagnose.findings import context_for
     from ceiling.diagnose.logs import inspect_log
 
-    facts = inspect_log(log_path, engine=engine, concurrency=concurrency)
+    tokens = (res.config.get("input_len") or 0) + (res.config.get("max_tokens") or 0)
+    ctx = context_for(res.hardware, concurrency=concurrency, request_tokens=tokens or None)
+    facts = inspect_log(log_path, engine=engine, concurrency=concurrency, context=ctx)
     data = facts.model_dump(mode="json")
     res.findings = list(data.pop("findings", []) or [])
     res.facts = data

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from ceiling.diagnose.findings import Finding, derive_findings
+from ceiling.diagnose.findings import Finding, FindingContext, derive_findings
 from ceiling.engines import all_engines
 from ceiling.engines.logparse import MAX_MESSAGES, parse_config_repr
 from ceiling.errors import CeilingError
@@ -79,6 +79,10 @@ class EngineFacts(BaseModel):
     enabled_fusions: list[str] | None = None
     compile_cache_hit: bool | None = None
     torch_compile_s: float | None = None
+    cudagraph_downgrade: str | None = None  # the mode the engine lowered CUDA graphs to
+    weight_only_fallback: str | None = None  # "FP4"/"FP8" run weight-only (no native compute)
+    spec_mean_acceptance: float | None = None  # speculative decoding, last metrics line
+    spec_acceptance_rate_pct: float | None = None
     custom_allreduce_disabled: bool | None = None
     custom_allreduce_reason: str | None = None
     nccl_version: str | None = None
@@ -123,7 +127,10 @@ def detect_engine(lines: list[str]) -> str | None:
 
 
 def parse_lines(
-    lines: list[str], engine: str | None = None, concurrency: int | None = None
+    lines: list[str],
+    engine: str | None = None,
+    concurrency: int | None = None,
+    context: FindingContext | None = None,
 ) -> EngineFacts:
     """Facts (and findings) from log lines; ANSI colour and carriage-return redraws removed."""
     clean = [_ANSI.sub("", p) for ln in lines for p in ln.rstrip("\n").split("\r")]
@@ -143,19 +150,22 @@ def parse_lines(
     facts.non_default_args = {
         k: (MASK if is_secret_name(k) else v) for k, v in facts.non_default_args.items()
     }
-    facts.findings = derive_findings(facts, concurrency=concurrency)
+    facts.findings = derive_findings(facts, concurrency=concurrency, context=context)
     return facts
 
 
 def inspect_log(
-    path: str | Path, engine: str | None = None, concurrency: int | None = None
+    path: str | Path,
+    engine: str | None = None,
+    concurrency: int | None = None,
+    context: FindingContext | None = None,
 ) -> EngineFacts:
     """Parse an engine log file into EngineFacts with findings."""
     from ceiling.inputs import read_text
 
     p = Path(path)
     text = read_text(p, "log file", fix="pass the path of an engine's text log (stdout/stderr)")
-    facts = parse_lines(text.splitlines(), engine=engine, concurrency=concurrency)
+    facts = parse_lines(text.splitlines(), engine=engine, concurrency=concurrency, context=context)
     facts.source = str(p)
     if facts == EngineFacts(engine=facts.engine, source=facts.source, findings=facts.findings):
         raise CeilingError(
@@ -166,14 +176,25 @@ def inspect_log(
 
 
 def run_inspect(
-    path: Path, engine: str | None = None, concurrency: int | None = None, json_out: bool = False
+    path: Path,
+    engine: str | None = None,
+    concurrency: int | None = None,
+    gpu: str | None = None,
+    json_out: bool = False,
 ) -> int:
-    """``ceiling inspect``: print the facts and findings."""
+    """``ceiling inspect``: print the facts and findings (``gpu``: the catalog GPU it ran on)."""
     from rich.markup import escape
 
     from ceiling.console import emit_json, out
+    from ceiling.diagnose.findings import context_for
 
-    facts = inspect_log(path, engine=engine, concurrency=concurrency)
+    ctx = None
+    if gpu:
+        from ceiling.spec.hardware import load_gpu
+
+        load_gpu(gpu)  # an unknown name is an error with its fix, not a silent "unknown"
+        ctx = context_for({"kind": "gpu", "name": gpu})
+    facts = inspect_log(path, engine=engine, concurrency=concurrency, context=ctx)
     if json_out:
         emit_json(facts)
         return 0
@@ -193,4 +214,8 @@ def run_inspect(
             o.print(f"    | {escape(line)}", soft_wrap=True)
         if f.fix:
             o.print(f"    fix: {escape(f.fix)}", soft_wrap=True)
+        elif f.withheld:
+            o.print(f"    {escape(f.withheld)}", soft_wrap=True)
+        if f.doc:
+            o.print(f"    why and what to do: {f.doc}", soft_wrap=True)
     return 0

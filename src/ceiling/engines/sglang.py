@@ -47,8 +47,14 @@ class SglangEngine(Engine):
     display_name = "SGLang"
     finding_fixes = {  # noqa: RUF012 (class data, read only)
         "eager-mode": "remove --disable-cuda-graph; raise --cuda-graph-max-bs to the batch",
-        "kv-capacity": "more KV: raise --mem-fraction-static, --kv-cache-dtype fp8_e4m3, lower "
-        "--context-length, or serve fewer sequences (--max-running-requests)",
+        "custom-allreduce-off.user": "remove --disable-custom-all-reduce",
+        "kv-capacity.memory": "raise --mem-fraction-static",
+        "kv-capacity.fp8": "--kv-cache-dtype fp8_e4m3",
+        "kv-capacity.max-len": "a lower --context-length",
+        "kv-capacity.fewer-seqs": "fewer sequences (--max-running-requests)",
+        "concurrency-cap": "raise --max-running-requests",
+        "partial-cudagraphs.size": "raise --cuda-graph-max-bs to the batch",
+        "expert-parallel-pcie": "drop --ep-size (experts sharded by TP)",
     }
     ignore_eos_field = "ignore_eos"
     ready_line = "The server is fired up and ready to roll!"

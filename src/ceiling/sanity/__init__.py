@@ -2,21 +2,8 @@
 
 ``spec.py`` reads what to ask and the per-family thresholds (``data/sanity.yaml``);
 ``checks.py`` asks a running server (known answers, prompt perplexity, degenerate output, exact
-length) and judges; ``reference.py`` is the optional CPU forward pass of the same weights;
-``detect.py`` holds the degenerate-output detectors; ``run.py`` is the command and the gate
-that ``doctor`` and ``sweep`` run first. See docs/sanity.md.
+length) and judges (``check_server`` -> ``SanityReport``); ``reference.py`` is the optional CPU
+forward pass of the same weights; ``detect.py`` holds the degenerate-output detectors;
+``run.py`` is the command (``run_sanity``) and the gate that ``doctor`` and ``sweep`` run first
+(``doctor_gate``, ``SanityBroken``). See docs/sanity.md.
 """
-
-from ceiling.sanity.checks import Check, Probe, SanityReport, check_server
-from ceiling.sanity.run import SanityBroken, SanityConfig, doctor_gate, run_sanity
-
-__all__ = [
-    "Check",
-    "Probe",
-    "SanityBroken",
-    "SanityConfig",
-    "SanityReport",
-    "check_server",
-    "doctor_gate",
-    "run_sanity",
-]

@@ -23,8 +23,8 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
 
+import ceiling.sanity.detect as detect
 from ceiling.errors import CeilingError
-from ceiling.sanity import detect
 from ceiling.sanity.spec import SanitySpec, load_spec
 
 Status = Literal["ok", "suspect", "broken", "skipped"]
