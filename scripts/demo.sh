@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's main command: on a fresh machine without a GPU, install ceiling and vLLM's CPU
 # build, build (train) a tiny Llama locally, launch it with a real vLLM on CPU, run the whole
-# doctor flow on it (predict -> preflight -> launch -> bench -> inspect -> attribute -> verdict)
+# doctor flow on it (preflight -> launch -> sanity -> predict -> bench -> inspect -> attribute -> verdict)
 # and write the report into ./ceiling-out/ (report.html, report.md, doctor.json).
 #
 #   bash scripts/demo.sh [OUT_DIR]

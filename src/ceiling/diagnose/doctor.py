@@ -467,6 +467,10 @@ def _inspect(res: DoctorResult, log_path: Path, engine: str | None, concurrency:
     tokens = (res.config.get("input_len") or 0) + (res.config.get("max_tokens") or 0)
     ctx = context_for(res.hardware, concurrency=concurrency, request_tokens=tokens or None)
     facts = inspect_log(log_path, engine=engine, concurrency=concurrency, context=ctx)
+    if res.bench:  # what the run measured: preemptions, queueing, a slow frontend
+        from ceiling.diagnose.runtime import runtime_findings
+
+        facts.findings += runtime_findings(facts, res.bench, ctx)
     data = facts.model_dump(mode="json")
     res.findings = list(data.pop("findings", []) or [])
     res.facts = data

@@ -33,11 +33,40 @@ class Precondition(BaseModel):
     because: str
 
 
+# the part of the deployment each finding blames (what a user would change or look at)
+COMPONENTS = {
+    "custom-allreduce-off": "tensor-parallel allreduce",
+    "compile-off": "torch.compile",
+    "quant-fusion-off": "fusion passes (norm/activation + quant)",
+    "allreduce-fusion-off": "fusion passes (allreduce + RMSNorm)",
+    "eager-mode": "CUDA graphs / torch.compile (eager mode)",
+    "partial-cudagraphs": "CUDA graphs",
+    "kv-capacity": "KV cache",
+    "kv-preemption": "KV cache",
+    "concurrency-cap": "scheduler (running-sequence cap)",
+    "frontend-bound": "API server / detokenizer / client",
+    "weight-only-fallback": "linear kernels (quantization format)",
+    "quant-emulation": "linear kernels (quantization format)",
+    "fp8-kv-unavailable": "KV cache (dtype)",
+    "default-moe-config": "MoE kernels",
+    "expert-parallel-pcie": "parallel layout (expert parallelism)",
+    "spec-decode-acceptance": "speculative decoding",
+    "unknown-env": "configuration (environment)",
+    "slow-restart": "start-up",
+}
+
+
 class Finding(BaseModel):
-    """One diagnosed issue, with its evidence, its preconditions and what to do about it."""
+    """One diagnosed issue, with its evidence, its preconditions and what to do about it.
+
+    ``component`` names the part of the deployment it blames; ``direction`` what it does to
+    throughput ("slower": every finding here costs speed).
+    """
 
     id: str
     title: str
+    component: str | None = None
+    direction: Literal["slower", "faster"] = "slower"
     severity: Literal["info", "warning", "critical"] = "warning"
     evidence: list[str] = Field(default_factory=list)
     fix: str | None = None
@@ -130,5 +159,6 @@ def derive_findings(
     for rule in (*RULES_COMPUTE, *RULES_SERVING):
         found = rule(facts, ctx)
         if found is not None:
+            found.component = found.component or COMPONENTS.get(found.id)
             out.append(found)
     return out

@@ -46,7 +46,6 @@ def kv_capacity(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     want = ctx.concurrency if ctx.concurrency is not None else 1
     if facts.max_concurrency >= want:
         return None
-    fixes = _fixes(facts)
     f = Finding(
         id="kv-capacity",
         title=f"KV cache holds {facts.max_concurrency:.2f} full-length requests; {want} requested",
@@ -56,9 +55,16 @@ def kv_capacity(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
         "collapses (~14x in one report)",
         doc=doc_path("kv-capacity"),
     )
+    f.fix, f.preconditions = kv_remedies(facts, ctx)
+    return f
+
+
+def kv_remedies(facts: EngineFacts, ctx: FindingContext) -> tuple[str, list[Precondition]]:
+    """The KV remedies that can help here, in the engine's flags, and what each rests on."""
+    fixes = _fixes(facts)
     if "kv-capacity" in fixes:  # the engine says it in one sentence (llama.cpp: --n_ctx)
-        f.fix = fixes["kv-capacity"]
-        return f
+        return fixes["kv-capacity"], []
+    pres: list[Precondition] = []
     util = facts.non_default_args.get("gpu_memory_utilization")
     util = float(util) if isinstance(util, int | float) else None
     kvd = (facts.kv_cache_dtype or "auto").lower()
@@ -102,13 +108,15 @@ def kv_capacity(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     ]
     words = []
     for key, neutral, pre in options:
+        text = fixes.get(f"kv-capacity.{key}", neutral)
         if pre is not None:
-            f.preconditions.append(pre)
             if pre.holds is False:
-                continue
-        words.append(fixes.get(f"kv-capacity.{key}", neutral))
-    f.fix = "more KV: " + "; or ".join(words)
-    return f
+                continue  # this remedy cannot help here: not offered
+            pres.append(pre)
+            if pre.holds is None:  # offered as a condition, never as a plain instruction
+                text += f" (if {pre.fact}: {pre.because})"
+        words.append(text)
+    return "more KV: " + "; or ".join(words), pres
 
 
 def concurrency_cap(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
@@ -136,12 +144,24 @@ def concurrency_cap(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
         "streams give, and latency grows with the queue",
         doc=doc_path("concurrency-cap"),
     )
-    room = facts.max_concurrency
+    room, why = facts.max_concurrency, "no KV line in the log"
+    holds: bool | None = None
+    if facts.kv_cache_tokens and ctx.request_tokens:
+        room = facts.kv_cache_tokens / ctx.request_tokens
+        holds, why = (
+            room >= want,
+            f"{facts.kv_cache_tokens} KV tokens / {ctx.request_tokens} per request",
+        )
+    elif room is not None:
+        # capacity in full-length requests: enough is enough; too little may still fit the
+        # shorter requests actually served
+        holds = True if room >= want else None
+        why = f"KV capacity {room}x full-length requests; the request length is not known"
     pre = [
         Precondition(
-            fact="the KV cache holds the intended concurrency",
-            holds=None if room is None else room >= want,
-            because=f"KV capacity {room}x" if room is not None else "no KV line in the log",
+            fact="the KV cache holds the intended concurrency at the request length",
+            holds=holds,
+            because=why,
         )
     ]
     return decide(

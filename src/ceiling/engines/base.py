@@ -130,6 +130,8 @@ class Engine:
     # names, newest first; every name starts with ``metric_prefix``
     metric_prefix: str = ""
     metric_histograms: ClassVar[dict[str, tuple[str, ...]]] = {}
+    # counters whose increase over a run means something (``preemptions``...), newest first
+    metric_counters: ClassVar[dict[str, tuple[str, ...]]] = {}
     # ``inspect`` findings: finding id -> how to fix it with THIS engine's flags. A finding whose
     # id is missing here gets diagnose.findings' engine-neutral advice.
     finding_fixes: ClassVar[dict[str, str]] = {}

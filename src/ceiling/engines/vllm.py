@@ -92,7 +92,10 @@ class VllmEngine(Engine):
         "eager-mode.cpu": "remove --enforce-eager: the CPU build then compiles the model "
         "(torch.compile; start-up takes longer)",
         "kv-capacity.memory": "raise --gpu-memory-utilization",
-        "kv-capacity.memory-cpu": "a larger --kv-cache-memory-bytes / VLLM_CPU_KVCACHE_SPACE",
+        "kv-capacity.memory-cpu": "a larger --kv-cache-memory-bytes (VLLM_CPU_KVCACHE_SPACE, "
+        "in GiB, overrides it when set)",
+        "frontend-bound": "give the API server CPU time (other load off its cores); if it is "
+        "busy with its own work, more API server processes (--api-server-count)",
         "kv-capacity.fp8": "--kv-cache-dtype fp8",
         "kv-capacity.max-len": "a lower --max-model-len",
         "kv-capacity.fewer-seqs": "fewer sequences (--max-num-seqs)",
@@ -129,6 +132,10 @@ class VllmEngine(Engine):
         "e2el": ("vllm:e2e_request_latency_seconds",),
         "prefill": ("vllm:request_prefill_time_seconds",),
         "decode": ("vllm:request_decode_time_seconds",),
+    }
+    # vllm/v1/metrics/loggers.py (0.32): "vllm:num_preemptions" (a Counter: exposed as _total)
+    metric_counters = {  # noqa: RUF012 (class data, read only)
+        "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
     }
 
     def install_hint(self) -> str:

@@ -113,7 +113,7 @@ _V_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "graph",
         re.compile(r"Graph capturing finished in " + NUM + r" secs?(?:, took " + NUM + r" GiB)?"),
     ),
-    ("compile_total", re.compile(r"torch\.compile takes " + NUM + r" s in total")),
+    ("compile_total", re.compile(r"torch\.compile t(?:akes|ook) " + NUM + r" s in total")),
     (
         "compile_hit",
         re.compile(

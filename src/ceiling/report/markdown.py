@@ -345,14 +345,19 @@ def _findings(doc: Doc) -> list[str]:
     if fs:
         out += ["## Findings", ""]
         for f in fs:
+            part = f" [{f['component']}]" if f.get("component") else ""
             out.append(
-                f"- **{f.get('title')}** ({f.get('severity')}, {f.get('kind')}): "
+                f"- **{f.get('title')}**{part} ({f.get('severity')}, {f.get('kind')}): "
                 f"{f.get('predicted_effect') or ''}"
             )
             for line in (f.get("evidence") or [])[:3]:
                 out.append(f"  - `{_clip(str(line), 200).replace('`', chr(39))}`")
             if f.get("fix"):
                 out.append(f"  - fix: {f['fix']}")
+            elif f.get("withheld"):
+                out.append(f"  - {f['withheld']}")
+            if f.get("doc"):
+                out.append(f"  - why and what to do: {f['doc']}")
         out.append("")
     return out
 

@@ -1,0 +1,165 @@
+"""Doctor truth on a real vLLM (CPU): changes whose effect is known, named with their component
+and the direction of their effect; and a change that changes nothing, called no difference.
+
+- ``--max-num-seqs 1`` under 4 concurrent streams: the scheduler runs one sequence, the others
+  queue (one launch);
+- a KV cache of 896 tokens (1.75 full requests) under 4 streams: preemptions (one launch);
+- the API server starved of CPU (stopped 200 ms of every 250 ms with SIGSTOP/SIGCONT, on the
+  shared server): tokens pile up in the engine and arrive several per chunk;
+- the same server benched twice: ``compare`` says "no significant difference".
+Eager vs compiled is not here: on this CPU build the tiny model's difference was within the
+noise of a shared 2-core box (docs/causes/eager-mode.md), so no direction is known to test.
+Timing comparisons use what the engine measures or effects several times the noise.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ceiling.bench.compare import SAME, SLOWER, compare
+from ceiling.bench.results import RunResult
+from ceiling.diagnose.doctor import DoctorConfig, run_doctor
+
+pytestmark = pytest.mark.engine
+
+RUNTIME = ("concurrency-cap", "kv-preemption", "frontend-bound")
+
+
+def _variant(tmp_path: Path, base, name: str, args: dict, drop_env: tuple[str, ...] = ()) -> Path:
+    data = {
+        "engine": "vllm",
+        "model": str(base.model),
+        "served_model_name": "tiny",
+        "host": "127.0.0.1",
+        "log_dir": str(tmp_path / "logs"),
+        "args": {a.flag.lstrip("-"): (a.values[0] if a.values else True) for a in base.args},
+        "env": {k: v for k, v in base.env.items() if k not in drop_env},
+    }
+    data["args"].update(args)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _doctor(out: Path, concurrency=(1, 4), **target):
+    return run_doctor(
+        DoctorConfig(
+            **target,
+            max_tokens=32,
+            repeat=2,
+            concurrency=list(concurrency),
+            concurrency_max_tokens=128,
+            concurrency_requests=8,
+            telemetry=False,
+            measure_cpu=False,
+            out_dir=str(out),
+            progress=False,
+        )
+    )
+
+
+def _by_id(res) -> dict:
+    return {f["id"]: f for f in res.findings}
+
+
+def _conc(res) -> RunResult:
+    return RunResult.model_validate(res.bench["concurrency"])
+
+
+@pytest.fixture(scope="module")
+def baseline(vllm_server, tmp_path_factory):
+    """doctor on the shared server as it is (default cap, 1 GiB of KV)."""
+    out = tmp_path_factory.mktemp("doctor-base")
+    return _doctor(out, url=vllm_server.url, log=str(vllm_server.log_path))
+
+
+def test_baseline_names_none_of_the_changes(baseline):
+    assert baseline.sanity["verdict"] == "ok"
+    assert not set(RUNTIME) & set(_by_id(baseline))
+
+
+def test_max_num_seqs_1_is_named_and_slower(baseline, cpu_tiny_variant, tmp_path):
+    variant = _variant(tmp_path, cpu_tiny_variant, "seqs1", {"max-num-seqs": 1})
+    res = _doctor(tmp_path / "out", variant=str(variant))
+    f = _by_id(res)["concurrency-cap"]
+    assert f["component"] == "scheduler (running-sequence cap)" and f["direction"] == "slower"
+    assert "(running-sequence cap 1)" in f["title"] and f["fix"] == "raise --max-num-seqs"
+    # the measured direction, with its interval: requests take longer end to end at 4 streams
+    row = next(
+        r for r in compare([_conc(baseline), _conc(res)], "mean_e2el_ms").rows if r.concurrency == 4
+    )
+    assert row.verdict == SLOWER, row
+
+
+def test_a_tiny_kv_cache_is_named_by_its_preemptions(cpu_tiny_variant, tmp_path):
+    # VLLM_CPU_KVCACHE_SPACE (GiB) overrides --kv-cache-memory-bytes on the CPU build: unset it
+    variant = _variant(
+        tmp_path,
+        cpu_tiny_variant,
+        "tinykv",
+        {"kv-cache-memory-bytes": 2_000_000},
+        drop_env=("VLLM_CPU_KVCACHE_SPACE",),
+    )
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+    res = _doctor(tmp_path / "out", concurrency=(4,), variant=str(variant))
+    by = _by_id(res)
+    assert res.facts["kv_cache_tokens"] < 1024 and res.facts["max_concurrency"] < 4
+    assert by["kv-capacity"]["component"] == "KV cache"  # from the start-up log
+    pre = by["kv-preemption"]  # from the engine's counter during the bench
+    assert pre["component"] == "KV cache" and pre["direction"] == "slower"
+    assert "preemptions at concurrency 4 (vllm:num_preemptions_total)" in pre["evidence"][0]
+    assert "--kv-cache-memory-bytes" in pre["fix"]
+
+
+def test_a_starved_api_server_is_named(vllm_server, tmp_path):
+    api = vllm_server.pid  # the launched process is vLLM's API server (its engine core is a child)
+    stop = threading.Event()
+
+    def starve() -> None:
+        while not stop.is_set():
+            os.kill(api, signal.SIGSTOP)
+            stop.wait(0.2)
+            os.kill(api, signal.SIGCONT)
+            stop.wait(0.05)
+
+    thread = threading.Thread(target=starve, daemon=True)
+    thread.start()
+    try:
+        res = _doctor(
+            tmp_path / "out", concurrency=(), url=vllm_server.url, log=str(vllm_server.log_path)
+        )
+    finally:
+        stop.set()
+        thread.join()
+        os.kill(api, signal.SIGCONT)
+    f = _by_id(res)["frontend-bound"]
+    assert f["component"] == "API server / detokenizer / client" and f["direction"] == "slower"
+    assert float(f["title"].split(": ")[1].split(" tokens")[0]) >= 1.25
+
+
+def test_compare_calls_a_no_op_change_no_significant_difference(vllm_server, tmp_path):
+    from ceiling.bench.config import BenchConfig
+    from ceiling.bench.runner import run_bench
+
+    def bench(name: str) -> RunResult:
+        cfg = BenchConfig(
+            url=vllm_server.url,
+            model=vllm_server.model,
+            mode="single",
+            max_tokens=32,
+            input_len=64,
+            repeat=3,
+            warmup=1,
+            out=tmp_path / f"{name}.json",
+        )
+        return run_bench(cfg, progress=False)
+
+    a, b = bench("a"), bench("b")  # the same server, the same settings: nothing changed
+    row = compare([a, b], "mean_e2el_ms").rows[0]
+    assert row.basis == "repeats" and row.verdict == SAME, row
