@@ -306,10 +306,13 @@ def test_finding_fixes_speak_the_engines_flags():
     adapters): a llama.cpp user must not be told to raise --gpu-memory-utilization."""
     from ceiling.diagnose.findings import derive_findings
     from ceiling.diagnose.logs import EngineFacts
+    from ceiling.engines import get_engine
 
     def kv_fix(engine):
         facts = EngineFacts(engine=engine, max_concurrency=1.0)
-        return next(f.fix for f in derive_findings(facts, concurrency=4) if f.id == "kv-capacity")
+        fixes = get_engine(engine).finding_fixes if engine else None
+        found = derive_findings(facts, concurrency=4, fixes=fixes)
+        return next(f.fix for f in found if f.id == "kv-capacity")
 
     assert "--gpu-memory-utilization" in kv_fix("vllm")
     assert "--mem-fraction-static" in kv_fix("sglang")

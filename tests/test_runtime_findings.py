@@ -15,8 +15,10 @@ from pathlib import Path
 from ceiling.diagnose.findings import FindingContext
 from ceiling.diagnose.logs import EngineFacts, parse_lines
 from ceiling.diagnose.runtime import runtime_findings
+from ceiling.engines import get_engine
 
 RUNS = Path(__file__).parent / "fixtures" / "runtime"
+VLLM = get_engine("vllm").finding_fixes
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 
@@ -39,7 +41,7 @@ def test_unchanged_server_gives_no_runtime_finding():
     found = runtime_findings(
         _facts(),
         {"single": _run("default_single.json"), "concurrency": _run("default_conc.json")},
-        FindingContext(concurrency=4),
+        FindingContext(concurrency=4, fixes=VLLM),
     )
     assert found == []
 
@@ -48,7 +50,9 @@ def test_max_num_seqs_1_is_named_as_the_scheduler_cap():
     facts = _facts(max_num_seqs=1)
     found = _ids(
         runtime_findings(
-            facts, {"concurrency": _run("max_num_seqs_1_conc.json")}, FindingContext(concurrency=4)
+            facts,
+            {"concurrency": _run("max_num_seqs_1_conc.json")},
+            FindingContext(concurrency=4, fixes=VLLM),
         )
     )
     f = found["concurrency-cap"]
@@ -63,7 +67,9 @@ def test_a_tiny_kv_cache_is_named_by_its_preemptions():
     facts.max_concurrency, facts.kv_cache_tokens = 1.75, 896
     found = _ids(
         runtime_findings(
-            facts, {"concurrency": _run("tiny_kv_conc.json")}, FindingContext(concurrency=4)
+            facts,
+            {"concurrency": _run("tiny_kv_conc.json")},
+            FindingContext(concurrency=4, fixes=VLLM),
         )
     )
     f = found["kv-preemption"]
@@ -78,7 +84,7 @@ def test_a_starved_api_server_is_named_from_the_chunks():
     facts = _facts()
     found = _ids(
         runtime_findings(
-            facts, {"single": _run("api_server_starved_single.json")}, FindingContext()
+            facts, {"single": _run("api_server_starved_single.json")}, FindingContext(fixes=VLLM)
         )
     )
     f = found["frontend-bound"]
@@ -89,7 +95,7 @@ def test_a_starved_api_server_is_named_from_the_chunks():
     facts2 = _facts(stream_interval=4)
     assert (
         runtime_findings(
-            facts2, {"single": _run("api_server_starved_single.json")}, FindingContext()
+            facts2, {"single": _run("api_server_starved_single.json")}, FindingContext(fixes=VLLM)
         )
         == []
     )

@@ -469,7 +469,9 @@ def _inspect(res: DoctorResult, log_path: Path, engine: str | None, concurrency:
     facts = inspect_log(log_path, engine=engine, concurrency=concurrency, context=ctx)
     if res.bench:  # what the run measured: preemptions, queueing, a slow frontend
         from ceiling.diagnose.runtime import runtime_findings
+        from ceiling.engines import get_engine
 
+        ctx.fixes = dict(get_engine(facts.engine).finding_fixes) if facts.engine else {}
         facts.findings += runtime_findings(facts, res.bench, ctx)
     data = facts.model_dump(mode="json")
     res.findings = list(data.pop("findings", []) or [])

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ceiling.diagnose.findings import Finding, FindingContext, Precondition, decide, doc_path
+from ceiling.diagnose.finding_types import Finding, FindingContext, Precondition, decide, doc_path
 
 if TYPE_CHECKING:
-    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.diagnose.facts import EngineFacts
 
 Rule = Callable[["EngineFacts", FindingContext], "Finding | None"]
 
@@ -34,21 +34,13 @@ SPEC_MIN_ACCEPTANCE = 1.5
 PROBE_HINT = "Run doctor on the GPU host (it probes the GPU and the links), or pass --gpu."
 
 
-def _fixes(facts: EngineFacts) -> dict[str, str]:
+def _fixes(ctx: FindingContext) -> dict[str, str]:
     """The engine adapter's fixes in its own flags (finding id or id.option -> text)."""
-    if not facts.engine:
-        return {}
-    from ceiling.engines import get_engine
-    from ceiling.errors import CeilingError
-
-    try:
-        return dict(get_engine(facts.engine).finding_fixes)
-    except CeilingError:
-        return {}
+    return ctx.fixes
 
 
-def _fix(facts: EngineFacts, key: str, neutral: str) -> str:
-    return _fixes(facts).get(key, neutral)
+def _fix(ctx: FindingContext, key: str, neutral: str) -> str:
+    return ctx.fixes.get(key, neutral)
 
 
 def _gpu(facts: EngineFacts) -> Precondition:
@@ -172,7 +164,7 @@ def custom_allreduce_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
         pre.append(Precondition(fact="GPU peer-to-peer works", holds=False, because=reason))
         f.preconditions = pre
         f.fix = _fix(
-            facts,
+            ctx,
             "custom-allreduce-off.p2p",
             "restore GPU peer-to-peer first (driver P2P support, IOMMU/ACS settings; "
             "`ceiling probe` shows the topology): no custom allreduce works without it",
@@ -209,7 +201,7 @@ def custom_allreduce_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
             f,
             pre,
             _fix(
-                facts,
+                ctx,
                 "custom-allreduce-off.pcie",
                 "use a PCIe one-shot allreduce for small messages if the engine has one",
             ),
@@ -226,7 +218,7 @@ def custom_allreduce_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
     return decide(
         f,
         pre,
-        _fix(facts, "custom-allreduce-off.user", "re-enable the engine's custom allreduce"),
+        _fix(ctx, "custom-allreduce-off.user", "re-enable the engine's custom allreduce"),
         PROBE_HINT,
     )
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ceiling.diagnose.findings import Finding, FindingContext, Precondition, decide, doc_path
+from ceiling.diagnose.finding_types import Finding, FindingContext, Precondition, decide, doc_path
 from ceiling.diagnose.rules import (
     PROBE_HINT,
     Rule,
@@ -20,7 +20,7 @@ from ceiling.diagnose.rules import (
 )
 
 if TYPE_CHECKING:
-    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.diagnose.facts import EngineFacts
 
 
 # ---- B3: torch.compile and fusion passes ---------------------------------------------------
@@ -49,7 +49,7 @@ def compile_off(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     return decide(
         f,
         [_gpu(facts)],
-        _fix(facts, "compile-off", "turn compilation back on (optimization level 2 or 3)"),
+        _fix(ctx, "compile-off", "turn compilation back on (optimization level 2 or 3)"),
     )
 
 
@@ -144,7 +144,7 @@ def quant_fusion_off(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     pre = [_gpu(facts), quant] + [p for v in live.values() for p in v]
     if ready:  # advise the passes whose preconditions all hold, list the others' unknowns
         pre = [_gpu(facts), quant] + [p for k in ready for p in live[k]]
-    fix = "; ".join(_fix(facts, f"quant-fusion-off.{k}", f"turn {k} on") for k in ready)
+    fix = "; ".join(_fix(ctx, f"quant-fusion-off.{k}", f"turn {k} on") for k in ready)
     return decide(f, pre, fix or None, "The page says where each fact can be read.")
 
 
@@ -201,7 +201,7 @@ def allreduce_fusion_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
     return decide(
         f,
         pre,
-        _fix(facts, "allreduce-fusion-off", "turn the allreduce + RMSNorm fusion pass on"),
+        _fix(ctx, "allreduce-fusion-off", "turn the allreduce + RMSNorm fusion pass on"),
         PROBE_HINT + " Check that flashinfer imports in the engine's environment.",
     )
 
@@ -254,13 +254,13 @@ def eager_mode(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
                     "noise of a shared 2-core box: see the page)",
                 )
             ],
-            _fix(facts, "eager-mode.cpu", "drop the eager-mode flag to compile the model"),
+            _fix(ctx, "eager-mode.cpu", "drop the eager-mode flag to compile the model"),
             "Measure both with `ceiling compare` before choosing.",
         )
     return decide(
         f,
         [gpu],
-        _fix(facts, "eager-mode", "turn CUDA graphs on (drop the engine's eager-mode flag)"),
+        _fix(ctx, "eager-mode", "turn CUDA graphs on (drop the engine's eager-mode flag)"),
     )
 
 
@@ -313,7 +313,7 @@ def partial_cudagraphs(facts: EngineFacts, ctx: FindingContext) -> Finding | Non
         return decide(
             f,
             pre,
-            _fix(facts, "partial-cudagraphs", "use an attention backend with full-graph support"),
+            _fix(ctx, "partial-cudagraphs", "use an attention backend with full-graph support"),
             "The page lists how to see which backends support full graphs.",
         )
     if truncated:
@@ -328,7 +328,7 @@ def partial_cudagraphs(facts: EngineFacts, ctx: FindingContext) -> Finding | Non
         return decide(
             f,
             pre,
-            _fix(facts, "partial-cudagraphs.size", "capture graphs up to the batch you serve"),
+            _fix(ctx, "partial-cudagraphs.size", "capture graphs up to the batch you serve"),
             "Pass the intended concurrency (--concurrency).",
         )
     return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ceiling.diagnose.findings import Finding, FindingContext, Precondition, decide, doc_path
+from ceiling.diagnose.finding_types import Finding, FindingContext, Precondition, decide, doc_path
 from ceiling.diagnose.rules import (
     LOAD_SHARE,
     PROBE_HINT,
@@ -19,7 +19,7 @@ from ceiling.diagnose.rules import (
 )
 
 if TYPE_CHECKING:
-    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.diagnose.facts import EngineFacts
 
 # vLLM 0.32 engine/arg_utils.py (``get_batch_defaults``): max_num_seqs when not set
 VLLM_DEFAULT_MAX_NUM_SEQS = {"cpu": 128, "gpu": 256}
@@ -61,7 +61,7 @@ def kv_capacity(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
 
 def kv_remedies(facts: EngineFacts, ctx: FindingContext) -> tuple[str, list[Precondition]]:
     """The KV remedies that can help here, in the engine's flags, and what each rests on."""
-    fixes = _fixes(facts)
+    fixes = _fixes(ctx)
     if "kv-capacity" in fixes:  # the engine says it in one sentence (llama.cpp: --n_ctx)
         return fixes["kv-capacity"], []
     pres: list[Precondition] = []
@@ -165,7 +165,7 @@ def concurrency_cap(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
         )
     ]
     return decide(
-        f, pre, _fix(facts, "concurrency-cap", f"raise the running-sequence cap to at least {want}")
+        f, pre, _fix(ctx, "concurrency-cap", f"raise the running-sequence cap to at least {want}")
     )
 
 
@@ -225,7 +225,7 @@ def quant_emulation(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
         severity="critical",
         evidence=lines,
         fix=_fix(
-            facts,
+            ctx,
             "quant-emulation",
             "make an optimized NVFP4 kernel available (the evidence lists why each was not)",
         ),
@@ -243,7 +243,7 @@ def _from_line(key: str, finding: Finding, fix_key: str, neutral: str) -> Rule:
             return None
         f = finding.model_copy(deep=True)
         f.evidence = lines
-        f.fix = _fix(facts, fix_key, neutral)
+        f.fix = _fix(ctx, fix_key, neutral)
         return f
 
     rule.__name__ = finding.id.replace("-", "_")
@@ -332,7 +332,7 @@ def expert_parallel_pcie(facts: EngineFacts, ctx: FindingContext) -> Finding | N
     return decide(
         f,
         pre,
-        _fix(facts, "expert-parallel-pcie", "shard the experts with TP instead of EP"),
+        _fix(ctx, "expert-parallel-pcie", "shard the experts with TP instead of EP"),
         PROBE_HINT,
     )
 
@@ -355,7 +355,7 @@ def spec_decode_acceptance(facts: EngineFacts, ctx: FindingContext) -> Finding |
         severity="warning",
         evidence=facts.evidence.get("spec_decode", [])[-2:],
         fix=_fix(
-            facts,
+            ctx,
             "spec-decode-acceptance",
             "fewer speculative tokens, or speculation off (it costs most at high concurrency)",
         ),

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ceiling.diagnose.findings import (
+from ceiling.diagnose.facts import EngineFacts
+from ceiling.diagnose.finding_types import (
     COMPONENTS,
     Finding,
     FindingContext,
@@ -26,7 +27,6 @@ from ceiling.diagnose.findings import (
     decide,
     doc_path,
 )
-from ceiling.diagnose.logs import EngineFacts
 
 # heuristic: tokens per streamed chunk above this (the engine streams one per step) = the API
 # server merged steps that waited for it; on the busy 2-core test box healthy runs measured 1.0,
@@ -136,7 +136,7 @@ def queueing(
                     because=f"cap {cap}, concurrency {c}",
                 )
             ],
-            _fix(facts, "concurrency-cap", f"raise the running-sequence cap to at least {c}"),
+            _fix(ctx, "concurrency-cap", f"raise the running-sequence cap to at least {c}"),
         )
     if facts.max_concurrency is not None and facts.max_concurrency < c:
         f.fix, f.preconditions = kv_remedies(facts, ctx)
@@ -156,7 +156,9 @@ def queueing(
     )
 
 
-def frontend(facts: EngineFacts, bench: dict[str, Any] | None) -> Finding | None:
+def frontend(
+    facts: EngineFacts, bench: dict[str, Any] | None, ctx: FindingContext
+) -> Finding | None:
     """Several tokens per streamed chunk where the engine streams one per step: the API server
     fell behind and shipped what had piled up (vLLM merges queued engine outputs per request).
 
@@ -196,7 +198,7 @@ def frontend(facts: EngineFacts, bench: dict[str, Any] | None) -> Finding | None
     from ceiling.diagnose.rules import _fix
 
     f.fix = _fix(
-        facts,
+        ctx,
         "frontend-bound",
         "give the API server CPU time (other load off its cores); if it is busy with its own "
         "work, run more API server processes",
@@ -211,6 +213,6 @@ def runtime_findings(
     found = [
         preemption(facts, bench.get("concurrency"), ctx),
         queueing(facts, bench.get("concurrency"), ctx),
-        frontend(facts, bench.get("single")),
+        frontend(facts, bench.get("single"), ctx),
     ]
     return [f for f in found if f is not None]

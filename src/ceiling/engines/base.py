@@ -10,7 +10,7 @@ engine, and none of them lives outside ``ceiling.engines``:
 - how its log reads while starting (``log_phases``/``phase_of``, ``ready_line``); why it died is
   read with ``data/death_causes.yaml`` (rules may be limited to some engines);
 - the grammar of its start-up log for ``ceiling inspect`` (``claims_log``, ``parse_log`` ->
-  :class:`~ceiling.diagnose.logs.EngineFacts`; helpers in ``logparse.py``);
+  :class:`~ceiling.diagnose.facts.EngineFacts`; helpers in ``logparse.py``);
 - the names of its Prometheus latency histograms (``metric_prefix``, ``metric_histograms``);
 - where its readiness endpoints are (``health_paths``);
 - how ``ceiling sanity`` asks it for greedy text of an exact length and for the log-probabilities
@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field
 from ceiling.errors import CeilingError
 
 if TYPE_CHECKING:
-    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.diagnose.facts import EngineFacts
     from ceiling.engines.sampling import PromptLogprobs
     from ceiling.engines.variant import Variant
 
@@ -133,7 +133,7 @@ class Engine:
     # counters whose increase over a run means something (``preemptions``...), newest first
     metric_counters: ClassVar[dict[str, tuple[str, ...]]] = {}
     # ``inspect`` findings: finding id -> how to fix it with THIS engine's flags. A finding whose
-    # id is missing here gets diagnose.findings' engine-neutral advice.
+    # id is missing here gets the rules' engine-neutral advice (diagnose/rules*.py).
     finding_fixes: ClassVar[dict[str, str]] = {}
     # the API key the server then requires: its flag(s) (normalised names) and variable(s)
     api_key_flags: tuple[str, ...] = ("api-key",)

@@ -39,7 +39,7 @@ from ceiling.engines.base import Engine
 from ceiling.engines.logparse import MAX_MESSAGES, num
 
 if TYPE_CHECKING:
-    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.diagnose.facts import EngineFacts
 
 _PHASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Application startup complete"), "ready"),

@@ -25,7 +25,7 @@ from ceiling.engines.logparse import (
 )
 
 if TYPE_CHECKING:
-    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.diagnose.facts import EngineFacts
 
 _PHASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"The server is fired up and ready to roll"), "ready"),

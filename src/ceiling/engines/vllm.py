@@ -22,7 +22,7 @@ from ceiling.engines.base import Engine, EngineInstall, FlagTable, parse_help_te
 from ceiling.errors import CeilingError
 
 if TYPE_CHECKING:
-    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.diagnose.facts import EngineFacts
     from ceiling.engines.sampling import PromptLogprobs
     from ceiling.engines.variant import Variant
 

@@ -24,7 +24,7 @@ from ceiling.engines.logparse import (
 )
 
 if TYPE_CHECKING:
-    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.diagnose.facts import EngineFacts
 
 
 def parse_vllm_log(lines: list[str], facts: EngineFacts) -> None:

@@ -338,7 +338,8 @@ def check_server(
         checks.append(Check(name="reference", status="skipped", summary="turned off"))
     checks += [_degenerate(spec, [*probes, free]), _length(adapter, free)]
     rank = max((_RANK[c.status] for c in checks), default=1)
-    verdict: Verdict = {0: "ok", 1: "suspect", 2: "broken"}[max(rank, 0)]
+    verdicts: dict[int, Verdict] = {0: "ok", 1: "suspect", 2: "broken"}
+    verdict = verdicts[max(rank, 0)]
     return SanityReport(
         url=srv.url,
         model=model,

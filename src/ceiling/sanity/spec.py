@@ -101,7 +101,8 @@ class SanitySpec(BaseModel):
                 return fam, f"{m.marker} in {model_dir}"
             if m.model_type and config.get("model_type") == m.model_type:
                 return fam, f"model_type {m.model_type} in config.json"
-            if m.architecture and m.architecture in (config.get("architectures") or []):
+            archs = config.get("architectures")
+            if m.architecture and isinstance(archs, list) and m.architecture in archs:
                 return fam, f"architecture {m.architecture} in config.json"
             if m.name and served_name and re.search(m.name, served_name, re.I):
                 return fam, f"served model name {served_name!r}"
