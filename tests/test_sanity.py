@@ -387,3 +387,21 @@ def test_doctor_stops_before_benchmarking_a_broken_server(intact, tmp_path):
     assert "## Output sanity" in report and "| broken | known answers |" in report
     # every request the gate made was a plain completion: none streamed, none timed
     assert all(not r.get("stream") for r in srv.requests)
+
+
+def test_a_server_refusing_the_extension_fields_is_asked_in_plain_openai(intact):
+    """An older or stricter server answers HTTP 400 to ``return_token_ids``/``ignore_eos``:
+    the probes are asked again without them (judged on text; no exact-length check then)."""
+    plain = copy.deepcopy(intact)
+    for ex in plain["exchanges"]:
+        ex["request"] = {
+            k: v for k, v in ex["request"].items() if k not in ("return_token_ids", "ignore_eos")
+        }
+
+    def refuse(asked: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any] | int:
+        return answer
+
+    with Replay(plain, refuse) as srv:
+        report = check_server(srv.url, "tiny", "vllm")
+    assert report.check("known answers").status == "ok"
+    assert report.check("finish reason").status != "ok"  # 32 tokens were not forced

@@ -44,6 +44,7 @@ class Probe(BaseModel):
     finish_reason: str | None = None
     completion_tokens: int | None = None
     max_tokens: int = 0
+    forced_length: bool = False  # asked with end-of-sequence ignored (and the server took it)
     passed: bool | None = None
     seconds: float = 0.0
 
@@ -134,7 +135,14 @@ def _generate(srv: _Server, engine: Any, pid: str, prompt: str, n: int, exact: b
     if exact and engine.ignore_eos_field:
         body[engine.ignore_eos_field] = True
     t0 = time.monotonic()
-    ans = srv.complete(body)
+    try:
+        ans = srv.complete(body)
+    except CeilingError as exc:
+        if "HTTP 400" not in exc.message or set(body) == {"prompt", "max_tokens"}:
+            raise
+        # an older or stricter server refused an extension field: ask in plain OpenAI
+        body = {"prompt": prompt, "max_tokens": n}
+        ans = srv.complete(body)
     choice = (ans.get("choices") or [{}])[0]
     ids = choice.get("token_ids")
     return Probe(
@@ -145,6 +153,7 @@ def _generate(srv: _Server, engine: Any, pid: str, prompt: str, n: int, exact: b
         finish_reason=choice.get("finish_reason"),
         completion_tokens=(ans.get("usage") or {}).get("completion_tokens"),
         max_tokens=n,
+        forced_length=bool(engine.ignore_eos_field and engine.ignore_eos_field in body),
         seconds=round(time.monotonic() - t0, 3),
     )
 
@@ -261,12 +270,13 @@ def _degenerate(spec: SanitySpec, probes: list[Probe]) -> Check:
 
 
 def _length(engine: Any, free: Probe) -> Check:
-    if not engine.ignore_eos_field:
-        return Check(
-            name="finish reason",
-            status="skipped",
-            summary=f"{engine.display_name or 'this engine'} cannot generate past end-of-sequence",
+    if not free.forced_length:
+        why = (
+            "the server refused the end-of-sequence override"
+            if engine.ignore_eos_field
+            else f"{engine.display_name or 'this engine'} cannot generate past end-of-sequence"
         )
+        return Check(name="finish reason", status="skipped", summary=why)
     sig = detect.length_signal(
         free.max_tokens, free.completion_tokens, free.finish_reason, free.text
     )
