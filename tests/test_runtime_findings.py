@@ -55,7 +55,7 @@ def test_max_num_seqs_1_is_named_as_the_scheduler_cap():
             FindingContext(concurrency=4, fixes=VLLM),
         )
     )
-    f = found["concurrency-cap"]
+    f = found["queueing"]
     assert f.component == "scheduler (running-sequence cap)" and f.direction == "slower"
     assert "(running-sequence cap 1)" in f.title
     assert "waited 70 % of their time in the engine's queue" in f.title  # 1288 of 1835 ms
@@ -77,7 +77,7 @@ def test_a_tiny_kv_cache_is_named_by_its_preemptions():
     assert f.evidence == ["10 preemptions at concurrency 4 (vllm:num_preemptions_total)"]
     # the CPU build's knob, and the env variable that overrides it; no FP8 KV on CPU
     assert "--kv-cache-memory-bytes" in f.fix and "fp8" not in f.fix.lower()
-    assert "concurrency-cap" not in found  # 21 % queue share: below the threshold
+    assert "queueing" not in found  # 21 % queue share: below the threshold
 
 
 def test_a_starved_api_server_is_named_from_the_chunks():
@@ -89,7 +89,8 @@ def test_a_starved_api_server_is_named_from_the_chunks():
     )
     f = found["frontend-bound"]
     assert f.component == "API server / detokenizer / client" and f.direction == "slower"
-    assert "6.04 tokens per streamed chunk" in f.title
+    assert f.title.startswith("The API server fell behind the engine")
+    assert f.evidence[0] == "mean 6.04 tokens per streamed chunk in the single-stream bench"
     assert "--api-server-count" in f.fix
     # a larger stream interval sends several tokens per chunk by design: no finding
     facts2 = _facts(stream_interval=4)

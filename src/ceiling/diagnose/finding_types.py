@@ -32,6 +32,7 @@ COMPONENTS = {
     "kv-capacity": "KV cache",
     "kv-preemption": "KV cache",
     "concurrency-cap": "scheduler (running-sequence cap)",
+    "queueing": "scheduler (running-sequence cap)",
     "frontend-bound": "API server / detokenizer / client",
     "weight-only-fallback": "linear kernels (quantization format)",
     "quant-emulation": "linear kernels (quantization format)",

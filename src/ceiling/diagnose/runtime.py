@@ -5,12 +5,12 @@ causes show only in a run, each named with the part of the deployment it blames 
 direction of its effect (all cost speed):
 
 - ``kv-preemption``: the engine's preemption counter rose during the concurrency bench;
-- ``concurrency-cap``: at a concurrency above one, requests spent a large share of their time in
+- ``queueing``: at a concurrency above one, requests spent a large share of their time in
   the engine's queue while total throughput did not grow (a running-sequence cap, or a KV cache
   that holds fewer sequences than were sent);
-- ``frontend-bound``: several tokens arrived per streamed chunk where the engine streams one per
-  step: the API server (HTTP, detokenization, streaming) fell behind the engine and shipped what
-  had piled up.
+- ``frontend-bound``: clients waited clearly longer than the engine worked on their requests,
+  or several tokens arrived per streamed chunk where the engine streams one per step: the API
+  server (HTTP, detokenization, streaming) fell behind the engine.
 Thresholds are heuristics, stated next to each.
 """
 
@@ -29,9 +29,13 @@ from ceiling.diagnose.finding_types import (
 )
 
 # heuristic: tokens per streamed chunk above this (the engine streams one per step) = the API
-# server merged steps that waited for it; on the busy 2-core test box healthy runs measured 1.0,
-# an API server stopped 80 % of the time 1.9-6.0
-CHUNK_TOKENS = 1.25
+# server merged steps that waited for it (more than one chunk in ten carried two steps); on the
+# busy 2-core test box healthy runs measured 1.00-1.01, an API server stopped most of the time
+# 1.16-6.0
+CHUNK_TOKENS = 1.1
+# heuristic: the client waiting this share of a request beyond the engine's own time for it
+# (healthy runs on the test box 2-7 %; API server stopped 300 ms of every 320 ms 22-41 %)
+DELIVERY_SHARE = 0.15
 # heuristic: requests waiting this share of their time in the engine's queue = not admitted
 QUEUE_SHARE = 0.3
 
@@ -104,7 +108,7 @@ def queueing(
         "max_num_seqs", facts.non_default_args.get("max_running_requests")
     )
     f = Finding(
-        id="concurrency-cap",
+        id="queueing",
         title=f"At {c} concurrent streams requests waited {100 * queue / e2e:.0f} % of their "
         "time in the engine's queue",
         component=COMPONENTS["concurrency-cap"],
@@ -156,41 +160,60 @@ def queueing(
     )
 
 
+def _delivery_share(bench: dict[str, Any]) -> tuple[float, float] | None:
+    """(ms, share of the client's request time) the client waited beyond what the engine spent
+    on the request (queue + prefill + decode, timestamped in the engine core)."""
+    client = _q(bench, "e2el").get("client_mean_ms")
+    engine = [_q(bench, k).get("server_mean_ms") for k in ("queue", "prefill", "decode")]
+    if not client or any(v is None for v in engine):
+        return None
+    extra = client - sum(v for v in engine if v is not None)
+    return extra, extra / client
+
+
 def frontend(
     facts: EngineFacts, bench: dict[str, Any] | None, ctx: FindingContext
 ) -> Finding | None:
-    """Several tokens per streamed chunk where the engine streams one per step: the API server
-    fell behind and shipped what had piled up (vLLM merges queued engine outputs per request).
+    """The API server fell behind the engine: the client waited clearly longer than the engine
+    worked on its requests, or several tokens came per streamed chunk where the engine streams
+    one per step (vLLM merges outputs that waited for the API server).
 
-    The count is made by the server, not the client, so a slow client does not cause it.
-    Needs: an engine that streams every token (vLLM with ``stream_interval`` 1, its default).
-    Checked: vLLM 0.32 config/scheduler.py (``stream_interval`` default 1),
-    v1/engine/output_processor.py (``RequestOutputCollector``: outputs that wait are merged).
+    Both numbers come from the server (its own histograms, its chunking), so a slow client does
+    not make them. Needs: an engine whose queue/prefill/decode times are engine-side and that
+    streams every token (vLLM with ``stream_interval`` 1, its default).
+    Checked: vLLM 0.32 v1/metrics/stats.py (prefill, decode and queue times from engine-core
+    timestamps), config/scheduler.py (``stream_interval`` default 1), v1/engine/
+    output_processor.py (``RequestOutputCollector``: outputs that wait are merged).
     """
     if not bench or facts.engine != "vllm":
         return None
-    tpc = bench.get("tokens_per_chunk")
-    interval = facts.non_default_args.get("stream_interval", 1)
-    if not tpc or tpc < CHUNK_TOKENS or interval != 1:
+    if facts.non_default_args.get("stream_interval", 1) != 1:
         return None
-    itl = _q(bench, "itl")
+    tpc = bench.get("tokens_per_chunk") or 0.0
+    late = _delivery_share(bench)
+    merged = tpc > CHUNK_TOKENS
+    waited = late is not None and late[1] >= DELIVERY_SHARE
+    if not merged and not waited:
+        return None
+    title = (
+        f"The API server fell behind the engine: clients waited {late[0]:.4g} ms "
+        f"({100 * late[1]:.0f} % of a request) beyond the engine's own time"
+        if waited and late is not None
+        else f"The API server fell behind the engine: {tpc:.3g} tokens per streamed chunk"
+    )
+    evidence = [f"mean {tpc:.3g} tokens per streamed chunk in the single-stream bench"]
+    client = _q(bench, "e2el").get("client_mean_ms")
+    if late is not None and client:
+        evidence.append(
+            f"client request time {client:.4g} ms; the engine spent {client - late[0]:.4g} ms "
+            "on it (queue + prefill + decode, engine-core timestamps)"
+        )
     f = Finding(
         id="frontend-bound",
-        title=f"The API server fell behind the engine: {tpc:.3g} tokens per streamed chunk "
-        "where the engine makes one per step",
+        title=title,
         component=COMPONENTS["frontend-bound"],
         severity="warning",
-        evidence=[f"mean {tpc:.3g} tokens per chunk in the single-stream bench (stream interval 1)"]
-        + (
-            [
-                f"the engine's own inter-token latency {itl['server_mean_ms']:.3g} ms "
-                f"({itl.get('metric')}); time to first token client "
-                f"{_q(bench, 'ttft').get('client_mean_ms') or 0:.4g} ms vs engine "
-                f"{_q(bench, 'ttft').get('server_mean_ms') or 0:.4g} ms"
-            ]
-            if itl.get("server_mean_ms")
-            else []
-        ),
+        evidence=evidence,
         predicted_effect="tokens reach clients late and in bursts: time to first token and "
         "streaming smoothness suffer although the engine is as fast as before",
         doc=doc_path("frontend-bound"),
