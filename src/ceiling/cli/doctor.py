@@ -67,7 +67,8 @@ def doctor(
     Every option is checked before anything is launched. API key: a launched variant's own key
     (--api-key / VLLM_API_KEY) is used; for --url, CEILING_API_KEY (else OPENAI_API_KEY) is sent
     as the Bearer token. Keys never reach output or files. Exit codes: 0 ok, 1 no request
-    completed or the server died (report written), 2 bad option, 3 the engine did not start,
+    completed, the server died, or its output is broken (sanity gate; nothing benchmarked; report
+    written), 2 bad option, 3 the engine did not start,
     4 server unreachable or refused, 130 interrupted (doctor.json written, interrupted: true).
     """
     from ceiling.console import console, emit_json

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-#: exit codes: the verdict, for scripts (broken 1, suspect 3; 2 is a usage error)
-EXIT = {"ok": 0, "suspect": 3, "broken": 1}
+#: exit codes (ceiling.errors): broken is a failed result (1); suspect is reported, not failed
+EXIT = {"ok": 0, "suspect": 0, "broken": 1}
 
 
 def register(app: typer.Typer) -> None:
@@ -33,7 +33,17 @@ def sanity(
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Is the server computing the model or fast garbage? Known answers, perplexity, reference
-    logits, degenerate output: ok / suspect / broken in seconds (exit 0 / 3 / 1)."""
+    logits, degenerate output: ok / suspect / broken in seconds.
+
+    \b
+    Examples:
+      ceiling sanity --url http://127.0.0.1:8000
+      ceiling sanity --variant examples/variants/cpu-tiny.yaml --json
+
+    The same gate runs first in doctor and in every sweep trial (docs/sanity.md). Exit codes: 0 ok
+    or suspect (the verdict says which), 1 broken, 2 bad option, 3 the engine did not start,
+    4 server unreachable or refused.
+    """
     from ceiling.console import emit_json
     from ceiling.sanity.run import SanityConfig, print_report, run_sanity
 

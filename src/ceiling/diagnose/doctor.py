@@ -35,9 +35,11 @@ from ceiling.diagnose.expect import (
     predict_gpu,
 )
 from ceiling.diagnose.judge import Measured, attribute_result, measured_step, verdict_result
+from ceiling.diagnose.runtime import inspect_run
 from ceiling.diagnose.target import served_models, server_alive
 from ceiling.errors import CeilingError
 from ceiling.redact import use_api_key
+from ceiling.sanity.run import doctor_stage
 
 __all__ = ["DoctorConfig", "DoctorResult", "Measured", "measured_step", "run_doctor"]
 
@@ -343,17 +345,8 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
                 st.message = f"{len(res.findings)} findings"
         else:
             rec.skip("inspect log", "no log file (pass --log with --url)")
-        if cfg.sanity:  # before anything is measured: a broken server is not benchmarked
-            from ceiling.sanity.run import SanityBroken, broken_verdict, doctor_gate
-
-            with rec.stage("sanity", fatal=True) as st:
-                rep = doctor_gate(url, served, engine, cfg.model_path, variant, res.facts)
-                res.sanity, st.message = rep.model_dump(mode="json"), rep.headline
-                if rep.verdict == "broken":
-                    res.verdict = broken_verdict(rep)
-                    raise SanityBroken(rep)
-        else:
-            rec.skip("sanity", "turned off")
+        with rec.stage("sanity", fatal=True) as st:  # a broken server is not benchmarked
+            st.message = doctor_stage(res, cfg, url, served, engine, variant, st)
         with rec.stage("hardware") as st:
             host = describe_hardware(cfg, res)
             st.message = res.hardware.get("description")
@@ -461,21 +454,7 @@ def _death_text(server: Any, url: str, stage: str) -> str:
 
 
 def _inspect(res: DoctorResult, log_path: Path, engine: str | None, concurrency: int) -> None:
-    from ceiling.diagnose.findings import context_for
-    from ceiling.diagnose.logs import inspect_log
-
-    tokens = (res.config.get("input_len") or 0) + (res.config.get("max_tokens") or 0)
-    ctx = context_for(res.hardware, concurrency=concurrency, request_tokens=tokens or None)
-    facts = inspect_log(log_path, engine=engine, concurrency=concurrency, context=ctx)
-    if res.bench:  # what the run measured: preemptions, queueing, a slow frontend
-        from ceiling.diagnose.runtime import runtime_findings
-        from ceiling.engines import get_engine
-
-        ctx.fixes = dict(get_engine(facts.engine).finding_fixes) if facts.engine else {}
-        facts.findings += runtime_findings(facts, res.bench, ctx)
-    data = facts.model_dump(mode="json")
-    res.findings = list(data.pop("findings", []) or [])
-    res.facts = data
+    res.findings, res.facts = inspect_run(res, log_path, engine, concurrency)
 
 
 def _reproduce(cfg: DoctorConfig, res: DoctorResult, url: str, model: str | None) -> None:

@@ -16,6 +16,7 @@ Thresholds are heuristics, stated next to each.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ceiling.diagnose.facts import EngineFacts
@@ -239,3 +240,23 @@ def runtime_findings(
         frontend(facts, bench.get("single"), ctx),
     ]
     return [f for f in found if f is not None]
+
+
+def inspect_run(
+    res: Any, log_path: str | Path, engine: str | None, concurrency: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """doctor's inspection of ``res`` (a DoctorResult): the start-up log's findings checked
+    against the probed hardware, the intended concurrency and request length, plus the findings
+    of what the run measured. Returns (findings, facts) as JSON-ready dicts."""
+    from ceiling.diagnose.findings import context_for
+    from ceiling.diagnose.logs import inspect_log
+    from ceiling.engines import get_engine
+
+    tokens = (res.config.get("input_len") or 0) + (res.config.get("max_tokens") or 0)
+    ctx = context_for(res.hardware, concurrency=concurrency, request_tokens=tokens or None)
+    facts = inspect_log(log_path, engine=engine, concurrency=concurrency, context=ctx)
+    if res.bench:
+        ctx.fixes = dict(get_engine(facts.engine).finding_fixes) if facts.engine else {}
+        facts.findings += runtime_findings(facts, res.bench, ctx)
+    data = facts.model_dump(mode="json")
+    return list(data.pop("findings", []) or []), data

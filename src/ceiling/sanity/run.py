@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ceiling.errors import CeilingError
+from ceiling.errors import EXIT_FAILED, CeilingError
 from ceiling.sanity.checks import SanityReport, _Server, check_server
 
 
@@ -37,6 +37,7 @@ class SanityBroken(CeilingError):
             f"{report.model} at {report.url} gives broken output (sanity): {report.headline}",
             fix="fix the deployment before measuring it: compare its config, weights and "
             "tokenizer with the checkpoint's (see the sanity checks' evidence)",
+            exit_code=EXIT_FAILED,
         )
         self.report = report
 
@@ -76,6 +77,24 @@ def doctor_gate(
         model_dir = root if root and Path(root).is_dir() else None
     dtype = variant_dtype(variant) or (facts or {}).get("dtype")
     return check_server(url, model, engine, model_dir, dtype)
+
+
+def doctor_stage(
+    res: Any, cfg: Any, url: str, served: str | None, engine: str | None, variant: Any, stage: Any
+) -> str | None:
+    """doctor's ``sanity`` stage: fills ``res.sanity`` (a DoctorResult) and returns the stage
+    message; on a broken verdict also ``res.verdict``, then raises :class:`SanityBroken` (doctor
+    writes its report and stops: nothing is benchmarked). ``cfg.sanity`` False: the stage is
+    marked skipped."""
+    if not cfg.sanity:
+        stage.status = "skipped"
+        return "turned off"
+    rep = doctor_gate(url, served, engine, cfg.model_path, variant, res.facts)
+    res.sanity = rep.model_dump(mode="json")
+    if rep.verdict == "broken":
+        res.verdict = broken_verdict(rep)
+        raise SanityBroken(rep)
+    return rep.headline
 
 
 def broken_verdict(report: SanityReport) -> dict[str, Any]:
