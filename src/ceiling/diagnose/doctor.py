@@ -35,9 +35,11 @@ from ceiling.diagnose.expect import (
     predict_gpu,
 )
 from ceiling.diagnose.judge import Measured, attribute_result, measured_step, verdict_result
+from ceiling.diagnose.runtime import inspect_run
 from ceiling.diagnose.target import served_models, server_alive
 from ceiling.errors import CeilingError
 from ceiling.redact import use_api_key
+from ceiling.sanity.run import doctor_stage
 
 __all__ = ["DoctorConfig", "DoctorResult", "Measured", "measured_step", "run_doctor"]
 
@@ -71,6 +73,7 @@ class DoctorConfig(BaseModel):
     launch_timeout_s: float = Field(1800.0, gt=0, allow_inf_nan=False)
     out_dir: str = "ceiling-out"
     flag_hypotheses: list[str] = Field(default_factory=lambda: list(FLAG_HYPOTHESES))
+    sanity: bool = Field(True, description="gate on `ceiling sanity` before any measurement")
     progress: bool = True
 
 
@@ -96,6 +99,7 @@ class DoctorResult(BaseModel):
     prediction_note: str | None = None
     preflight: dict[str, Any] | None = None
     flag_checks: dict[str, str | None] = Field(default_factory=dict)
+    sanity: dict[str, Any] | None = Field(None, description="the sanity gate's SanityReport")
     bench: dict[str, Any] = Field(default_factory=dict)
     telemetry: dict[str, Any] | None = Field(
         None, description="probe's TelemetrySeries during the single-stream bench (+ summary)"
@@ -341,6 +345,8 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
                 st.message = f"{len(res.findings)} findings"
         else:
             rec.skip("inspect log", "no log file (pass --log with --url)")
+        with rec.stage("sanity", fatal=True) as st:  # a broken server is not benchmarked
+            st.message = doctor_stage(res, cfg, url, served, engine, variant, st)
         with rec.stage("hardware") as st:
             host = describe_hardware(cfg, res)
             st.message = res.hardware.get("description")
@@ -448,12 +454,7 @@ def _death_text(server: Any, url: str, stage: str) -> str:
 
 
 def _inspect(res: DoctorResult, log_path: Path, engine: str | None, concurrency: int) -> None:
-    from ceiling.diagnose.logs import inspect_log
-
-    facts = inspect_log(log_path, engine=engine, concurrency=concurrency)
-    data = facts.model_dump(mode="json")
-    res.findings = list(data.pop("findings", []) or [])
-    res.facts = data
+    res.findings, res.facts = inspect_run(res, log_path, engine, concurrency)
 
 
 def _reproduce(cfg: DoctorConfig, res: DoctorResult, url: str, model: str | None) -> None:

@@ -36,6 +36,10 @@ def describe_hardware(cfg: DoctorConfig, res: DoctorResult) -> Any:
             "name": g.catalog_name or g.name,
             "gpus": len(topo.gpus),
             "link": topo.link_for([x.index for x in topo.gpus]),
+            # peer-to-peer on every pair (None: not probed); findings check advice against it
+            "p2p": None
+            if not topo.pairs or any(p.p2p is None for p in topo.pairs)
+            else all(p.p2p for p in topo.pairs),
             "description": f"{len(topo.gpus)} x {g.name}"
             + (
                 f" (catalog: {g.catalog_name})"

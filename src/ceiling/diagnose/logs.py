@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
-
-from ceiling.diagnose.findings import Finding, derive_findings
+from ceiling.diagnose.facts import EngineFacts
+from ceiling.diagnose.findings import FindingContext, derive_findings
 from ceiling.engines import all_engines
 from ceiling.engines.logparse import MAX_MESSAGES, parse_config_repr
 from ceiling.errors import CeilingError
 
 if TYPE_CHECKING:
     from ceiling.engines.base import Engine
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 __all__ = [
     "MAX_MESSAGES",
@@ -34,77 +35,6 @@ __all__ = [
     "parse_lines",
     "run_inspect",
 ]
-
-SCHEMA_VERSION = 1
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-class EngineFacts(BaseModel):
-    """What an engine's start-up log says about the deployment (None: the log does not say)."""
-
-    schema_version: int = SCHEMA_VERSION
-    source: str | None = None
-    engine: str | None = None
-    version: str | None = None
-    v1: bool | None = None
-    device: str | None = None
-    model: str | None = None
-    served_model_name: str | None = None
-    architecture: str | None = None
-    non_default_args: dict[str, Any] = Field(default_factory=dict)
-    dtype: str | None = None
-    max_model_len: int | None = None
-    tensor_parallel_size: int | None = None
-    pipeline_parallel_size: int | None = None
-    data_parallel_size: int | None = None
-    expert_parallel: bool | None = None
-    expert_parallel_size: int | None = None
-    decode_context_parallel_size: int | None = None
-    quantization: str | None = None
-    quant_scheme: str | None = None
-    linear_kernel: str | None = None
-    moe_kernel: str | None = None
-    moe_backend: str | None = None
-    kv_cache_dtype: str | None = None
-    attention_backend: str | None = None
-    mla: bool | None = None
-    enforce_eager: bool | None = None
-    compilation_mode: str | None = None
-    cudagraph_mode: str | None = None
-    cudagraph_capture_sizes: list[int] | None = None
-    max_cudagraph_capture_size: int | None = None
-    custom_ops: list[str] | None = None
-    fusion_passes: dict[str, bool] | None = None
-    enabled_fusions: list[str] | None = None
-    compile_cache_hit: bool | None = None
-    torch_compile_s: float | None = None
-    custom_allreduce_disabled: bool | None = None
-    custom_allreduce_reason: str | None = None
-    nccl_version: str | None = None
-    weights_load_s: float | None = None
-    model_load_s: float | None = None
-    model_memory_gib: float | None = None
-    kv_cache_memory_gib: float | None = None
-    kv_cache_tokens: int | None = None
-    max_concurrency: float | None = None
-    max_concurrency_tokens_per_request: int | None = None
-    graph_capture_s: float | None = None
-    graph_capture_gib: float | None = None
-    init_engine_s: float | None = None
-    startup_s: float | None = None
-    ready: bool = False
-    warnings: list[str] = Field(default_factory=list)
-    errors: list[str] = Field(default_factory=list)
-    # per-fact source lines, for findings to quote (kept out of JSON: findings carry their own)
-    evidence: dict[str, list[str]] = Field(default_factory=dict, exclude=True)
-    findings: list[Finding] = Field(default_factory=list)
-
-    def add_evidence(self, key: str, line: str) -> None:
-        lines = self.evidence.setdefault(key, [])
-        if line not in lines and len(lines) < 6:
-            lines.append(line)
-
 
 # ---- entry points ------------------------------------------------------------------------
 
@@ -123,7 +53,10 @@ def detect_engine(lines: list[str]) -> str | None:
 
 
 def parse_lines(
-    lines: list[str], engine: str | None = None, concurrency: int | None = None
+    lines: list[str],
+    engine: str | None = None,
+    concurrency: int | None = None,
+    context: FindingContext | None = None,
 ) -> EngineFacts:
     """Facts (and findings) from log lines; ANSI colour and carriage-return redraws removed."""
     clean = [_ANSI.sub("", p) for ln in lines for p in ln.rstrip("\n").split("\r")]
@@ -143,19 +76,24 @@ def parse_lines(
     facts.non_default_args = {
         k: (MASK if is_secret_name(k) else v) for k, v in facts.non_default_args.items()
     }
-    facts.findings = derive_findings(facts, concurrency=concurrency)
+    facts.findings = derive_findings(
+        facts, concurrency=concurrency, context=context, fixes=reader.finding_fixes
+    )
     return facts
 
 
 def inspect_log(
-    path: str | Path, engine: str | None = None, concurrency: int | None = None
+    path: str | Path,
+    engine: str | None = None,
+    concurrency: int | None = None,
+    context: FindingContext | None = None,
 ) -> EngineFacts:
     """Parse an engine log file into EngineFacts with findings."""
     from ceiling.inputs import read_text
 
     p = Path(path)
     text = read_text(p, "log file", fix="pass the path of an engine's text log (stdout/stderr)")
-    facts = parse_lines(text.splitlines(), engine=engine, concurrency=concurrency)
+    facts = parse_lines(text.splitlines(), engine=engine, concurrency=concurrency, context=context)
     facts.source = str(p)
     if facts == EngineFacts(engine=facts.engine, source=facts.source, findings=facts.findings):
         raise CeilingError(
@@ -166,14 +104,25 @@ def inspect_log(
 
 
 def run_inspect(
-    path: Path, engine: str | None = None, concurrency: int | None = None, json_out: bool = False
+    path: Path,
+    engine: str | None = None,
+    concurrency: int | None = None,
+    gpu: str | None = None,
+    json_out: bool = False,
 ) -> int:
-    """``ceiling inspect``: print the facts and findings."""
+    """``ceiling inspect``: print the facts and findings (``gpu``: the catalog GPU it ran on)."""
     from rich.markup import escape
 
     from ceiling.console import emit_json, out
+    from ceiling.diagnose.findings import context_for
 
-    facts = inspect_log(path, engine=engine, concurrency=concurrency)
+    ctx = None
+    if gpu:
+        from ceiling.spec.hardware import load_gpu
+
+        load_gpu(gpu)  # an unknown name is an error with its fix, not a silent "unknown"
+        ctx = context_for({"kind": "gpu", "name": gpu})
+    facts = inspect_log(path, engine=engine, concurrency=concurrency, context=ctx)
     if json_out:
         emit_json(facts)
         return 0
@@ -193,4 +142,8 @@ def run_inspect(
             o.print(f"    | {escape(line)}", soft_wrap=True)
         if f.fix:
             o.print(f"    fix: {escape(f.fix)}", soft_wrap=True)
+        elif f.withheld:
+            o.print(f"    {escape(f.withheld)}", soft_wrap=True)
+        if f.doc:
+            o.print(f"    why and what to do: {f.doc}", soft_wrap=True)
     return 0

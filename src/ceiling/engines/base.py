@@ -10,9 +10,12 @@ engine, and none of them lives outside ``ceiling.engines``:
 - how its log reads while starting (``log_phases``/``phase_of``, ``ready_line``); why it died is
   read with ``data/death_causes.yaml`` (rules may be limited to some engines);
 - the grammar of its start-up log for ``ceiling inspect`` (``claims_log``, ``parse_log`` ->
-  :class:`~ceiling.diagnose.logs.EngineFacts`; helpers in ``logparse.py``);
+  :class:`~ceiling.diagnose.facts.EngineFacts`; helpers in ``logparse.py``);
 - the names of its Prometheus latency histograms (``metric_prefix``, ``metric_histograms``);
-- where its readiness endpoints are (``health_paths``).
+- where its readiness endpoints are (``health_paths``);
+- how ``ceiling sanity`` asks it for greedy text of an exact length and for the log-probabilities
+  of a prompt (``ignore_eos_field``, ``token_ids_request``, ``prompt_logprobs_request``,
+  ``read_prompt_logprobs``; shapes in ``sampling.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from pydantic import BaseModel, Field
 from ceiling.errors import CeilingError
 
 if TYPE_CHECKING:
-    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.diagnose.facts import EngineFacts
+    from ceiling.engines.sampling import PromptLogprobs
     from ceiling.engines.variant import Variant
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -126,8 +130,10 @@ class Engine:
     # names, newest first; every name starts with ``metric_prefix``
     metric_prefix: str = ""
     metric_histograms: ClassVar[dict[str, tuple[str, ...]]] = {}
+    # counters whose increase over a run means something (``preemptions``...), newest first
+    metric_counters: ClassVar[dict[str, tuple[str, ...]]] = {}
     # ``inspect`` findings: finding id -> how to fix it with THIS engine's flags. A finding whose
-    # id is missing here gets diagnose.findings' engine-neutral advice.
+    # id is missing here gets the rules' engine-neutral advice (diagnose/rules*.py).
     finding_fixes: ClassVar[dict[str, str]] = {}
     # the API key the server then requires: its flag(s) (normalised names) and variable(s)
     api_key_flags: tuple[str, ...] = ("api-key",)
@@ -158,6 +164,11 @@ class Engine:
     container_image: str = ""
     container_entrypoint: tuple[str, ...] = ()
     container_health_tool: str = "python3"
+    # ``ceiling sanity``: the request field that generates past end-of-sequence (None: the
+    # engine has none, or is not known, so an exact-length answer cannot be asked for), and
+    # what to do when the engine does not return prompt log-probabilities
+    ignore_eos_field: str | None = None
+    prompt_logprobs_hint: str = ""
 
     # ---- install -------------------------------------------------------------------------
     def locate(self, variant: Variant) -> EngineInstall:
@@ -317,6 +328,24 @@ class Engine:
         if self.intended_absent and torch_version and self.intended_absent_when in torch_version:
             return dict(self.intended_absent)
         return {}
+
+    # ---- sanity requests -----------------------------------------------------------------
+    def token_ids_request(self) -> dict[str, Any]:
+        """Fields that make a completion carry its token ids (none by default)."""
+        return {}
+
+    def prompt_logprobs_request(self) -> dict[str, Any]:
+        """Fields of a completion request that return the prompt's log-probabilities (and the
+        most likely token at each position): the OpenAI legacy ``echo`` + ``logprobs``."""
+        return {"echo": True, "logprobs": 1, **self.token_ids_request()}
+
+    def read_prompt_logprobs(self, response: dict[str, Any]) -> PromptLogprobs | None:
+        """The prompt's log-probabilities from the answer to ``prompt_logprobs_request``."""
+        from ceiling.engines.sampling import read_openai_echo
+
+        choices = response.get("choices") or [{}]
+        usage = response.get("usage") or {}
+        return read_openai_echo(choices[0], usage.get("prompt_tokens"))
 
     # ---- logs ----------------------------------------------------------------------------
     def phase_of(self, line: str) -> str | None:

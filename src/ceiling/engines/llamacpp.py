@@ -39,7 +39,7 @@ from ceiling.engines.base import Engine
 from ceiling.engines.logparse import MAX_MESSAGES, num
 
 if TYPE_CHECKING:
-    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.diagnose.facts import EngineFacts
 
 _PHASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Application startup complete"), "ready"),
@@ -118,6 +118,10 @@ class LlamaCppEngine(Engine):
     # llama.cpp's loader prefixes; no other engine's log has them
     log_marker = re.compile(r"^(llama_model_loader|print_info|llama_context|load_tensors): ", re.M)
     log_claim_rank = 50
+    # no ``ignore_eos`` (see the module docstring); prompt log-probabilities through ``echo`` +
+    # ``logprobs`` need every position's logits kept
+    ignore_eos_field = None
+    prompt_logprobs_hint = "start the server with --logits_all true to get prompt log-probabilities"
 
     def install_hint(self) -> str:
         return (

@@ -38,7 +38,7 @@ from ceiling.engines.llamacpp import LlamaCppEngine
 from ceiling.errors import CeilingError
 
 if TYPE_CHECKING:
-    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.diagnose.facts import EngineFacts
     from ceiling.engines.variant import Variant
 
 _OPTION_LINE = re.compile(r"^(-{1,2}[A-Za-z0-9][^\s,]*)")

@@ -2,7 +2,7 @@
 
 Numbers with thousands separators, ``k=v, k2=Config(a=1, b=[2, 3])`` argument lists, configs
 printed as JSON or as a Python repr with enums, and evidence lines shortened around a needle.
-The facts they fill are :class:`ceiling.diagnose.logs.EngineFacts`.
+The facts they fill are :class:`ceiling.diagnose.facts.EngineFacts`.
 """
 
 from __future__ import annotations

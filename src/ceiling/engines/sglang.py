@@ -9,7 +9,7 @@ fired up and ready to roll!" plus ``/health``.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ceiling.engines.base import Engine
 from ceiling.engines.logparse import (
@@ -25,7 +25,7 @@ from ceiling.engines.logparse import (
 )
 
 if TYPE_CHECKING:
-    from ceiling.diagnose.logs import EngineFacts
+    from ceiling.diagnose.facts import EngineFacts
 
 _PHASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"The server is fired up and ready to roll"), "ready"),
@@ -47,9 +47,16 @@ class SglangEngine(Engine):
     display_name = "SGLang"
     finding_fixes = {  # noqa: RUF012 (class data, read only)
         "eager-mode": "remove --disable-cuda-graph; raise --cuda-graph-max-bs to the batch",
-        "kv-capacity": "more KV: raise --mem-fraction-static, --kv-cache-dtype fp8_e4m3, lower "
-        "--context-length, or serve fewer sequences (--max-running-requests)",
+        "custom-allreduce-off.user": "remove --disable-custom-all-reduce",
+        "kv-capacity.memory": "raise --mem-fraction-static",
+        "kv-capacity.fp8": "--kv-cache-dtype fp8_e4m3",
+        "kv-capacity.max-len": "a lower --context-length",
+        "kv-capacity.fewer-seqs": "fewer sequences (--max-running-requests)",
+        "concurrency-cap": "raise --max-running-requests",
+        "partial-cudagraphs.size": "raise --cuda-graph-max-bs to the batch",
+        "expert-parallel-pcie": "drop --ep-size (experts sharded by TP)",
     }
+    ignore_eos_field = "ignore_eos"
     ready_line = "The server is fired up and ready to roll!"
     default_port = 30000
     env_prefixes = ("SGLANG_",)
@@ -80,6 +87,13 @@ class SglangEngine(Engine):
 
     def parse_log(self, lines: list[str], facts: EngineFacts) -> None:
         _parse_sglang(lines, facts)
+
+    def token_ids_request(self) -> dict[str, Any]:
+        """SGLang's completions: ``return_token_ids`` (-> ``return_prompt_token_ids``); prompt
+        log-probabilities come from the OpenAI ``echo`` + ``logprobs`` pair, which sets
+        ``logprob_start_len=0`` (sglang/srt/entrypoints/openai/serving_completions.py,
+        ``_convert_to_internal_request``)."""
+        return {"return_token_ids": True}
 
 
 # ---- start-up log grammar (``ceiling inspect``) ------------------------------------------

@@ -96,6 +96,27 @@ def verdict_lines(doc: Doc) -> list[str]:
     return [*out, ""]
 
 
+def _sanity(doc: Doc) -> list[str]:
+    """The sanity gate: is the output right? (doctor's first stage; docs/sanity.md)"""
+    s = doc.get("sanity") or {}
+    if not s:
+        return []
+    out = [
+        "## Output sanity",
+        "",
+        f"**{s.get('verdict')}** ({fmt(s.get('seconds'), 2)} s; model `{s.get('model')}`, "
+        f"family {s.get('family')}: {s.get('family_reason')})",
+        "",
+    ]
+    rows = [[c.get("status"), c.get("name"), c.get("summary")] for c in s.get("checks") or []]
+    out += [table(["status", "check", "what it found"], rows), ""]
+    for c in s.get("checks") or []:
+        for line in (c.get("evidence") or [])[:3]:
+            if c.get("status") in ("suspect", "broken"):
+                out.append(f"- {c.get('name')}: `{_clip(str(line), 200).replace('`', chr(39))}`")
+    return [*out, ""]
+
+
 def _attribution(doc: Doc) -> list[str]:
     a = doc.get("attribution")
     if not a and doc.get("kind") == "sweep":
@@ -324,14 +345,19 @@ def _findings(doc: Doc) -> list[str]:
     if fs:
         out += ["## Findings", ""]
         for f in fs:
+            part = f" [{f['component']}]" if f.get("component") else ""
             out.append(
-                f"- **{f.get('title')}** ({f.get('severity')}, {f.get('kind')}): "
+                f"- **{f.get('title')}**{part} ({f.get('severity')}, {f.get('kind')}): "
                 f"{f.get('predicted_effect') or ''}"
             )
             for line in (f.get("evidence") or [])[:3]:
                 out.append(f"  - `{_clip(str(line), 200).replace('`', chr(39))}`")
             if f.get("fix"):
                 out.append(f"  - fix: {f['fix']}")
+            elif f.get("withheld"):
+                out.append(f"  - {f['withheld']}")
+            if f.get("doc"):
+                out.append(f"  - why and what to do: {f['doc']}")
         out.append("")
     return out
 
@@ -384,6 +410,7 @@ def render_markdown(doc: Doc) -> str:
     title = doc.get("title") or "ceiling report"
     parts = [f"# {title}", ""]
     parts += verdict_lines(doc)
+    parts += _sanity(doc)
     parts += _attribution(doc)
     parts += _changes(doc)
     parts += _hypotheses(doc)

@@ -20,8 +20,9 @@ from pydantic import BaseModel
 from ceiling.errors import CeilingError
 from ceiling.redact import redact
 
-STATUSES = ("pending", "running", "done", "stopped_early", "failed", "interrupted")
-FINISHED = ("done", "stopped_early", "failed")
+STATUSES = ("pending", "running", "done", "stopped_early", "failed", "broken", "interrupted")
+# broken: the sanity gate found the variant's output wrong; it was not benchmarked
+FINISHED = ("done", "stopped_early", "failed", "broken")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -69,6 +69,8 @@ class Plan(BaseModel):
     executor: Literal["local", "ray"] = "local"
     ray: RayOptions = Field(default_factory=RayOptions)
     launch_timeout_s: float = 1800.0
+    # the sanity gate before each trial's first repeat (a broken variant is reported broken)
+    sanity: bool = True
     variants: list[PlanVariant]
     source: str | None = None
 

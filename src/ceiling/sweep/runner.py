@@ -109,7 +109,9 @@ def _summaries(plan: Plan, ledger: Ledger, fps: dict[str, str]) -> list[VariantS
             stop_reason=row.stop_reason,
             error=row.error,
         )
-        if v.name != plan.baseline_name and base and s:
+        if row.status == "broken":
+            summ.verdict = "broken output (not benchmarked)"
+        elif v.name != plan.baseline_name and base and s:
             g, lo, hi = gain_interval(base, s)
             summ.delta_pct, summ.delta_low_pct, summ.delta_high_pct = g, lo, hi
             if lo is None or hi is None:
@@ -128,7 +130,13 @@ def _sweep_verdict(plan: Plan, rows: list[VariantSummary]) -> dict[str, Any]:
     base = next((r for r in rows if r.name == plan.baseline_name), None)
     winners = [r for r in rows if r.verdict == "faster than baseline"]
     failed = [r.name for r in rows if r.status == "failed"]
-    if base is None or base.tok_s is None:
+    broken = [r.name for r in rows if r.status == "broken"]
+    if base is not None and base.status == "broken":
+        head = (
+            f"The baseline {plan.baseline_name} gives broken output (sanity gate): nothing was "
+            "benchmarked against it."
+        )
+    elif base is None or base.tok_s is None:
         head = "The baseline produced no measurement: nothing to compare against."
     elif winners:
         best = max(winners, key=lambda r: r.delta_pct or 0.0)
@@ -142,6 +150,8 @@ def _sweep_verdict(plan: Plan, rows: list[VariantSummary]) -> dict[str, Any]:
             f"({base.tok_s:.4g} tok/s per stream)."
         )
     notes = [f"failed: {', '.join(failed)}"] if failed else []
+    if broken:
+        notes.append(f"broken output, not benchmarked (sanity gate): {', '.join(broken)}")
     stopped = [r.name for r in rows if r.status == "stopped_early"]
     if stopped:
         notes.append(f"stopped early (cannot beat the baseline): {', '.join(stopped)}")
@@ -251,6 +261,7 @@ def run_sweep(
                     baseline_samples=base,
                     early_stop=plan.early_stop,
                     launch_timeout_s=plan.launch_timeout_s,
+                    sanity=plan.sanity,
                     out_dir=str(out),
                     log_dir=str(out / "logs"),
                 )
@@ -285,6 +296,11 @@ def run_sweep(
                                 finished=time.time(),
                             )
                             final = "stopped_early"
+                        elif kind == "broken":
+                            ledger.set_status(
+                                fp, "broken", error=ev.get("error"), finished=time.time()
+                            )
+                            final = "broken"
                         elif kind == "failed":
                             ledger.set_status(
                                 fp,

@@ -1,8 +1,10 @@
 """Sweep trials and where they run.
 
-A trial is: launch the variant's server, bench it one repeat at a time, stop early once the
-variant cannot significantly beat the baseline, tear the server down. Trials are generators of
-events (``launched``, ``repeat``, ``stopped_early``, ``failed``, ``done``) so that the same
+A trial is: launch the variant's server, check its output (the sanity gate: a variant whose
+output is broken is reported ``broken`` and not benchmarked), bench it one repeat at a time,
+stop early once the variant cannot significantly beat the baseline, tear the server down.
+Trials are generators of events (``launched``, ``sanity``, ``broken``, ``repeat``,
+``stopped_early``, ``failed``, ``done``) so that the same
 trial code runs in this process (:class:`LocalExecutor`) or as a Ray task on a cluster node
 (:class:`RayExecutor`) while the ledger stays on the driver (``runner.py``): a lost worker loses
 at most the repeat it was running.
@@ -37,6 +39,7 @@ class TrialSpec(BaseModel):
     early_stop: EarlyStop = Field(default_factory=EarlyStop)
     launch_timeout_s: float = 1800.0
     progress: bool = True  # the engine's start-up phases on stderr (lines without a terminal)
+    sanity: bool = True
     out_dir: str
     log_dir: str
 
@@ -69,6 +72,15 @@ def execute_trial(spec: TrialSpec) -> Iterator[Event]:
             use_api_key(server.api_key),
         ):
             yield {"type": "launched", "log_path": str(server.log_path), "url": server.url}
+            if spec.sanity and spec.repeats_done == 0:
+                from ceiling.sanity.run import doctor_gate
+
+                report = doctor_gate(server.url, server.model, variant.engine, None, variant)
+                event = {"sanity": report.model_dump(mode="json"), "log_path": str(server.log_path)}
+                if report.verdict == "broken":
+                    yield {"type": "broken", "error": f"broken output: {report.headline}", **event}
+                    return
+                yield {"type": "sanity", **event}
             for idx in range(spec.repeats_done, spec.repeats_total):
                 out = Path(spec.out_dir) / "results" / f"{spec.name}-{spec.fingerprint}-r{idx}.json"
                 cfg = BenchConfig(

@@ -1,0 +1,67 @@
+"""CLI command ``ceiling sanity`` (thin: parse options, call the library, print)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+#: exit codes (ceiling.errors): broken is a failed result (1); suspect is reported, not failed
+EXIT = {"ok": 0, "suspect": 0, "broken": 1}
+
+
+def register(app: typer.Typer) -> None:
+    """Add this group's commands to the app."""
+    app.command("sanity")(sanity)
+
+
+def sanity(
+    url: str = typer.Option(None, "--url", help="A running OpenAI-compatible server to ask."),
+    variant: Path = typer.Option(None, "--variant", help="A variant file: launch it, ask, stop."),
+    model: str = typer.Option(None, "--model", help="Served model name (default: the first)."),
+    model_path: str = typer.Option(
+        None,
+        "--model-path",
+        help="The model's directory here: its family and the CPU reference pass (default: auto).",
+    ),
+    engine: str = typer.Option(None, "--engine", help="Engine of a --url server (default: auto)."),
+    dtype: str = typer.Option(None, "--dtype", help="The dtype the server computes in."),
+    no_reference: bool = typer.Option(
+        False, "--no-reference", help="Skip the reference forward pass on the CPU."
+    ),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds per request."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Is the server computing the model or fast garbage? Known answers, perplexity, reference
+    logits, degenerate output: ok / suspect / broken in seconds.
+
+    \b
+    Examples:
+      ceiling sanity --url http://127.0.0.1:8000
+      ceiling sanity --variant examples/variants/cpu-tiny.yaml --json
+
+    The same gate runs first in doctor and in every sweep trial (docs/sanity.md). Exit codes: 0 ok
+    or suspect (the verdict says which), 1 broken, 2 bad option, 3 the engine did not start,
+    4 server unreachable or refused.
+    """
+    from ceiling.console import emit_json
+    from ceiling.sanity.run import SanityConfig, print_report, run_sanity
+
+    report = run_sanity(
+        SanityConfig(
+            url=url,
+            variant=str(variant) if variant else None,
+            model=model,
+            model_path=model_path,
+            engine=engine,
+            dtype=dtype,
+            reference=not no_reference,
+            timeout_s=timeout,
+            progress=not json_out,
+        )
+    )
+    if json_out:
+        emit_json(report)
+    else:
+        print_report(report)
+    raise typer.Exit(EXIT[report.verdict])

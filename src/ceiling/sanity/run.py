@@ -1,0 +1,175 @@
+"""``ceiling sanity`` end to end: find (or launch) the server, ask, judge, say it.
+
+The same gate runs as the first stage of ``doctor`` and of every ``sweep`` trial
+(:func:`gate_server`): a server whose output is broken is reported as broken, never benchmarked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from ceiling.errors import EXIT_FAILED, CeilingError
+from ceiling.sanity.checks import SanityReport, _Server, check_server
+
+
+class SanityConfig(BaseModel):
+    url: str | None = None
+    variant: str | None = None
+    model: str | None = None
+    model_path: str | None = None
+    engine: str | None = None
+    dtype: str | None = None
+    reference: bool = True
+    timeout_s: float = 60.0
+    launch_timeout_s: float = 1800.0
+    progress: bool = True
+
+
+class SanityBroken(CeilingError):
+    """The server's output is broken: nothing measured on it would mean anything."""
+
+    def __init__(self, report: SanityReport) -> None:
+        super().__init__(
+            f"{report.model} at {report.url} gives broken output (sanity): {report.headline}",
+            fix="fix the deployment before measuring it: compare its config, weights and "
+            "tokenizer with the checkpoint's (see the sanity checks' evidence)",
+            exit_code=EXIT_FAILED,
+        )
+        self.report = report
+
+
+def variant_dtype(variant: Any) -> str | None:
+    """The ``--dtype`` a variant serves with, when it says."""
+    for arg in getattr(variant, "args", []) or []:
+        if arg.flag.lstrip("-").replace("_", "-") == "dtype" and arg.values:
+            return str(arg.values[0])
+    return None
+
+
+def doctor_gate(
+    url: str,
+    model: str | None,
+    engine: str | None,
+    model_path: str | None,
+    variant: Any,
+    facts: dict[str, Any] | None = None,
+) -> SanityReport:
+    """The gate as ``doctor``'s and ``sweep``'s first stage (the verdict is the caller's to act
+    on): the model directory from ``--model-path`` (a directory, or a config.json in one) or the
+    variant's model; the dtype from the variant's flags or the engine log's facts."""
+    model_dir = None
+    for cand in (model_path, getattr(variant, "model", None)):
+        if cand and Path(cand).is_dir():
+            model_dir = str(cand)
+            break
+        if cand and Path(cand).name == "config.json" and Path(cand).is_file():
+            model_dir = str(Path(cand).parent)
+            break
+    srv = _Server(url, model or "", 60.0)
+    models = srv.models() if (model is None or model_dir is None) else []
+    model = model or (models[0]["id"] if models else "")
+    if model_dir is None and models:
+        root = models[0].get("root")
+        model_dir = root if root and Path(root).is_dir() else None
+    dtype = variant_dtype(variant) or (facts or {}).get("dtype")
+    return check_server(url, model, engine, model_dir, dtype)
+
+
+def doctor_stage(
+    res: Any, cfg: Any, url: str, served: str | None, engine: str | None, variant: Any, stage: Any
+) -> str | None:
+    """doctor's ``sanity`` stage: fills ``res.sanity`` (a DoctorResult) and returns the stage
+    message; on a broken verdict also ``res.verdict``, then raises :class:`SanityBroken` (doctor
+    writes its report and stops: nothing is benchmarked). ``cfg.sanity`` False: the stage is
+    marked skipped."""
+    if not cfg.sanity:
+        stage.status = "skipped"
+        return "turned off"
+    rep = doctor_gate(url, served, engine, cfg.model_path, variant, res.facts)
+    res.sanity = rep.model_dump(mode="json")
+    if rep.verdict == "broken":
+        res.verdict = broken_verdict(rep)
+        raise SanityBroken(rep)
+    return rep.headline
+
+
+def broken_verdict(report: SanityReport) -> dict[str, Any]:
+    """The verdict of a run stopped by the gate (the report renders it like any verdict)."""
+    return {
+        "headline": f"Broken output: {report.headline.removeprefix('broken: ')}. Not "
+        "benchmarked: speed figures of a server that computes the wrong thing mean nothing.",
+        "bound_by": "broken output",
+        "measured_tok_s": None,
+        "notes": [
+            "Fix the deployment first (config, weights and tokenizer against the checkpoint's); "
+            "the sanity checks below say what was wrong."
+        ],
+    }
+
+
+def run_sanity(cfg: SanityConfig) -> SanityReport:
+    """``ceiling sanity``: a running server (``url``) or a variant to launch, asked and judged."""
+    if not cfg.url and not cfg.variant:
+        raise CeilingError(
+            "sanity needs a server to ask",
+            fix="pass --url http://HOST:PORT (running) or --variant FILE (launch)",
+        )
+    with contextlib.ExitStack() as stack:
+        engine, model_dir, dtype, model = cfg.engine, cfg.model_path, cfg.dtype, cfg.model
+        if cfg.variant:
+            from ceiling.engines.variant import load_variant
+            from ceiling.run.launcher import launch
+
+            variant = load_variant(cfg.variant)
+            server = stack.enter_context(
+                launch(variant, timeout_s=cfg.launch_timeout_s, progress=cfg.progress)
+            )
+            url = server.url
+            engine = engine or variant.engine
+            model = model or server.model
+            model_dir = model_dir or (variant.model if Path(variant.model).is_dir() else None)
+            dtype = dtype or variant_dtype(variant)
+        else:
+            url = str(cfg.url)
+        srv = _Server(url, model or "", cfg.timeout_s)
+        models = srv.models()
+        if model is None:
+            if not models:
+                raise CeilingError(f"{url} serves no model", fix="check the server's /v1/models")
+            model = str(models[0]["id"])
+        entry = next((m for m in models if m.get("id") == model), models[0] if models else {})
+        engine = engine or entry.get("owned_by")
+        root = entry.get("root")
+        if model_dir is None and root and Path(root).is_dir():
+            model_dir = root
+        if cfg.progress:
+            from ceiling.console import console
+
+            console().print(f"[bold]sanity[/bold]: asking {model} at {url} ...")
+        return check_server(
+            url, model, engine, model_dir, dtype, reference=cfg.reference, timeout_s=cfg.timeout_s
+        )
+
+
+def print_report(report: SanityReport) -> None:
+    """The human-readable report (stdout)."""
+    from rich.markup import escape
+
+    from ceiling.console import out
+
+    o = out()
+    colour = {"ok": "green", "suspect": "yellow", "broken": "red"}[report.verdict]
+    o.print(f"[bold {colour}]{escape(report.headline)}[/bold {colour}]", soft_wrap=True)
+    o.print(
+        f"model {escape(report.model)} at {escape(report.url)}; family {report.family} "
+        f"({escape(report.family_reason)}); {report.seconds:.1f} s"
+    )
+    for c in report.checks:
+        cc = {"ok": "green", "suspect": "yellow", "broken": "red"}.get(c.status, "dim")
+        o.print(f"  [{cc}]{c.status:>7}[/{cc}] {c.name}: {escape(c.summary)}", soft_wrap=True)
+        for line in c.evidence[:5]:
+            o.print(f"          | {escape(line)}", soft_wrap=True)

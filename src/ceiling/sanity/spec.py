@@ -1,0 +1,129 @@
+"""What the sanity gate asks and how it judges: ``data/sanity.yaml`` as typed objects.
+
+Thresholds are kept per model family (a demo model that knows its texts by heart must score
+far better than "any competent model"); the family is recognised from the model directory
+(a marker file, ``config.json``) or from the served model name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "sanity.yaml"
+
+
+class KnownAnswer(BaseModel):
+    id: str
+    prompt: str
+    contains: str
+    max_tokens: int = 8
+
+
+class PerplexityText(BaseModel):
+    text: str
+
+
+class FreeGeneration(BaseModel):
+    prompt: str
+    max_tokens: int = 32
+
+
+class DegenerateRules(BaseModel):
+    same_token_run: int = 12
+    loop_max_period: int = 4
+    loop_min_share: float = 0.75
+    loop_min_tokens: int = 16
+    replacement_chars_broken: int = 3
+
+
+class ReferenceRules(BaseModel):
+    max_weight_bytes: int = 1 << 30
+    ok_below: dict[str, float] = Field(default_factory=lambda: {"float32": 0.02})
+    broken_above: float = 0.5
+    top1_ok_at_least: float = 0.9
+    top1_broken_below: float = 0.6
+
+    def tolerance(self, dtype: str | None) -> float:
+        """The ok bound for a server computing in ``dtype`` (the loosest one when unknown)."""
+        if dtype and dtype in self.ok_below:
+            return self.ok_below[dtype]
+        return max(self.ok_below.values())
+
+
+class Band(BaseModel):
+    """ok below ``ok_below``, broken above ``broken_above``, suspect in between."""
+
+    ok_below: float
+    broken_above: float
+
+
+class PassBand(BaseModel):
+    """ok at or above ``ok_at_least`` of the answers right, broken below ``broken_below``."""
+
+    ok_at_least: float
+    broken_below: float
+
+
+class FamilyMatch(BaseModel):
+    marker: str | None = None
+    model_type: str | None = None
+    architecture: str | None = None
+    name: str | None = None
+
+
+class Family(BaseModel):
+    name: str
+    match: FamilyMatch = Field(default_factory=FamilyMatch)
+    perplexity: Band
+    known_answers: PassBand
+
+
+class SanitySpec(BaseModel):
+    schema_version: int = 1
+    known_answers: list[KnownAnswer]
+    perplexity: PerplexityText
+    free_generation: FreeGeneration
+    degenerate: DegenerateRules = Field(default_factory=DegenerateRules)
+    reference: ReferenceRules = Field(default_factory=ReferenceRules)
+    families: list[Family]
+
+    def family(self, model_dir: str | None, served_name: str | None) -> tuple[Family, str]:
+        """The family whose rule matches first, and why it matched (``default`` otherwise)."""
+        config = _config(model_dir)
+        for fam in self.families:
+            m = fam.match
+            if m.marker and model_dir and (Path(model_dir) / m.marker).is_file():
+                return fam, f"{m.marker} in {model_dir}"
+            if m.model_type and config.get("model_type") == m.model_type:
+                return fam, f"model_type {m.model_type} in config.json"
+            archs = config.get("architectures")
+            if m.architecture and isinstance(archs, list) and m.architecture in archs:
+                return fam, f"architecture {m.architecture} in config.json"
+            if m.name and served_name and re.search(m.name, served_name, re.I):
+                return fam, f"served model name {served_name!r}"
+        default = next((f for f in self.families if f.name == "default"), self.families[-1])
+        return default, "no family rule matched"
+
+
+def _config(model_dir: str | None) -> dict[str, object]:
+    if not model_dir:
+        return {}
+    try:
+        data = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+@cache
+def load_spec(path: str | None = None) -> SanitySpec:
+    """``data/sanity.yaml`` (or another file of the same shape)."""
+    import yaml
+
+    text = Path(path or DATA_FILE).read_text(encoding="utf-8")
+    return SanitySpec.model_validate(yaml.safe_load(text))
