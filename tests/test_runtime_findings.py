@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ceiling.diagnose.findings import FindingContext
 from ceiling.diagnose.logs import EngineFacts, parse_lines
-from ceiling.diagnose.runtime import runtime_findings
+from ceiling.diagnose.runtime import batch_width, runtime_findings
 from ceiling.engines import get_engine
 
 RUNS = Path(__file__).parent / "fixtures" / "runtime"
@@ -100,3 +100,50 @@ def test_a_starved_api_server_is_named_from_the_chunks():
         )
         == []
     )
+
+
+def test_a_cap_of_one_is_seen_in_the_engines_own_batch():
+    """The scheduler's batch, from the engine's counters (generated tokens / steps), names the
+    cap even where throughput ratios are noise: 1.00 sequences per step at 8 streams."""
+    run = _run("max_num_seqs_1_conc_steps.json")
+    found = _ids(
+        runtime_findings(
+            _facts(max_num_seqs=1), {"concurrency": run}, FindingContext(concurrency=8, fixes=VLLM)
+        )
+    )
+    f = found["narrow-batches"]
+    assert f.component == "scheduler (running-sequence cap)" and f.direction == "slower"
+    assert f.title == (
+        "At 8 concurrent streams the engine ran 1.00 sequences per step (running-sequence cap 1)"
+    )
+    assert f.evidence[0].startswith("1.000 generated tokens per engine step at concurrency 8")
+    assert f.fix == "raise --max-num-seqs"
+
+
+def test_the_unchanged_server_batches_and_is_not_called_narrow():
+    run = _run("default_conc_steps.json")
+    assert batch_width(run["levels"][1]) == 2048 / 867
+    found = runtime_findings(
+        _facts(), {"concurrency": run}, FindingContext(concurrency=8, fixes=VLLM)
+    )
+    assert "narrow-batches" not in _ids(found)
+
+
+def test_without_a_cap_a_batch_of_one_blames_the_api_server_only_when_the_log_says_so():
+    run = _run("max_num_seqs_1_conc_steps.json")  # the batch of one, as if no cap were set
+    facts = _facts()
+    facts.max_concurrency = 120.0
+    f = _ids(runtime_findings(facts, {"concurrency": run}, FindingContext(fixes=VLLM)))[
+        "narrow-batches"
+    ]
+    assert f.component == "API server / detokenizer / client" and f.fix
+    # a cache with room for under two full-length requests holds the batch itself
+    facts.max_concurrency = 1.5
+    k = _ids(runtime_findings(facts, {"concurrency": run}, FindingContext(fixes=VLLM)))
+    assert k["narrow-batches"].component == "KV cache"
+    # no start-up log read: the cause is unknown, so no advice, and the finding says why
+    bare = EngineFacts()
+    g = _ids(runtime_findings(bare, {"concurrency": run}, FindingContext(fixes=VLLM)))[
+        "narrow-batches"
+    ]
+    assert g.fix is None and "start-up log was not read" in (g.withheld or "")

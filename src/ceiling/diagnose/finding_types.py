@@ -33,6 +33,7 @@ COMPONENTS = {
     "kv-preemption": "KV cache",
     "concurrency-cap": "scheduler (running-sequence cap)",
     "queueing": "scheduler (running-sequence cap)",
+    "narrow-batches": "scheduler (running-sequence cap)",
     "frontend-bound": "API server / detokenizer / client",
     "weight-only-fallback": "linear kernels (quantization format)",
     "quant-emulation": "linear kernels (quantization format)",

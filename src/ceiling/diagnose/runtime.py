@@ -1,6 +1,6 @@
 """Findings from what doctor measured: the engine's own ``/metrics`` beside the client's timing.
 
-A start-up log says how a server is configured; a run says what that configuration did. Three
+A start-up log says how a server is configured; a run says what that configuration did. Four
 causes show only in a run, each named with the part of the deployment it blames and the
 direction of its effect (all cost speed):
 
@@ -8,6 +8,9 @@ direction of its effect (all cost speed):
 - ``queueing``: at a concurrency above one, requests spent a large share of their time in
   the engine's queue while total throughput did not grow (a running-sequence cap, or a KV cache
   that holds fewer sequences than were sent);
+- ``narrow-batches``: at a concurrency of several streams the engine generated about one token
+  per step (its generated-token counter over its step count): it ran one sequence at a time,
+  whatever the client's timings say;
 - ``frontend-bound``: clients waited clearly longer than the engine worked on their requests,
   or several tokens arrived per streamed chunk where the engine streams one per step: the API
   server (HTTP, detokenization, streaming) fell behind the engine.
@@ -39,6 +42,11 @@ CHUNK_TOKENS = 1.1
 DELIVERY_SHARE = 0.15
 # heuristic: requests waiting this share of their time in the engine's queue = not admitted
 QUEUE_SHARE = 0.3
+# heuristic: at least this many streams sent, and fewer than this many sequences per engine step
+# run, = the batching is gone (a cap of one runs exactly 1.00; the unchanged tiny server on the
+# busy 2-core test box ran 3-8 at 8 streams)
+BATCH_STREAMS = 4
+NARROW_BATCH = 1.5
 
 
 def _levels(bench: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -161,6 +169,94 @@ def queueing(
     )
 
 
+def batch_width(level: dict[str, Any]) -> float | None:
+    """Sequences the engine ran per step during ``level``: tokens it generated / steps it ran
+    (both its own counters), or None without them (another engine, no /metrics)."""
+    steps = _counter(level, "engine_steps").get("delta")
+    tokens = _counter(level, "generated_tokens").get("delta")
+    if not steps or tokens is None or steps <= 0:
+        return None
+    return float(tokens) / float(steps)
+
+
+def narrow_batches(
+    facts: EngineFacts, bench: dict[str, Any] | None, ctx: FindingContext
+) -> Finding | None:
+    """Many streams sent, about one sequence per engine step run: the batching gain is gone.
+
+    Read from the engine's counters, not from throughput: on a shared machine the client's
+    throughput ratios swing by 2-4x between runs, the scheduler's batch does not. Blames the
+    running-sequence cap when the log shows one below the load, the KV cache when it holds
+    fewer sequences than were sent and preempted (or holds under two), otherwise the API server
+    (it passed the requests on one at a time).
+    """
+    rows = [
+        (int(lv["concurrency"]), w)
+        for lv in _levels(bench)
+        if (lv.get("concurrency") or 1) >= BATCH_STREAMS and not lv.get("failed")
+        if (w := batch_width(lv)) is not None
+    ]
+    if not rows:
+        return None
+    c, width = max(rows)
+    if width >= NARROW_BATCH:
+        return None
+    from ceiling.diagnose.rules import _fix
+    from ceiling.diagnose.rules_serving import kv_remedies
+
+    f = Finding(
+        id="narrow-batches",
+        title=f"At {c} concurrent streams the engine ran {width:.2f} sequences per step",
+        component=COMPONENTS["frontend-bound"],
+        severity="critical",
+        evidence=[
+            f"{width:.3f} generated tokens per engine step at concurrency {c} "
+            "(vllm:generation_tokens_total / vllm:iteration_tokens_total count)"
+        ],
+        predicted_effect="each step serves about one stream: total throughput stays at one "
+        "stream's and every other stream waits",
+        doc=doc_path("concurrency-cap"),
+    )
+    cap = facts.non_default_args.get(
+        "max_num_seqs", facts.non_default_args.get("max_running_requests")
+    )
+    if isinstance(cap, int) and cap < c:
+        f.component = COMPONENTS["concurrency-cap"]
+        f.title += f" (running-sequence cap {cap})"
+        f.fix = _fix(ctx, "concurrency-cap", f"raise the running-sequence cap to at least {c}")
+        return f
+    kv = facts.max_concurrency
+    preempted = any((_counter(lv, "preemptions").get("delta") or 0) > 0 for lv in _levels(bench))
+    if kv is not None and kv < c and (preempted or kv < 2):
+        # the cache holds fewer sequences than were sent, and it bit: preemptions, or room for
+        # under two full-length requests
+        f.component = COMPONENTS["kv-capacity"]
+        f.fix, f.preconditions = kv_remedies(facts, ctx)
+        return f
+    f.component = COMPONENTS["frontend-bound"]
+    known = facts.max_concurrency is not None
+    return decide(
+        f,
+        [
+            Precondition(
+                fact="neither a running-sequence cap nor the KV cache holds the batch to one",
+                holds=True if known else None,
+                because=f"no cap below {c} in the log; KV cache for "
+                f"{facts.max_concurrency:.3g} sequences"
+                if known
+                else "the start-up log was not read",
+            )
+        ],
+        _fix(
+            ctx,
+            "frontend-bound",
+            "give the API server CPU time: the engine had room to batch, so the requests "
+            "reached it one at a time",
+        ),
+        "Pass the server's log (--log) so the cap and the KV capacity can be read.",
+    )
+
+
 def _delivery_share(bench: dict[str, Any]) -> tuple[float, float] | None:
     """(ms, share of the client's request time) the client waited beyond what the engine spent
     on the request (queue + prefill + decode, timestamped in the engine core)."""
@@ -237,6 +333,7 @@ def runtime_findings(
     found = [
         preemption(facts, bench.get("concurrency"), ctx),
         queueing(facts, bench.get("concurrency"), ctx),
+        narrow_batches(facts, bench.get("concurrency"), ctx),
         frontend(facts, bench.get("single"), ctx),
     ]
     return [f for f in found if f is not None]

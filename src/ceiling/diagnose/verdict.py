@@ -109,7 +109,7 @@ def _clip(text: str, limit: int = 160) -> str:
 def _f(v: float, digits: int = 3) -> str:
     """Significant digits without scientific notation for the magnitudes a report shows
     (1,070 tok/s, not 1.07e+03)."""
-    if abs(v) >= 10 ** digits:
+    if abs(v) >= 10**digits:
         return f"{v:,.0f}"
     return f"{v:.{digits}g}"
 

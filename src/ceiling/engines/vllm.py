@@ -136,6 +136,10 @@ class VllmEngine(Engine):
     # vllm/v1/metrics/loggers.py (0.32): "vllm:num_preemptions" (a Counter: exposed as _total)
     metric_counters = {  # noqa: RUF012 (class data, read only)
         "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
+        # one observation per engine step that produced output (the iteration-tokens histogram)
+        # and the tokens the engine generated: their ratio is the batch the scheduler ran
+        "engine_steps": ("vllm:iteration_tokens_total_count",),
+        "generated_tokens": ("vllm:generation_tokens_total",),
     }
 
     def install_hint(self) -> str:

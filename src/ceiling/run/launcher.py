@@ -205,15 +205,25 @@ class Server:
             last_http = 0.0
             while True:
                 lines, partial = self._read_new()
+                now = time.monotonic()
                 for line in [*lines, partial]:
                     phase = self.engine.phase_of(line) if line.strip() else None
-                    if phase:
+                    if phase and phase != self.phase:
                         self.phase = phase
+                        # Without a terminal every phase the log went through gets its line,
+                        # even when several (or the ready line) arrive in one read.
+                        if progress and status is None:
+                            console().print(self._phase_line(now), highlight=False)
+                            printed = (phase, now)
                     if self.engine.ready_line and self.engine.ready_line in line:
                         self._ready_line_seen = True
+                if status is not None:
+                    status.update(self._phase_line(now))
+                elif progress and (self.phase != printed[0] or now - printed[1] >= HEARTBEAT_S):
+                    console().print(self._phase_line(now), highlight=False)  # the heartbeat
+                    printed = (self.phase, now)
                 if self.proc.poll() is not None:
                     raise EngineDied(self.death(), self.log_path, self.variant.name)
-                now = time.monotonic()
                 # The endpoints are polled once a second; at once after the ready line.
                 if (self._ready_line_seen or now - last_http >= 1.0) and self._check_ready():
                     self.ready_s = now - self.started_at
@@ -229,16 +239,13 @@ class Server:
                         "or read the log",
                         exit_code=EXIT_ENGINE,
                     )
-                elapsed = f"{self.variant.name}: {self.phase} ({now - self.started_at:.0f} s)"
-                if status is not None:
-                    status.update(elapsed)
-                elif progress and (self.phase != printed[0] or now - printed[1] >= HEARTBEAT_S):
-                    console().print(elapsed, highlight=False)
-                    printed = (self.phase, now)
                 time.sleep(0.25)
         finally:
             if status is not None:
                 status.stop()
+
+    def _phase_line(self, now: float) -> str:
+        return f"{self.variant.name}: {self.phase} ({now - self.started_at:.0f} s)"
 
     def stop(self, grace_s: float = 20.0) -> dict[str, object]:
         """SIGTERM our process group, SIGKILL after ``grace_s``, then confirm the port is free.
