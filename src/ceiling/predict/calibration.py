@@ -186,6 +186,7 @@ def _validation_request(row: dict[str, str]) -> tuple[PredictRequest | None, str
         kv_dtype=row["kv_dtype"] or "auto",
         weight_format=row["weight_format"] or None,
         mem_clock=float(row["mem_clock"]) if row.get("mem_clock") else None,
+        power_limit=float(row["power_limit"]) if row.get("power_limit") else None,
         attention_backend=row.get("attention_backend") or None,
         moe_backend=row.get("moe_backend") or None,
         async_scheduling={"true": True, "false": False}.get(
