@@ -280,3 +280,19 @@ def test_validation_rows_carry_power_limit_and_it_slows_fixed_costs(priors_only)
     free = predict(req.model_copy(update={"power_limit": None}))
     capped = predict(req.model_copy(update={"power_limit": 100}))
     assert capped.decode_tok_s_per_stream < free.decode_tok_s_per_stream
+
+
+@pytest.mark.skipif(util.find_spec("aiconfigurator_core") is None, reason="tables extra absent")
+def test_table_of_another_gpu_is_retimed_at_this_gpus_bandwidth():  # pragma: no cover
+    """The RTX 4090 reads the L40S's tables (its aic_system): a streamed op's bytes move at
+    the 4090's 1008 GB/s, not the L40S's 864 GB/s, so the same table row is faster on it."""
+    tables.info.cache_clear()
+    base = dict(model="qwen2.5-7b", gpus=1, tp=1, engine="vllm", context=1024)
+    ops = {}
+    for gpu in ("rtx-4090", "l40s"):
+        p = predict(PredictRequest(gpu=gpu, **base))
+        ops[gpu] = {o.name: o for o in p.expected.ops}
+    g4, gl = ops["rtx-4090"]["mlp.gate_up"], ops["l40s"]["mlp.gate_up"]
+    assert g4.source == gl.source == "table"
+    # a ~270 MB GEMV: nearly all streamed bytes, so close to the bandwidth ratio
+    assert g4.ms / gl.ms == pytest.approx(864 / 1008, rel=0.06)

@@ -261,6 +261,24 @@ class Evidence:
         eff = float(rec.get("eff") or 0.7)
         return self.cold + (op.weight_bytes + op.kv_bytes) / (eff * self.bw_ds * 1e3)
 
+    def _proxy(self, us: float, op: OpSpec, rec: dict[str, Any]) -> float:
+        """A table measured on another GPU of the class (the catalog's ``aic_system``: the L40S
+        for an RTX 4090, the A100 80GB SXM for an A100 40GB, the H100 SXM for an H100 PCIe):
+        its streamed bytes move at this GPU's bandwidth instead (datasheet ratio, at the
+        family's streamed efficiency); the rest of the latency is kept."""
+        sys_bw = self._system_bw()
+        if not sys_bw or abs(sys_bw / self.bw_ds - 1) < 0.03:
+            return us
+        eff = float(rec.get("eff") or 0.7)
+        nbytes = op.weight_bytes + op.kv_bytes
+        delta = nbytes / eff * (1 / self.bw_ds - 1 / sys_bw) / 1e3
+        return max(us + delta, 0.0)
+
+    def _system_bw(self) -> float | None:
+        if not hasattr(self, "_sys_bw"):
+            self._sys_bw = self.tables.system_bw_GBps(self.system) if self.tables else None
+        return self._sys_bw
+
     def _check(self, table_us: float, prior_us: float) -> str:
         if table_us > 3 * prior_us and table_us - prior_us > 20:
             return (
@@ -292,7 +310,7 @@ class Evidence:
                 self.system, self.engine, pats, m, int(op.shape["n"]), int(op.shape["k"])
             )
             if meas is not None:
-                us = max(meas.us + self.cold, self._stream_floor(rec, op))
+                us = max(self._proxy(meas.us, op, rec) + self.cold, self._stream_floor(rec, op))
                 bad = self._check(us, prior_us)
                 if not bad:
                     conf = 0.8 if meas.exact else 0.7
@@ -319,7 +337,7 @@ class Evidence:
                 int(sh["experts"]), int(sh["topk"]), int(sh["moe_tp"]),
             )  # fmt: skip
             if meas is not None:
-                us = meas.us + self.cold
+                us = self._proxy(meas.us, op, rec) + self.cold
                 if int(sh.get("ep", 1)) > 1:
                     # the table holds EP=1 rows: swap its expert bytes (top-k experts of every
                     # token) for the busiest EP rank's, at the prior's bandwidth
@@ -369,7 +387,7 @@ class Evidence:
                     self.system, self.engine, pats, batch, float(sh["context"]), int(sh["heads"])
                 )
             if meas is not None:
-                us = max(meas.us + self.cold, self._stream_floor(rec, op))
+                us = max(self._proxy(meas.us, op, rec) + self.cold, self._stream_floor(rec, op))
                 # a backend the user named is the kernel that runs: its rows are not checked
                 # against the default kernels' prior (SGLang Triton decode at 128k is ~30x it)
                 bad = "" if chosen else self._check(us, prior_us)
