@@ -296,3 +296,33 @@ def test_table_of_another_gpu_is_retimed_at_this_gpus_bandwidth():  # pragma: no
     assert g4.source == gl.source == "table"
     # a ~270 MB GEMV: nearly all streamed bytes, so close to the bandwidth ratio
     assert g4.ms / gl.ms == pytest.approx(864 / 1008, rel=0.06)
+
+
+def test_table_cache_reads_only_the_keys_a_prediction_uses(tmp_path, monkeypatch):
+    """The per-system cache stores each raw table key in its own file behind an index: a
+    lookup decodes the keys it asks for, not the whole part (cold predict < 1 s)."""
+    from ceiling.predict.tables import store
+
+    built = {
+        "fits": {"gemm": {}},
+        "raw": {
+            "gemm": {"vllm/1/a/bfloat16": {"1": [[1024, 1024, 3.0]]}, "sglang/1/b/fp8": {}},
+            "moe": {},
+            "attention": {"vllm/1/fa/bfloat16": {"8x1x128": [[1, 1, 9.0]]}},
+            "mla": {},
+        },
+    }
+    monkeypatch.setattr(store, "build_system", lambda _s: {**built["fits"], "raw": built["raw"]})
+    monkeypatch.setattr(store, "_system_dir", lambda _s: tmp_path / "sys")
+    store._part.cache_clear()
+    try:
+        gemm = store._raw("sys", "gemm")
+        assert list(gemm) == ["vllm/1/a/bfloat16", "sglang/1/b/fp8"]
+        (tmp_path / "sys" / "raw_gemm.1.json").unlink()  # a key never asked for is never read
+        assert gemm["vllm/1/a/bfloat16"] == {"1": [[1024, 1024, 3.0]]}
+        assert store._raw("sys", "attention")["vllm/1/fa/bfloat16"]["8x1x128"] == [[1, 1, 9.0]]
+        assert store.system_fits("sys") == {"gemm": {}}
+        with pytest.raises(KeyError):
+            gemm["missing"]
+    finally:
+        store._part.cache_clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import math
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -83,7 +84,7 @@ class Measured(BaseModel):
 
 
 def _candidates(
-    table: dict[str, Any], engine: str, patterns: list[tuple[str, str]]
+    table: Mapping[str, Any], engine: str, patterns: list[tuple[str, str]]
 ) -> list[tuple[int, int, tuple[int, ...], str]]:
     """Table keys matching ``patterns`` ((kernel substring, dtype) in preference order), ordered:
     the engine's own table first (newest version), then other engines' tables."""
@@ -301,6 +302,15 @@ def _physical(shape: str, rows: list[list[float]], kv_bytes: float, bw_GBps: flo
     return nbytes / (us * 1e3) <= 1.02 * bw_GBps
 
 
+@cache
+def _physical_shapes(system: str, key: str, bw_GBps: float) -> dict[str, list[list[float]]]:
+    """The series of one attention table key that pass ``_physical`` (once per process: a
+    what-if run asks for every attention op of every variant)."""
+    kvb = 1.0 if key.endswith("/fp8") else 2.0
+    rows = _raw(system, "attention")[key] or {}
+    return {s: r for s, r in rows.items() if r and _physical(s, r, kvb, bw_GBps)}
+
+
 def attention_measured(
     system: str,
     engine: str,
@@ -325,8 +335,7 @@ def attention_measured(
     raw = _raw(system, "attention")
     want = f"{heads}x{kv_heads}x{head_dim}"
     for *_rank, key in _candidates(raw, engine, patterns):
-        kvb = 1.0 if key.endswith("/fp8") else 2.0
-        shapes = {s: r for s, r in (raw[key] or {}).items() if r and _physical(s, r, kvb, bw_GBps)}
+        shapes = _physical_shapes(system, key, bw_GBps)
         if want in shapes:
             us = _curve(shapes[want], batch, context)
             if us is not None:
