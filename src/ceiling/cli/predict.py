@@ -67,16 +67,19 @@ def register(app: typer.Typer) -> None:
             None, "--mem-clock", min=1, help="memory clock in MHz as nvidia-smi reports it"
         ),
         attention_backend: str | None = typer.Option(
-            None, "--attention-backend",
+            None,
+            "--attention-backend",
             help="the engine's attention backend (e.g. sglang triton|flashinfer|fa3; default: "
             "the engine's choice for the GPU)",
         ),
         moe_backend: str | None = typer.Option(
-            None, "--moe-backend",
+            None,
+            "--moe-backend",
             help="the engine's MoE runner (e.g. triton|flashinfer_cutlass|marlin)",
         ),
         async_scheduling: bool | None = typer.Option(
-            None, "--async-scheduling/--no-async-scheduling",
+            None,
+            "--async-scheduling/--no-async-scheduling",
             help="the engine's async/overlap scheduler (default: the engine's rule)",
         ),
         what_if: bool = typer.Option(
