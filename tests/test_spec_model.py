@@ -150,3 +150,15 @@ def test_missing_field_is_named():
     del raw["hidden_size"]
     with pytest.raises(CeilingError, match="hidden_size"):
         build_model(raw)
+
+
+def test_qwen35_gated_deltanet_projections_split_as_stored():
+    """Qwen3.5/3.6 store the GDN input projection as in_proj_qkv / in_proj_z / in_proj_b /
+    in_proj_a (quantized apart); Qwen3-Next fuses them (in_proj_qkvz, in_proj_ba). Same bytes."""
+    spec = load_model("src/ceiling/data/predict/reference/models/qwen3.5-35b-a3b")
+    names = {m.name.rsplit(".", 1)[1]: m for m in spec.modules if m.layer == 0}
+    assert {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"} <= set(names)
+    assert "in_proj_qkvz" not in names
+    # 16 key heads x 128 (q and k) + 32 value heads x 128 (v); z: 32 x 128; b, a: one per head
+    assert names["in_proj_qkv"].rows == 2 * 16 * 128 + 32 * 128
+    assert names["in_proj_z"].rows == 32 * 128 and names["in_proj_b"].rows == 32

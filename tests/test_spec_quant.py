@@ -82,7 +82,7 @@ def test_qwen3_fp8_modules_to_not_convert_and_qwen35_nvfp4_ignore():
     q35 = load_model("qwen3.5-397b-a17b-nvfp4")
     assert _mod(q35, "model.layers.0.mlp.experts.0.down_proj").fmt.name == "nvfp4"
     assert _mod(q35, "model.layers.0.mlp.shared_expert.down_proj").fmt.name == "bf16"
-    assert _mod(q35, "model.layers.0.linear_attn.in_proj_qkvz").fmt.name == "bf16"
+    assert _mod(q35, "model.layers.0.linear_attn.in_proj_qkv").fmt.name == "bf16"
     assert _mod(q35, "model.layers.3.self_attn.q_proj").fmt.name == "bf16"
 
 
@@ -159,3 +159,52 @@ def test_awq_gptq_and_ct_fp8_configs_parse():
     c = parse_quant(ct, "bfloat16")
     assert c.format_for("model.layers.0.mlp.up_proj", "mlp", True).name == "fp8-channel"
     assert c.format_for("model.layers.0.self_attn.q_proj", "attn", True).name == "bf16"
+
+
+QWEN36_NVFP4 = "src/ceiling/data/predict/reference/models/qwen3.6-35b-a3b-nvfp4"
+
+
+def test_modelopt_mixed_precision_per_module_formats():
+    """nvidia's ModelOpt MIXED_PRECISION export (verbatim config): each module in the format
+    its quantized_layers entry names; lm_head in NVFP4 because the export names it."""
+    spec = load_model(QWEN36_NVFP4)
+    assert spec.quant.method == "modelopt" and spec.quant.kv_cache_dtype == "fp8"
+    assert _mod(spec, "model.layers.0.linear_attn.in_proj_qkv").fmt.name == "fp8-tensor"
+    assert _mod(spec, "model.layers.0.linear_attn.in_proj_z").fmt.name == "fp8-tensor"
+    assert _mod(spec, "model.layers.0.linear_attn.in_proj_b").fmt.name == "bf16"  # not listed
+    assert _mod(spec, "model.layers.3.self_attn.o_proj").fmt.name == "fp8-tensor"
+    assert _mod(spec, "model.layers.0.mlp.experts.0.down_proj").fmt.name == "nvfp4"
+    assert _mod(spec, "model.layers.0.mlp.gate").fmt.name == "bf16"  # router
+    lm = _mod(spec, "lm_head")
+    assert lm.fmt.name == "nvfp4" and lm.nbytes == 248320 * 2048 * 9 // 16 + 8
+
+
+def test_compressed_tensors_module_name_targets():
+    """config_groups targets may name modules (not only 're:' patterns or 'Linear')."""
+    qc = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {
+            "g": {
+                "targets": ["model.language_model.layers.0.self_attn.q_proj", "lm_head"],
+                "weights": {"num_bits": 8, "type": "float", "strategy": "tensor"},
+            }
+        },
+    }
+    q = parse_quant(qc, "bfloat16")
+    assert q.format_for("model.layers.0.self_attn.q_proj", "attn", True).name == "fp8-tensor"
+    assert q.format_for("model.layers.1.self_attn.q_proj", "attn", True).name == "bf16"
+    assert q.format_for("lm_head", "lm_head", False).name == "fp8-tensor"
+
+
+def test_blanket_rules_leave_lm_head_unquantized():
+    """A rule for every linear layer (AWQ, GPTQ, fp8 'Linear' targets) never covers lm_head."""
+    qc = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {
+            "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"}}
+        },
+    }
+    q = parse_quant(qc, "bfloat16")
+    assert q.format_for("lm_head", "lm_head", False).name == "bf16"
+    assert q.format_for("model.layers.0.mlp.up_proj", "mlp", True).name != "bf16"
+    assert _mod(load_model("kimi-k2.5-nvfp4"), "lm_head").fmt.name == "bf16"

@@ -66,6 +66,22 @@ def register(app: typer.Typer) -> None:
         mem_clock: float | None = typer.Option(
             None, "--mem-clock", min=1, help="memory clock in MHz as nvidia-smi reports it"
         ),
+        attention_backend: str | None = typer.Option(
+            None,
+            "--attention-backend",
+            help="the engine's attention backend (e.g. sglang triton|flashinfer|fa3; default: "
+            "the engine's choice for the GPU)",
+        ),
+        moe_backend: str | None = typer.Option(
+            None,
+            "--moe-backend",
+            help="the engine's MoE runner (e.g. triton|flashinfer_cutlass|marlin)",
+        ),
+        async_scheduling: bool | None = typer.Option(
+            None,
+            "--async-scheduling/--no-async-scheduling",
+            help="the engine's async/overlap scheduler (default: the engine's rule)",
+        ),
         what_if: bool = typer.Option(
             False, "--what-if", help="also rank one-knob changes by expected tok/s"
         ),
@@ -105,7 +121,8 @@ def register(app: typer.Typer) -> None:
                 engine=engine, allreduce=allreduce, cuda_graphs=not no_cuda_graphs, batch=batch,
                 context=context, prompt_len=prompt_len, kv_dtype=kv_dtype,
                 weight_format=weight_format, profile=profile, power_limit=power_limit,
-                mem_clock=mem_clock, what_if=what_if,
+                mem_clock=mem_clock, what_if=what_if, attention_backend=attention_backend,
+                moe_backend=moe_backend, async_scheduling=async_scheduling,
             )  # fmt: skip
         except ValidationError as exc:
             err = exc.errors()[0]

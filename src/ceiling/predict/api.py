@@ -41,6 +41,9 @@ class PredictRequest(BaseModel):
     profile: str | None = None
     power_limit: float | None = Field(None, gt=0, description="board power cap, W")
     mem_clock: float | None = Field(None, gt=0, description="memory clock, MHz (nvidia-smi)")
+    attention_backend: str | None = Field(None, description="engine's attention backend flag")
+    moe_backend: str | None = Field(None, description="engine's MoE runner backend")
+    async_scheduling: bool | None = Field(None, description="None: the engine's default")
     what_if: bool = False
 
 
@@ -204,6 +207,11 @@ def _setup(req: PredictRequest, spec: Any = None):  # -> (Setup, assumptions)
     s = Setup(
         spec, gpu, link, dep, rules, consts, profile, impl, reason, kvb, kv_reason, bw, bw_reason
     )
+    from ceiling.predict.choices import check_backends
+
+    check_backends(req.engine, req.attention_backend, req.moe_backend)
+    s.attention_backend, s.moe_backend = req.attention_backend, req.moe_backend
+    s.async_scheduling = req.async_scheduling
     return s, gpus
 
 
@@ -419,6 +427,8 @@ def _evidence_summary(step: Any) -> dict[str, Any]:
 
 
 def _assumptions(s: Any, req: PredictRequest, gpus: int, step: Any) -> list[str]:
+    from ceiling.predict.choices import host_cost
+
     spec, d = s.spec, s.dep
     out = [
         f"model {spec.name}: {spec.architecture}, {spec.num_layers} layers, {spec.attention} attention, "
@@ -439,7 +449,7 @@ def _assumptions(s: Any, req: PredictRequest, gpus: int, step: Any) -> list[str]
             if d.cuda_graphs
             else f"; CUDA graphs off: CPU issue {s.eager_kernel_us:.1f} us/kernel when slower than the GPU"
         ),
-        f"host overhead {s.rules.host_ms} ms/step ({d.engine} estimate, data/predict/engines.yaml)",
+        "host overhead {:.2f} ms/step ({})".format(*host_cost(s)),
         f"decode at context {req.context} tokens; batch {req.batch}; activations bf16",
     ]
     if spec.is_moe:

@@ -38,8 +38,9 @@ MODELS: dict[str, tuple[str, str | None]] = {
     "lukealonso/Qwen3.5-397B-A17B-NVFP4": ("qwen3.5-397b-a17b-nvfp4", None),
     "nvidia/Qwen3.5-397B-A17B-NVFP4": ("qwen3.5-397b-a17b-nvfp4", None),
     "QuantTrio/Qwen3.5-397B-A17B-AWQ": ("qwen3.5-397b-a17b", "awq"),
-    "lukealonso/MiniMax-M2.5-NVFP4": ("minimax-m2.5", "nvfp4"),
-    "mratsim/Minimax-M2.5-BF16-INT4-AWQ": ("minimax-m2.5", "awq"),
+    # the checkpoints' own schemes (experts only; attention stays BF16): reference/models/
+    "lukealonso/MiniMax-M2.5-NVFP4": ("ref:minimax-m2.5-nvfp4", None),
+    "mratsim/Minimax-M2.5-BF16-INT4-AWQ": ("ref:minimax-m2.5-awq", None),
     "MiniMaxAI/MiniMax-M2.5": ("minimax-m2.5", None),
 }
 GPUS = {"RTX PRO 6000": "rtx-pro-6000", "RTX 6000 Pro": "rtx-pro-6000", "A100": "a100-80"}
@@ -65,6 +66,14 @@ class RowResult(BaseModel):
 
 def reference_dir() -> Path:
     return Path(str(resources.files("ceiling") / "data" / "predict" / "reference"))
+
+
+def model_ref(name: str) -> str:
+    """A row's model: a catalog name, or ``ref:<dir>`` for a checkpoint config shipped under
+    ``reference/models/`` (quantization schemes the catalog does not carry)."""
+    if name.startswith("ref:"):
+        return str(reference_dir() / "models" / name[4:])
+    return name
 
 
 def default_csv() -> Path:
@@ -114,8 +123,9 @@ def _legacy_request(row: dict[str, str]) -> tuple[PredictRequest | None, str]:
     allreduce = "oneshot" if "oneshot" in notes or "custom allreduce" in notes else "auto"
     if "nccl allreduce (before custom ar)" in notes:
         allreduce = "nccl"
+    attn, moe = _backends_in_notes(row["notes"], row["engine"])
     req = PredictRequest(
-        model=mm[0],
+        model=model_ref(mm[0]),
         gpu=gpu,
         gpus=int(row["num_gpus"]),
         link="nvlink3" if "nvlink" in row["interconnect"].lower() else "pcie5-switch",
@@ -128,14 +138,41 @@ def _legacy_request(row: dict[str, str]) -> tuple[PredictRequest | None, str]:
         context=_context(row["input_len"]),
         kv_dtype=_kv(row["kv_cache_dtype"]),
         weight_format=mm[1],
+        attention_backend=attn,
+        moe_backend=moe,
     )
     return req, ""
+
+
+# kernels of a fork, not of any engine release: such rows check the bound only (as
+# decode_validation.csv's `use: bound` rows)
+FORK_KERNELS = ("b12x",)
+
+
+def _legacy_use(row: dict[str, str]) -> str:
+    notes = row.get("notes", "").lower()
+    return "bound" if any(k in notes for k in FORK_KERNELS) else "all"
+
+
+def _backends_in_notes(notes: str, engine: str) -> tuple[str | None, str | None]:
+    """The attention / MoE backend a calibration row's notes name ('attention triton, MoE
+    flashinfer_cutlass'), when the engine has it (a fork's backend, e.g. b12x, is not)."""
+    import re
+
+    from ceiling.predict.choices import known_backends
+
+    out: list[str | None] = []
+    for kind, pat in (("attention", r"attention (\w+)"), ("moe", r"moe (?:runner )?(\w+)")):
+        m = re.search(pat, notes.lower())
+        name = m.group(1) if m else None
+        out.append(name if name in known_backends(engine, kind) else None)
+    return out[0], out[1]
 
 
 def _validation_request(row: dict[str, str]) -> tuple[PredictRequest | None, str]:
     """decode_validation.csv: explicit catalog names."""
     req = PredictRequest(
-        model=row["ceiling_model"],
+        model=model_ref(row["ceiling_model"]),
         gpu=row["ceiling_gpu"],
         gpus=int(row["num_gpus"]),
         link=row["link"] or None,
@@ -149,6 +186,12 @@ def _validation_request(row: dict[str, str]) -> tuple[PredictRequest | None, str
         kv_dtype=row["kv_dtype"] or "auto",
         weight_format=row["weight_format"] or None,
         mem_clock=float(row["mem_clock"]) if row.get("mem_clock") else None,
+        power_limit=float(row["power_limit"]) if row.get("power_limit") else None,
+        attention_backend=row.get("attention_backend") or None,
+        moe_backend=row.get("moe_backend") or None,
+        async_scheduling={"true": True, "false": False}.get(
+            (row.get("async_scheduling") or "").lower()
+        ),
     )
     return req, ""
 
@@ -232,7 +275,7 @@ def evaluate(path: Path | list[Path] | None = None) -> dict[str, Any]:
                 RowResult(
                     id=row["id"],
                     file=p.name,
-                    use=row.get("use") or "all",
+                    use=row.get("use") or _legacy_use(row),
                     metric=row["metric"],
                     concurrency=int(row["concurrency"]),
                     engine=req.engine,

@@ -72,6 +72,24 @@ def table_patterns(engine: str, family: str, arch_class: str) -> list[tuple[str,
     return [(str(a), str(b)) for a, b in pats]
 
 
+def chosen_patterns(
+    s: Any, kind: str, family: str, arch_class: str
+) -> tuple[list[tuple[str, str]], str, bool]:
+    """Table patterns of the user's backend choice for this family (its MoE rows take the
+    default's dtypes), else the engine's default for the GPU class; a note; whether the
+    patterns are the user's choice."""
+    from ceiling.predict.choices import backend_patterns
+
+    default = table_patterns(s.dep.engine, family, arch_class)
+    user, note = backend_patterns(s, kind, family)
+    if user is None:
+        return default, note, False
+    if kind == "moe":
+        dtypes = list(dict.fromkeys(d for _, d in default)) or [""]
+        user = [(n, d) for n, _ in user for d in dtypes]
+    return user, note, True
+
+
 def prior(family: str, arch_class: str) -> tuple[dict[str, Any], float, str]:
     """(prior record, confidence, note) for a family on a GPU class, borrowing if needed."""
     pri = _priors()
@@ -164,8 +182,10 @@ class Evidence:
 
             return comm_time(self.s, op)
         if op.kind == "host":
-            return OpTime(self.s.rules.host_ms * 1e3, 0.0, "engine", 0.3, "host",
-                          f"{self.engine} per-step CPU work not hidden (engines.yaml estimate)")  # fmt: skip
+            from ceiling.predict.choices import host_cost
+
+            ms, why = host_cost(self.s)
+            return OpTime(ms * 1e3, 0.0, "engine", 0.5 if "PR #" in why else 0.3, "host", why)
         if self.generic and not self._measured_here(op):
             return self._generic(op)
         if op.kind in ("elementwise", "sampling"):
@@ -241,6 +261,24 @@ class Evidence:
         eff = float(rec.get("eff") or 0.7)
         return self.cold + (op.weight_bytes + op.kv_bytes) / (eff * self.bw_ds * 1e3)
 
+    def _proxy(self, us: float, op: OpSpec, rec: dict[str, Any]) -> float:
+        """A table measured on another GPU of the class (the catalog's ``aic_system``: the L40S
+        for an RTX 4090, the A100 80GB SXM for an A100 40GB, the H100 SXM for an H100 PCIe):
+        its streamed bytes move at this GPU's bandwidth instead (datasheet ratio, at the
+        family's streamed efficiency); the rest of the latency is kept."""
+        sys_bw = self._system_bw()
+        if not sys_bw or abs(sys_bw / self.bw_ds - 1) < 0.03:
+            return us
+        eff = float(rec.get("eff") or 0.7)
+        nbytes = op.weight_bytes + op.kv_bytes
+        delta = nbytes / eff * (1 / self.bw_ds - 1 / sys_bw) / 1e3
+        return max(us + delta, 0.0)
+
+    def _system_bw(self) -> float | None:
+        if not hasattr(self, "_sys_bw"):
+            self._sys_bw = self.tables.system_bw_GBps(self.system) if self.tables else None
+        return self._sys_bw
+
     def _check(self, table_us: float, prior_us: float) -> str:
         if table_us > 3 * prior_us and table_us - prior_us > 20:
             return (
@@ -272,7 +310,7 @@ class Evidence:
                 self.system, self.engine, pats, m, int(op.shape["n"]), int(op.shape["k"])
             )
             if meas is not None:
-                us = max(meas.us + self.cold, self._stream_floor(rec, op))
+                us = max(self._proxy(meas.us, op, rec) + self.cold, self._stream_floor(rec, op))
                 bad = self._check(us, prior_us)
                 if not bad:
                     conf = 0.8 if meas.exact else 0.7
@@ -292,13 +330,14 @@ class Evidence:
             return self._finish(op, us, "profile", 0.9, family, fit.note)
         note = pnote
         if self.tables is not None:
-            pats = table_patterns(self.engine, family, self.cls)
+            pats, bnote, _chosen = chosen_patterns(self.s, "moe", family, self.cls)
+            note = "; ".join(x for x in (note, bnote) if x)
             meas = self.tables.moe_measured(
                 self.system, self.engine, pats, tokens, int(sh["hidden"]), int(sh["inter"]),
                 int(sh["experts"]), int(sh["topk"]), int(sh["moe_tp"]),
             )  # fmt: skip
             if meas is not None:
-                us = meas.us + self.cold
+                us = self._proxy(meas.us, op, rec) + self.cold
                 if int(sh.get("ep", 1)) > 1:
                     # the table holds EP=1 rows: swap its expert bytes (top-k experts of every
                     # token) for the busiest EP rank's, at the prior's bandwidth
@@ -328,7 +367,10 @@ class Evidence:
             return self._finish(op, us, "profile", 0.9, family, fit.note)
         note = pnote
         if self.tables is not None and op.name != "mla.indexer_scores":
-            pats = table_patterns(self.engine, family, self.cls)
+            from ceiling.predict.choices import kv_parallel_attention
+
+            pats, bnote, chosen = chosen_patterns(self.s, "attention", family, self.cls)
+            note = "; ".join(x for x in (note, bnote) if x)
             meas = None
             if family == "attn_gqa":
                 kvd = sh.get("kv_dtype", "bfloat16")
@@ -336,6 +378,7 @@ class Evidence:
                 meas = self.tables.attention_measured(
                     self.system, self.engine, pats, batch, float(sh["context"]),
                     int(sh["heads"]), int(sh["kv_heads"]), int(sh["head_dim"]),
+                    bw_GBps=self.bw_ds, kv_parallel=kv_parallel_attention(),
                 )  # fmt: skip
             elif family == "attn_mla":
                 kvd = "fp8" if self.s.kv_bytes <= 1 else "bfloat16"
@@ -344,10 +387,13 @@ class Evidence:
                     self.system, self.engine, pats, batch, float(sh["context"]), int(sh["heads"])
                 )
             if meas is not None:
-                us = max(meas.us + self.cold, self._stream_floor(rec, op))
-                bad = self._check(us, prior_us)
+                us = max(self._proxy(meas.us, op, rec) + self.cold, self._stream_floor(rec, op))
+                # a backend the user named is the kernel that runs: its rows are not checked
+                # against the default kernels' prior (SGLang Triton decode at 128k is ~30x it)
+                bad = "" if chosen else self._check(us, prior_us)
                 if not bad:
                     conf = 0.75 if meas.exact else 0.6
-                    return self._finish(op, us / self.clock, "table", conf, family, meas.key)
+                    why = "; ".join(x for x in (meas.key, meas.note, bnote) if x)
+                    return self._finish(op, us / self.clock, "table", conf, family, why)
                 note = bad
         return self._finish(op, prior_us, "prior", pconf, family, note)

@@ -376,6 +376,7 @@ def _comm_ops(s, B: float) -> list[OpSpec]:
             OpSpec("logits.gather", "comm", 1, act_bytes=logits,
                    shape={"collective": "gather", "bytes": logits, "ranks": d.tp})
         )  # fmt: skip
+        ops += _model_collectives(s, B)
     if d.ep > 1 and d.dp > 1:
         per_rank = B * spec.top_k * spec.hidden * 2
         ops.append(
@@ -388,3 +389,26 @@ def _comm_ops(s, B: float) -> list[OpSpec]:
                    shape={"collective": "send", "bytes": act, "ranks": 2})
         )  # fmt: skip
     return ops
+
+
+def _model_collectives(s: Any, B: float) -> list[OpSpec]:
+    """Collectives a model's implementation adds under TP (kernels.yaml
+    ``tp_layer_collectives``: MiniMax-M2's full-width QK norm allreduces its sums of squares in
+    every attention layer, in vLLM and SGLang alike)."""
+    from ceiling.spec._data import load_yaml
+
+    rule = (load_yaml("predict/kernels.yaml").get("tp_layer_collectives") or {}).get(
+        s.spec.architecture
+    )
+    if not rule:
+        return []
+    layers = sum(1 for layer in s.spec.layers if layer.attention != "linear")
+    nbytes = B * float(rule["bytes_per_token"])
+    out = [
+        OpSpec(str(rule["name"]), "comm", layers * int(rule.get("per_layer", 1)),
+               act_bytes=nbytes, shape={"collective": "allreduce", "bytes": nbytes,
+                                        "ranks": s.dep.tp})
+    ]  # fmt: skip
+    if rule.get("kernels"):
+        out.append(_small(str(rule["name"]) + ".norm", layers, 0.0, int(rule["kernels"])))
+    return out

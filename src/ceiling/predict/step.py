@@ -50,6 +50,10 @@ class Setup:
     kv_reason: str
     bw_GBps: float
     bw_reason: str
+    # the user's engine choices (None: the engine's default for this GPU and model)
+    attention_backend: str | None = None
+    moe_backend: str | None = None
+    async_scheduling: bool | None = None
 
     @property
     def expert_tp(self) -> int:
@@ -459,4 +463,6 @@ def prefill_ms(s: Setup, prompt_len: int) -> dict[str, float]:
         t_coll, _ = collectives_per_step(s, n)
         total += max(t_mem, t_cmp) + t_coll + s.kernel_ms(n_k)
         done += n
-    return {"prefill_ms": total, "ttft_ms": total + s.rules.host_ms}
+    from ceiling.predict.choices import host_cost
+
+    return {"prefill_ms": total, "ttft_ms": total + host_cost(s)[0]}

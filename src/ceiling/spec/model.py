@@ -489,8 +489,16 @@ def build_model(
         elif kind == "linear":
             a = f"{pre}.linear_attn"
             key_dim, val_dim = lin_k_heads * lin_k_dim, lin_v_heads * lin_v_dim
-            add(f"{a}.in_proj_qkvz", "linear_attn", 2 * key_dim + 2 * val_dim, hidden, i, "tp")
-            add(f"{a}.in_proj_ba", "linear_attn", 2 * lin_v_heads, hidden, i, "tp")
+            if arch.startswith("Qwen3_5"):
+                # Qwen3.5/3.6 checkpoints store the input projection split, and quantize the
+                # parts apart (nvidia's NVFP4 checkpoint: qkv and z in FP8, b and a in BF16)
+                add(f"{a}.in_proj_qkv", "linear_attn", 2 * key_dim + val_dim, hidden, i, "tp")
+                add(f"{a}.in_proj_z", "linear_attn", val_dim, hidden, i, "tp")
+                add(f"{a}.in_proj_b", "linear_attn", lin_v_heads, hidden, i, "tp")
+                add(f"{a}.in_proj_a", "linear_attn", lin_v_heads, hidden, i, "tp")
+            else:  # Qwen3-Next: fused qkvz and ba
+                add(f"{a}.in_proj_qkvz", "linear_attn", 2 * key_dim + 2 * val_dim, hidden, i, "tp")
+                add(f"{a}.in_proj_ba", "linear_attn", 2 * lin_v_heads, hidden, i, "tp")
             add(f"{a}.conv1d", "linear_attn", 2 * key_dim + val_dim, conv_k, i, "tp", linear=False)
             add(f"{a}.out_proj", "linear_attn", hidden, val_dim, i, "tp")
             ssm_bytes = 4 if str(cfg.get("mamba_ssm_dtype", "float32")) == "float32" else 2

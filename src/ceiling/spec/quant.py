@@ -218,9 +218,14 @@ class QuantScheme:
 
     def format_for(self, name: str, kind: str, linear: bool) -> WeightFormat:
         """Format of module ``name`` (kind: attn/mlp/expert/shared/router/lm_head/embed/...)."""
-        if not linear or self.ignore(name):
+        # lm_head is quantized only where a rule names it (nvidia's NVFP4 exports: W4A16 lm_head);
+        # a blanket rule (every linear layer, experts only) leaves it in the model dtype, as the
+        # engines do
+        if not (linear or kind == "lm_head") or self.ignore(name):
             return self.default
         for applies, fmt in self.rules:
+            if kind == "lm_head" and applies in (_all_linear, _experts_only):
+                continue
             if applies(name, kind):
                 return fmt
         return self.default
@@ -270,13 +275,51 @@ def _ct_weight_format(w: dict[str, Any], where: str) -> WeightFormat:
 def _target_matcher(targets: list[str]) -> Callable[[str, str], bool]:
     if any(t == "Linear" for t in targets):
         return _all_linear
-    regexes = NameMatcher([t for t in targets if t.startswith("re:")])
-    if not regexes.patterns:
+    # 're:' regexes and module names (e.g. 'lm_head', or every layer's projection by its full
+    # name, as nvidia's ModelOpt mixed-precision exports list them)
+    names = NameMatcher([t for t in targets if t])
+    if not names.patterns:
         raise CeilingError(
             f"unsupported compressed-tensors targets {targets} (field config_groups.*.targets)",
-            fix="supported: 'Linear' or 're:' patterns",
+            fix="supported: 'Linear', 're:' patterns or module names",
         )
-    return lambda name, _kind: regexes(name)
+    return lambda name, _kind: names(name)
+
+
+def _modelopt_format(algo: str, group: Any, where: str) -> WeightFormat:
+    """The weight format of one ModelOpt ``quant_algo`` (weights only: decode streams them)."""
+    algo = algo.upper()
+    if algo in ("NVFP4", "W4A16_NVFP4", "W4A8_NVFP4_FP8"):
+        return nvfp4(int(group or 16))
+    if algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):
+        return fp8_channel() if "CHANNEL" in algo else fp8_tensor()
+    if algo == "FP8_BLOCK":
+        return fp8_block()
+    if algo in ("W4A16_AWQ", "W4A8_AWQ"):
+        return awq(4, int(group or 128))
+    raise CeilingError(
+        f"unsupported ModelOpt quant_algo '{algo}' ({where})",
+        fix="supported ModelOpt algorithms: NVFP4 (W4A16_NVFP4), FP8, FP8_BLOCK, W4A16_AWQ, "
+        "MIXED_PRECISION of these",
+    )
+
+
+def _modelopt_mixed(
+    layers: dict[str, Any],
+) -> list[tuple[Callable[[str, str], bool], WeightFormat]]:
+    """ModelOpt MIXED_PRECISION: ``quantized_layers`` maps each module to its own algorithm."""
+    by_fmt: dict[str, tuple[WeightFormat, list[str]]] = {}
+    for name, spec in layers.items():
+        spec = spec if isinstance(spec, dict) else {"quant_algo": spec}
+        fmt = _modelopt_format(
+            str(spec.get("quant_algo") or ""), spec.get("group_size"), f"quantized_layers.{name}"
+        )
+        by_fmt.setdefault(fmt.name, (fmt, []))[1].append(name)
+    rules: list[tuple[Callable[[str, str], bool], WeightFormat]] = []
+    for fmt, names in by_fmt.values():
+        m = NameMatcher(names)
+        rules.append(((lambda mm: lambda name, _kind: mm(name))(m), fmt))
+    return rules
 
 
 def parse_quant(
@@ -289,6 +332,7 @@ def parse_quant(
         qc = {
             "quant_method": "modelopt",
             "quant_algo": q.get("quant_algo"),
+            "quantized_layers": q.get("quantized_layers"),
             "group_size": q.get("group_size"),
             "ignore": q.get("exclude_modules", []),
             "kv_cache_quant_algo": q.get("kv_cache_quant_algo"),
@@ -325,6 +369,31 @@ def parse_quant(
             default,
             [(_all_linear, fmt)],
             NameMatcher(skip),
+        )
+    if method == "modelopt" and str(qc.get("quant_algo") or "").upper() == "MIXED_PRECISION":
+        layers = qc.get("quantized_layers") or {}
+        if not layers and hf_quant:
+            layers = hf_quant.get("quantization", hf_quant).get("quantized_layers") or {}
+        if not layers:
+            raise CeilingError(
+                "ModelOpt MIXED_PRECISION without quantized_layers (field quantized_layers)",
+                fix="keep the checkpoint's hf_quant_config.json beside config.json",
+            )
+        rules = _modelopt_mixed(layers)
+        skip = qc.get("ignore") or qc.get("exclude_modules") or []
+        kv = qc.get("kv_cache_scheme") or {}
+        kv_algo = qc.get("kv_cache_quant_algo") or (
+            (hf_quant or {}).get("quantization", hf_quant or {}).get("kv_cache_quant_algo")
+        )
+        kv_fp8 = kv.get("num_bits") == 8 or str(kv_algo or "").upper() == "FP8"
+        return QuantScheme(
+            method,
+            f"ModelOpt mixed precision {', '.join(f.name for _, f in rules)}; "
+            f"{len(layers)} modules",
+            default,
+            rules,
+            NameMatcher(skip),
+            "fp8" if kv_fp8 else None,
         )
     if method == "modelopt":
         algo = str(qc.get("quant_algo") or "").upper()

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import math
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ceiling.predict.tables.core import Fit
+from ceiling.predict.tables.core import RAW_MAX_TOKENS, Fit
 from ceiling.predict.tables.store import _raw, system_fits
 
 
@@ -82,7 +84,7 @@ class Measured(BaseModel):
 
 
 def _candidates(
-    table: dict[str, Any], engine: str, patterns: list[tuple[str, str]]
+    table: Mapping[str, Any], engine: str, patterns: list[tuple[str, str]]
 ) -> list[tuple[int, int, tuple[int, ...], str]]:
     """Table keys matching ``patterns`` ((kernel substring, dtype) in preference order), ordered:
     the engine's own table first (newest version), then other engines' tables."""
@@ -123,7 +125,7 @@ _GRIDS: dict[int, tuple[dict[tuple[int, int], float], list[int], list[int]]] = {
 
 
 def _gemm_at(rows: list[list[float]], n: int, k: int) -> tuple[float, bool]:
-    """Latency of an (n, k) GEMM by bilinear interpolation in (log n, log k) over the grid."""
+    """Latency of an (n, k) GEMM by bilinear interpolation in (n, k) over the grid."""
     idx = _GRIDS.get(id(rows))
     if idx is None:  # index each table's rows once (the raw tables live for the process)
         idx = _GRIDS[id(rows)] = _index(rows)
@@ -147,9 +149,12 @@ def _gemm_at(rows: list[list[float]], n: int, k: int) -> tuple[float, bool]:
         return grid[near] * max(scale, 1.0) ** 0.5, False  # crude, marked not exact
 
     def w(v: int, lo: int, hi: int) -> float:
+        # linear weights: a GEMV's latency is linear in N and in K (fixed cost + bytes), so
+        # bilinear interpolation in (N, K) is exact between grid points; weights in log N
+        # overstate it (N = 28672 between 16384 and 65536: +26 %)
         if hi == lo:
             return 0.0
-        return math.log(max(v, lo) / lo) / math.log(hi / lo)
+        return (max(v, lo) - lo) / (hi - lo)
 
     wn, wk = w(min(n, n1), n0, n1), w(min(k, k1), k0, k1)
     c00, c01, c10, c11 = (float(c) for c in corners)  # type: ignore[arg-type]
@@ -200,7 +205,8 @@ def moe_measured(
     """Fused-MoE latency (us) at the model's exact shape (hidden x inter x experts x top-k)."""
     raw = _raw(system, "moe")
     shape = f"{hidden}x{inter}x{experts}x{topk}"
-    for *_rank, key in _candidates(raw, engine, patterns):
+    cands = _candidates(raw, engine, patterns)
+    for *_rank, key in cands:
         rows = (raw[key] or {}).get(shape)
         if not rows:
             continue
@@ -214,7 +220,95 @@ def moe_measured(
         if tp != moe_tp:
             us *= tp / moe_tp if tp > moe_tp else 1.0  # more shards per rank -> less to read
         return Measured(key=key, us=us, exact=tp == moe_tp, note=note)
+    # no candidate holds the model's shape: the kernel's other shapes, by per-rank bytes
+    for *_rank, key in cands:
+        other = _moe_other_shapes(raw[key] or {}, key, tokens, hidden, inter, experts, topk,
+                                  moe_tp)  # fmt: skip
+        if other is not None:
+            return other
     return None
+
+
+def _moe_other_shapes(
+    shapes: dict[str, list[list[float]]], key: str, tokens: float, hidden: int, inter: int,
+    experts: int, topk: int, moe_tp: int,
+) -> Measured | None:  # fmt: skip
+    """The kernel's latency at another model's shapes, interpolated (log-log) in the expert
+    bytes one rank reads at this token count: the tables measure a fused-MoE kernel at a few
+    models' shapes only, and at decode its time follows the bytes of the touched experts."""
+    from ceiling.predict.tables.core import BYTES_PER_PARAM
+
+    bpp = BYTES_PER_PARAM.get(key.rsplit("/", 1)[-1])
+    if bpp is None or tokens > RAW_MAX_TOKENS:
+        return None
+
+    def rank_bytes(h: int, i: int, e: int, k: int, tp: int) -> float:
+        return min(e, max(tokens, 1.0) * k) * 3 * h * i / tp * bpp
+
+    want = rank_bytes(hidden, inter, experts, topk, moe_tp)
+    pts: list[tuple[float, float]] = []
+    for shp, rows in shapes.items():
+        h, i, e, k = (int(x) for x in shp.split("x"))
+        for tp in sorted({int(r[1]) for r in rows}):
+            sub = [(float(r[0]), float(r[2])) for r in rows if int(r[1]) == tp]
+            if not sub or tokens > max(t for t, _ in sub) * 1.01:
+                continue
+            pts.append((rank_bytes(h, i, e, k, tp), _log_interp(max(tokens, 1.0), sub)))
+    if len(pts) < 2:
+        return None
+    us = _log_log_interp(want, pts)
+    return Measured(
+        key=key, us=us, exact=False,
+        note=f"no rows at {hidden}x{inter}x{experts}x{topk}: interpolated in per-rank expert "
+        f"bytes over the kernel's other shapes ({want / 1e6:.1f} MB)",
+    )  # fmt: skip
+
+
+def _log_log_interp(x: float, pts: list[tuple[float, float]]) -> float:
+    """y at x by log-log interpolation over (x, y) points; beyond the ends, in proportion."""
+    pts = sorted(pts)
+    if x <= pts[0][0]:
+        return pts[0][1]
+    if x >= pts[-1][0]:
+        return pts[-1][1] * x / pts[-1][0]
+    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
+        if x0 <= x <= x1 and x1 > x0:
+            w = math.log(x / x0) / math.log(x1 / x0)
+            return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+    return pts[-1][1]
+
+
+def _curve(rows: list[list[float]], batch: float, context: float) -> float | None:
+    """Latency (us) of one shape series at (batch, context): log-interpolated in both."""
+    bs = sorted({int(r[0]) for r in rows})
+    if not bs or batch > bs[-1] * 1.01:
+        return None
+    per_b = []
+    for b in bs:
+        pts = [(float(r[1]), float(r[2])) for r in rows if int(r[0]) == b]
+        per_b.append((float(b), _log_interp(max(context, 1.0), pts)))
+    return _log_interp(max(batch, 1.0), per_b)
+
+
+def _physical(shape: str, rows: list[list[float]], kv_bytes: float, bw_GBps: float) -> bool:
+    """False when a series reads its KV faster than the datasheet allows at its longest
+    context (a broken measurement: e.g. SGLang 0.5.14's Triton rows at head dim 256 on the RTX
+    PRO 6000 stay at 14.5 us from 1 to 131k tokens)."""
+    if bw_GBps <= 0:
+        return True
+    _h, kv, d = (int(x) for x in shape.split("x"))
+    b, ctx, us = max(rows, key=lambda r: (r[1] * r[0], -r[2]))
+    nbytes = b * ctx * 2 * kv * d * kv_bytes
+    return nbytes / (us * 1e3) <= 1.02 * bw_GBps
+
+
+@cache
+def _physical_shapes(system: str, key: str, bw_GBps: float) -> dict[str, list[list[float]]]:
+    """The series of one attention table key that pass ``_physical`` (once per process: a
+    what-if run asks for every attention op of every variant)."""
+    kvb = 1.0 if key.endswith("/fp8") else 2.0
+    rows = _raw(system, "attention")[key] or {}
+    return {s: r for s, r in rows.items() if r and _physical(s, r, kvb, bw_GBps)}
 
 
 def attention_measured(
@@ -226,33 +320,80 @@ def attention_measured(
     heads: int,
     kv_heads: int,
     head_dim: int,
+    bw_GBps: float = 0.0,
+    kv_parallel: tuple[str, ...] = (),
 ) -> Measured | None:
-    """GQA decode attention (us) per layer at (heads, KV heads, head dim) per rank."""
+    """GQA decode attention (us) per layer at (heads, KV heads, head dim) per rank.
+
+    Series that beat the datasheet bandwidth are dropped (``_physical``). Without the exact
+    (KV heads, head dim) layout, the context-dependent part of the nearest layouts is scaled:
+    linearly in head dim between the bracketing measured head dims, and by the KV-head ratio
+    unless the kernel is one whose decode parallelism is bounded by its KV splits per head
+    (``kv_parallel`` key patterns, e.g. SGLang's Triton decode: its per-layer time at a
+    context does not grow with KV heads, kernels.yaml ``kv_parallel_attention``).
+    """
     raw = _raw(system, "attention")
     want = f"{heads}x{kv_heads}x{head_dim}"
     for *_rank, key in _candidates(raw, engine, patterns):
-        shapes = raw[key] or {}
-        exact = want in shapes
-        if exact:
-            shape = want
-        else:
-            same = [s for s in shapes if s.split("x")[1:] == [str(kv_heads), str(head_dim)]]
-            if not same:
-                continue
-            shape = min(same, key=lambda s: abs(math.log(int(s.split("x")[0]) / heads)))
-        rows = shapes[shape]
-        bs = sorted({int(r[0]) for r in rows})
-        if batch > bs[-1] * 1.01:
+        shapes = _physical_shapes(system, key, bw_GBps)
+        if want in shapes:
+            us = _curve(shapes[want], batch, context)
+            if us is not None:
+                return Measured(key=key, us=us, exact=True)
             continue
-        per_b = []
-        for b in bs:
-            pts = [(float(r[1]), float(r[2])) for r in rows if int(r[0]) == b]
-            per_b.append((float(b), _log_interp(max(context, 1.0), pts)))
-        us = _log_interp(max(batch, 1.0), per_b)
-        return Measured(
-            key=key, us=us, exact=exact, note="" if exact else f"nearest head count ({shape})"
-        )
+        same = [s for s in shapes if s.split("x")[1:] == [str(kv_heads), str(head_dim)]]
+        if same:
+            shape = min(same, key=lambda s: abs(math.log(int(s.split("x")[0]) / heads)))
+            us = _curve(shapes[shape], batch, context)
+            if us is not None:
+                return Measured(key=key, us=us, exact=False, note=f"nearest head count ({shape})")
+            continue
+        split = any(fnmatch.fnmatch(key.lower(), n.lower() + "*") for n in kv_parallel)
+        est = _scaled_layout(shapes, batch, context, heads, kv_heads, head_dim, split)
+        if est is not None:
+            us, note = est
+            return Measured(key=key, us=us, exact=False, note=note)
     return None
+
+
+def _scaled_layout(
+    shapes: dict[str, list[list[float]]], batch: float, context: float, heads: int,
+    kv_heads: int, head_dim: int, split: bool,
+) -> tuple[float, str] | None:  # fmt: skip
+    """The layout's latency from measured layouts with other head dims / KV heads."""
+    # head dim -> (t at ctx 1, context-dependent part, (layout distance, shape))
+    by_dim: dict[int, tuple[float, float, tuple[float, str]]] = {}
+    pool = [s for s in shapes if int(s.split("x")[1]) == kv_heads] or list(shapes)
+    for s in pool:
+        h, kv, d = (int(x) for x in s.split("x"))
+        t_ctx = _curve(shapes[s], batch, context)
+        t_one = _curve(shapes[s], batch, 1.0)
+        if t_ctx is None or t_one is None:
+            continue
+        var = max(t_ctx - t_one, 0.0)
+        if not split:
+            var *= kv_heads / kv
+        prev = by_dim.get(d)
+        score = abs(math.log(h / heads)) + abs(math.log(kv / kv_heads))
+        if prev is None or score < prev[2][0]:
+            by_dim[d] = (t_one, var, (score, s))
+    if not by_dim:
+        return None
+    dims = sorted(by_dim)
+    lo = max((d for d in dims if d <= head_dim), default=None)
+    hi = min((d for d in dims if d >= head_dim), default=None)
+    if lo is not None and hi is not None and lo != hi:
+        w = (head_dim - lo) / (hi - lo)
+        t1 = by_dim[lo][0] + w * (by_dim[hi][0] - by_dim[lo][0])
+        var = by_dim[lo][1] + w * (by_dim[hi][1] - by_dim[lo][1])
+        src = f"{by_dim[lo][2][1]} and {by_dim[hi][2][1]}"
+    else:
+        d = lo if lo is not None else hi
+        assert d is not None
+        t1, var = by_dim[d][0], by_dim[d][1] * head_dim / d
+        src = by_dim[d][2][1]
+    how = "per-KV-head split-limited" if split else "scaled by KV bytes"
+    return t1 + var, f"no {heads}x{kv_heads}x{head_dim} rows: from {src} ({how})"
 
 
 def mla_measured(
