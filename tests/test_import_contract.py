@@ -43,7 +43,6 @@ KNOWN_LAYER_BREAKS = {
     ("ceiling.diagnose.judge", "ceiling.report.extract"),
 }
 KNOWN_LONG_MODULES = {
-    "ceiling.spec.model",
     "ceiling.engines.preflight",
     "ceiling.diagnose.verdict",
 }
