@@ -21,25 +21,21 @@ import statistics
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
+from ceiling.spec._data import load_yaml
 from ceiling.spec.profile import HardwareProfile
 
 SCHEMA_VERSION = 1
 TORCH_FIX = "install PyTorch: pip install 'ceiling[torch]' (or a CUDA build on a GPU machine)"
 
 
-@cache
 def settings() -> dict[str, Any]:
-    import yaml
-
-    path = Path(__file__).resolve().parents[1] / "data" / "calibrate.yaml"
-    return yaml.safe_load(path.read_text())
+    result: dict[str, Any] = load_yaml("calibrate.yaml")
+    return result
 
 
 class CalibrateConfig(BaseModel):

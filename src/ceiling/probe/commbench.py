@@ -17,7 +17,6 @@ import sys
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,6 +31,7 @@ from ceiling.probe.fit import (
     interp_latency,
 )
 from ceiling.probe.ranks import run_ranks
+from ceiling.spec._data import load_yaml
 from ceiling.spec.profile import CollectiveFit, HardwareProfile
 
 SCHEMA_VERSION = 1
@@ -41,13 +41,10 @@ TORCH_FIX = (
 )
 
 
-@cache
 def presets() -> dict[str, Any]:
     """data/commbench.yaml: variants, groups, always-set environment, reference hidden sizes."""
-    import yaml
-
-    path = Path(__file__).resolve().parents[1] / "data" / "commbench.yaml"
-    return yaml.safe_load(path.read_text())
+    result: dict[str, Any] = load_yaml("commbench.yaml")
+    return result
 
 
 def resolve_variants(names: list[str], custom: list[str]) -> list[tuple[str, dict[str, str]]]:

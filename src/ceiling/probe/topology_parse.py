@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from ceiling.probe.topology_model import CpuInfo, GpuInfo, GpuPair, Topology
+from ceiling.spec._data import load_yaml
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CONNECTION = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
@@ -55,10 +55,7 @@ _PCIE_PLACE = {
 
 @cache
 def _pcie_table() -> dict[int, dict[str, float]]:
-    import yaml
-
-    path = Path(__file__).resolve().parents[1] / "data" / "pcie.yaml"
-    data = yaml.safe_load(path.read_text())
+    data = load_yaml("pcie.yaml")
     return {int(k): v for k, v in data["generations"].items()}
 
 
