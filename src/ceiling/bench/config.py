@@ -91,7 +91,7 @@ class BenchConfig(BaseModel):
 def make_config(**options: object) -> BenchConfig:
     """BenchConfig from CLI options; invalid values become one CeilingError, not a traceback."""
     try:
-        return BenchConfig(**options)  # type: ignore[arg-type]
+        return BenchConfig(**options)
     except ValidationError as err:
         first = err.errors()[0]
         where = "--" + str(first["loc"][0]).replace("_", "-") if first.get("loc") else "option"

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 from ceiling.engines.base import Engine
 from ceiling.engines.flags import ValueType
@@ -186,10 +186,10 @@ class LlamaCppEngine(Engine):
         "concurrent streams need another server or another engine)",
     }
     ready_line = "Application startup complete."
-    health_paths = ("/v1/models",)
+    health_paths: tuple[str, ...] = ("/v1/models",)
     default_port = 8080
-    env_prefixes = ()
-    dist_names = ("llama_cpp_python",)
+    env_prefixes: tuple[str, ...] = ()
+    dist_names: tuple[str, ...] = ("llama_cpp_python",)
     install_dir = "llamacpp"  # beside llama-server (scripts/install-llamacpp.sh)
     server_module = "llama_cpp.server"
     model_flag = "--model"
@@ -204,7 +204,7 @@ class LlamaCppEngine(Engine):
         ),
         "json_object": ValueType(_json_object, "a JSON object"),
     }
-    log_phases = _PHASES
+    log_phases: ClassVar[Sequence[tuple[re.Pattern[str], str]]] = _PHASES
     log_grammar = LLAMACPP_LOG
     # llama.cpp's loader prefixes; no other engine's log has them
     log_marker = re.compile(r"^(llama_model_loader|print_info|llama_context|load_tensors): ", re.M)

@@ -226,8 +226,8 @@ _KNOWN_KEYS = {*_SCALARS, "name", "args", "env", "extends", "schema_version", "d
 def _raw_merged(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], list[Path]]:
     path = path.resolve()
     if path in seen:
-        chain = " -> ".join(str(p.name) for p in (*seen, path))
-        raise CeilingError(f"variant extends cycle: {chain}", fix="remove the circular `extends`")
+        cycle = " -> ".join(str(p.name) for p in (*seen, path))
+        raise CeilingError(f"variant extends cycle: {cycle}", fix="remove the circular `extends`")
     data = _read(path)
     unknown = set(data) - _KNOWN_KEYS
     if unknown:

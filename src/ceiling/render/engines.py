@@ -43,9 +43,9 @@ def launch_ready(server: Server, json_out: bool = False) -> None:
         f"(model {esc(repr(server.model))}) in {server.ready_s or 0.0:.1f} s; "
         f"log: {esc(server.log_path)}"
     )
-    note = server.key_note()
-    if note:
-        say(f"note: {note}")
+    key_note = server.key_note()
+    if key_note:
+        say(f"note: {key_note}")
 
 
 def launch_serving(server: Server) -> None:
