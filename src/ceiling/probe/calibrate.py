@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
+from ceiling.probe.topology import catalog_gpu, cpu_info
 from ceiling.spec._data import load_yaml
 from ceiling.spec.profile import HardwareProfile
 
@@ -96,7 +97,7 @@ class CalibrateResult(BaseModel):
 
 def _import_torch() -> Any:
     try:
-        import torch
+        import torch  # heavy and optional (the [torch] extra): only calibrate needs it
     except ImportError as exc:
         raise CeilingError(
             "calibrate needs PyTorch, which is not installed", fix=TORCH_FIX
@@ -375,15 +376,11 @@ def _launch(torch: Any, dev: Any, cuda: bool, n: int) -> tuple[float, float | No
 
 
 def _cpu_name() -> str:
-    from ceiling.probe.topology import cpu_info
-
     return f"CPU: {cpu_info().model or 'unknown'}"
 
 
 def to_profile(result: CalibrateResult) -> HardwareProfile:
     """The calibrated part of a hardware profile."""
-    from ceiling.probe.topology import catalog_gpu
-
     cpu = result.device == "cpu"
     notes = list(result.notes)
     notes += [f"gemv {k} not measured: {v}" for k, v in result.skipped.items()]
