@@ -185,7 +185,8 @@ class LlamaServerEngine(LlamaCppEngine):
     health_paths = ("/health", "/v1/models")
     default_port = 8080
     env_prefixes = ("LLAMA_ARG_",)
-    api_key_env: tuple[str, ...] = ("LLAMA_API_KEY",)  # `--help`: --api-key KEY ... (env: LLAMA_API_KEY)
+    # `--help`: --api-key KEY ... (env: LLAMA_API_KEY)
+    api_key_env: tuple[str, ...] = ("LLAMA_API_KEY",)
     dist_names = ()
     server_module = ""
     model_flag = "--model"
