@@ -6,6 +6,19 @@ document on stdout, otherwise Rich lines and tables on stdout (colour only on a 
 piped, the same lines in plain text). Progress and notes go to stderr (``ceiling.console``:
 ``Progress``, ``say``), so that stdout stays the result. One module per command group:
 ``engines`` (preflight, launch, shm, stop), ``probe``, ``env``, ``deploy``.
+
+The API (stable; a new command group adds a module of the same shape):
+
+- a renderer per result: ``render.<group>.<noun>(result: <Model>, json_out: bool = False) ->
+  None``; with ``json_out`` it calls ``emit_json`` on the model (its JSON keys, nothing added)
+  and prints nothing else on stdout; otherwise it prints through ``out()`` (and ``say`` /
+  ``console()`` for what belongs on stderr);
+- ``out()`` / ``console()``: the stdout / stderr Rich consoles (secrets redacted on the way);
+  ``emit_json(obj)``: a model, dict or list as one JSON document on stdout;
+- ``esc(value)``: any text that comes from outside (paths, messages, log lines) before it goes
+  into a markup string; ``table(title, header, rows)``: a left-titled table whose cells fold;
+- renderers format, they do not decide: a number or verdict a person reads comes as a field
+  of the result (so ``--json`` carries it too).
 """
 
 from __future__ import annotations
