@@ -17,10 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import ceiling
 from ceiling.spec.model import ModelSpec, build_model, catalog, load_model
 from ceiling.spec.quant import named_format
 
 GOLDEN = Path(__file__).parent / "data" / "spec" / "model_golden.json"
+PACKAGE = Path(ceiling.__file__).parent
 
 
 def _derived(name: str, arch: str, **changes: Any) -> dict[str, Any]:
@@ -71,6 +73,8 @@ def _dump(spec: ModelSpec) -> dict[str, Any]:
         "ignore": q.ignore.patterns,
     }
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "quant"}
+    # the config's path relative to the package: the digest must not depend on the checkout
+    fields["source"] = str(fields["source"]).replace(str(PACKAGE), "<ceiling>")
     return {**json.loads(json.dumps(fields, default=_plain)), "quant": scheme}
 
 
