@@ -176,7 +176,7 @@ options:
 
 
 def test_parse_help_text():
-    from ceiling.engines.base import parse_help_text
+    from ceiling.engines.flags import parse_help_text
 
     specs = {s.options[0]: s for s in parse_help_text(HELP_SAMPLE)}
     assert specs["--api-server-count"].options == ["--api-server-count", "-asc"]

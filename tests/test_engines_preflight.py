@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from ceiling.engines import get_engine
-from ceiling.engines.base import FlagSpec, FlagTable
+from ceiling.engines.flags import FlagSpec, FlagTable
 from ceiling.engines.preflight import check_args, check_env
 from ceiling.engines.variant import parse_arg_list, parse_arg_mapping
 from ceiling.errors import CeilingError

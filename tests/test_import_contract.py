@@ -32,19 +32,10 @@ KNOWN_CYCLES = {
 }
 # Layering breaks that exist today: (importer, imported).
 KNOWN_LAYER_BREAKS = {
-    # EngineFacts lives in diagnose (diagnose/facts.py, its own module since issue 13)
-    ("ceiling.engines.base", "ceiling.diagnose.facts"),
-    ("ceiling.engines.llamacpp", "ceiling.diagnose.facts"),
-    ("ceiling.engines.llamacpp_server", "ceiling.diagnose.facts"),  # the same EngineFacts
-    ("ceiling.engines.sglang", "ceiling.diagnose.facts"),
-    ("ceiling.engines.vllm", "ceiling.diagnose.facts"),
-    ("ceiling.engines.vllm_log", "ceiling.diagnose.facts"),  # vLLM's log grammar, from vllm.py
     ("ceiling.diagnose.doctor", "ceiling.report"),  # doctor writes its report itself
     ("ceiling.diagnose.judge", "ceiling.report.extract"),
 }
 KNOWN_LONG_MODULES = {
-    "ceiling.spec.model",
-    "ceiling.engines.preflight",
     "ceiling.diagnose.verdict",
 }
 FORBIDDEN = (("ceiling.engines", "ceiling.diagnose"), ("ceiling.diagnose", "ceiling.report"))

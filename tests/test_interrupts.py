@@ -73,7 +73,7 @@ def test_readiness_polls_with_the_variants_key(tmp_path):
         assert "sk-fake-123456" not in meta and "--api-key" in meta
     finally:
         result = server.stop()
-    assert result["leftover_pids"] == []
+    assert result.leftover_pids == []
 
 
 def test_key_from_the_variant_env_is_used(tmp_path):
@@ -92,7 +92,7 @@ def test_401_is_ready_but_needs_a_key(tmp_path):
         assert server.phase == "ready" and server.needs_key and server.api_key is None
         note = server.key_note() or ""
         assert "requires an API key" in note and "CEILING_API_KEY" in note
-        assert server.info()["needs_api_key"] is True
+        assert server.info().needs_api_key is True
     finally:
         server.stop()
 

@@ -108,8 +108,8 @@ def test_launch_ready_and_clean_teardown(fake_variant):
         assert "Application startup complete." in server.log_path.read_text()
     finally:
         result = server.stop(grace_s=10)
-    assert result["signals"] == ["SIGTERM"]
-    assert result["leftover_pids"] == [] and result["port_free"] is True
+    assert result.signals == ["SIGTERM"]
+    assert result.leftover_pids == [] and result.port_free is True
     assert _group_members(server.pid) == []
     assert not port_in_use("127.0.0.1", server.port)
 
@@ -117,8 +117,8 @@ def test_launch_ready_and_clean_teardown(fake_variant):
 def test_sigkill_after_grace(fake_variant):
     server = start(load_variant(fake_variant("--ignore-term")), timeout_s=60, progress=False)
     result = server.stop(grace_s=1.0)
-    assert result["signals"] == ["SIGTERM", "SIGKILL"]
-    assert result["leftover_pids"] == [] and result["port_free"] is True
+    assert result.signals == ["SIGTERM", "SIGKILL"]
+    assert result.leftover_pids == [] and result.port_free is True
 
 
 def test_death_is_classified_and_quoted(fake_variant):

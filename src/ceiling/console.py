@@ -4,17 +4,29 @@ Human-readable progress and tables go to stderr so that ``--json`` output on std
 machine-readable even when progress is shown. Everything written here passes through the one
 secret redactor (:mod:`ceiling.redact`): the consoles write through :class:`RedactingStream`,
 and :func:`dumps` (every JSON ceiling prints or saves) redacts its text.
+
+This is the plumbing of the render layer: a command's result is printed by ``ceiling.render``;
+long work anywhere reports itself through :class:`Progress` (a live line on a terminal, plain
+lines otherwise). Rich is imported on first use (it costs start-up time).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+import time
 from functools import cache
+from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, cast
+
+from ceiling.redact import redact
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
+    from rich.status import Status
 
 
 class RedactingStream:
@@ -30,8 +42,6 @@ class RedactingStream:
         return getattr(sys, self._name)
 
     def write(self, text: str) -> int:
-        from ceiling.redact import redact
-
         self._stream.write(redact(text))
         return len(text)
 
@@ -61,9 +71,7 @@ def out() -> Console:
 def _default(obj: Any) -> Any:
     if hasattr(obj, "model_dump"):
         return obj.model_dump(mode="json")
-    if hasattr(obj, "__dataclass_fields__"):
-        import dataclasses
-
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
     if isinstance(obj, set | frozenset):
         return sorted(obj)
@@ -74,8 +82,6 @@ def _default(obj: Any) -> Any:
 
 def dumps(obj: Any, indent: int | None = 2) -> str:
     """JSON text for pydantic models, dataclasses and plain data, with secrets masked."""
-    from ceiling.redact import redact
-
     return redact(json.dumps(obj, default=_default, indent=indent, allow_nan=False))
 
 
@@ -83,3 +89,100 @@ def emit_json(obj: Any) -> None:
     """Print one JSON document on stdout (the ``--json`` contract of every command)."""
     sys.stdout.write(dumps(obj) + "\n")
     sys.stdout.flush()
+
+
+class Progress:
+    """Long work, said on stderr: on a terminal one live status line (``update`` replaces it);
+    without one, nothing, or with ``lines`` a line whenever ``key`` changes (and the current
+    text every ``heartbeat_s``), so that a log file shows where the work stands.
+
+    ``with Progress("starting") as p: p.update("loading weights (3 s)", key="loading")``
+    """
+
+    def __init__(
+        self, text: str, enabled: bool = True, lines: bool = False, heartbeat_s: float = 30.0
+    ) -> None:
+        self.enabled = enabled
+        self.lines = lines
+        self.heartbeat_s = heartbeat_s
+        self._text = text
+        self._status: Status | None = None
+        self._last: tuple[str | None, float] = ("", 0.0)  # (key, when) of the last line
+
+    def __enter__(self) -> Progress:
+        if self.enabled and console().is_terminal:
+            self._status = console().status(self._text)
+            self._status.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def update(self, text: str, key: str | None = None) -> None:
+        if self._status is not None:
+            self._status.update(text)
+            return
+        if not (self.enabled and self.lines):
+            return
+        now = time.monotonic()
+        if key != self._last[0] or now - self._last[1] >= self.heartbeat_s:
+            console().print(text, highlight=False, markup=False)
+            self._last = (key, now)
+
+
+class Bars:
+    """Progress bars on stderr, one per label (``update(label, done, total)``), gone when the
+    work is done; on no terminal, nothing."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._bars: RichProgress | None = None
+        self._tasks: dict[str, TaskID] = {}
+
+    def __enter__(self) -> Bars:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+        from rich.progress import Progress as RichProgress
+
+        self._bars = RichProgress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console(),
+            transient=True,
+        )
+        self._bars.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._bars is not None:
+            self._bars.stop()
+
+    def update(self, label: str, done: int, total: int) -> None:
+        if self._bars is None:
+            return
+        if label not in self._tasks:
+            self._tasks[label] = self._bars.add_task(f"{self.what} {label}", total=total)
+        self._bars.update(self._tasks[label], completed=done)
+
+
+def say(text: str) -> None:
+    """One plain line on stderr (what ceiling is doing, a note): never markup."""
+    console().print(text, highlight=False, markup=False, soft_wrap=True)

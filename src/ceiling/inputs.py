@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
@@ -136,8 +138,6 @@ def int_list(text: str, option: str) -> list[int]:
 def check_server_url(url: str, option: str = "--url") -> None:
     """The root of an http(s) server: a host, a valid port, maybe a path prefix (a gateway's);
     no query, fragment, ``@`` outside the credentials, spaces or control characters."""
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(url)
         port, host = parts.port, parts.hostname
@@ -146,8 +146,6 @@ def check_server_url(url: str, option: str = "--url") -> None:
     bad = any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url)
     bad = bad or "@" in parts.path or bool(parts.query or parts.fragment)
     if bad or parts.scheme not in ("http", "https") or not host or port in (-1, 0):
-        import re
-
         shown = re.sub(r"[^/\s]*@", "***@", url)  # a malformed URL may still hold a key
         raise CeilingError(
             f"{option} {shown!r} is not an http(s) server address",

@@ -121,8 +121,8 @@ def vllm_server(cpu_tiny_variant):
     finally:
         result = server.stop()
     # Teardown is part of the contract: nothing of ours left running, the port free again.
-    assert result["leftover_pids"] == [], f"processes left after teardown: {result}"
-    assert result["port_free"], f"port {server.port} still in use after teardown"
+    assert result.leftover_pids == [], f"processes left after teardown: {result}"
+    assert result.port_free, f"port {server.port} still in use after teardown"
 
 
 # ---- llama.cpp: two flavours of one build ------------------------------------------------
@@ -208,5 +208,5 @@ def llamacpp_server(cpu_tiny_llamacpp_variant):
         yield server
     finally:
         result = server.stop()
-    assert result["leftover_pids"] == [], f"processes left after teardown: {result}"
-    assert result["port_free"], f"port {server.port} still in use after teardown"
+    assert result.leftover_pids == [], f"processes left after teardown: {result}"
+    assert result.port_free, f"port {server.port} still in use after teardown"

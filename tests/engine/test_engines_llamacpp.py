@@ -241,6 +241,6 @@ def test_teardown_leaves_no_process_and_frees_the_port(cpu_tiny_llamacpp_variant
     pid, port = server.pid, server.port
     assert server.alive() and port_in_use("127.0.0.1", port)
     result = server.stop()
-    assert result["leftover_pids"] == [] and result["port_free"]
+    assert result.leftover_pids == [] and result.port_free
     assert _group_members(pid) == [] and not port_in_use("127.0.0.1", port)
     assert not Path(f"/proc/{pid}").exists()  # reaped

@@ -23,7 +23,7 @@ from ceiling.bench.http import HTTPError, Sink, StreamProtocol
 from ceiling.bench.pool import StreamPool
 from ceiling.bench.sse import SSESplitter
 from ceiling.errors import EXIT_SERVER, CeilingError
-from ceiling.redact import API_KEY_ENV, redact
+from ceiling.redact import API_KEY_ENV, env_api_key, redact
 
 __all__ = ["API_KEY_ENV", "Client", "RawStream", "api_key", "base_url", "redact"]
 
@@ -35,8 +35,6 @@ ERROR_TEXT = 500
 
 def api_key() -> str | None:
     """The API key from the environment (``CEILING_API_KEY``, ``OPENAI_API_KEY``), or None."""
-    from ceiling.redact import env_api_key
-
     return env_api_key()
 
 

@@ -7,7 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from ceiling.bench.client import base_url
 from ceiling.errors import CeilingError
+from ceiling.inputs import check_server_url
 
 Mode = Literal["single", "concurrency", "rate"]
 
@@ -46,9 +48,6 @@ class BenchConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> BenchConfig:
-        from ceiling.bench.client import base_url
-        from ceiling.inputs import check_server_url
-
         check_server_url(base_url(self.url))
         if self.mode == "rate" and self.rate is None:
             raise CeilingError("--mode rate needs --rate", fix="e.g. --rate 4 (requests/s)")
@@ -91,7 +90,7 @@ class BenchConfig(BaseModel):
 def make_config(**options: object) -> BenchConfig:
     """BenchConfig from CLI options; invalid values become one CeilingError, not a traceback."""
     try:
-        return BenchConfig(**options)  # type: ignore[arg-type]
+        return BenchConfig(**options)
     except ValidationError as err:
         first = err.errors()[0]
         where = "--" + str(first["loc"][0]).replace("_", "-") if first.get("loc") else "option"

@@ -226,7 +226,7 @@ def steady_state(records: Sequence[RequestRecord], level: int | None) -> tuple[f
         return 0.0, 0.0
     starts = np.asarray([a for a, _ in windows])
     ends = np.asarray([b for _, b in windows])
-    tokens = 0
+    tokens = 0.0
     for r in ok:
         base = r.t_send_s * 1000.0
         # Tokens after the first chunk (the first chunk ends prefill, not decode).

@@ -47,7 +47,7 @@ class BenchActor:
     def __init__(self, url: str, timeout_s: float, stall_s: float) -> None:
         factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
         with contextlib.suppress(ImportError):
-            import uvloop
+            import uvloop  # optional (the [fast] extra)
 
             factory = uvloop.new_event_loop
         self._loop = factory()
@@ -62,7 +62,7 @@ class BenchActor:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def info(self) -> dict[str, Any]:
-        import ray
+        import ray  # heavy and optional (the [ray] extra): only --ray needs it
 
         return {**host_info(), "node": ray.get_runtime_context().get_node_id()}
 
@@ -122,7 +122,7 @@ class RayPool:
 
     async def start(self) -> None:
         try:
-            import ray
+            import ray  # see info()
         except ImportError as err:
             raise CeilingError(
                 "--ray needs the `ray` package", fix="pip install 'ceiling[ray]'"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rich.table import Table
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -24,8 +26,6 @@ def _ci(lv: LevelResult, key: str) -> str:
 
 def render_result(result: RunResult, console: Console, path: str | None = None) -> None:
     """Per-level table, server-vs-client overhead, warnings."""
-    from rich.table import Table
-
     title = f"{result.mode} | {result.model_id} @ {result.url}{result.endpoint}"
     if result.partial:
         title += " | PARTIAL"
@@ -78,8 +78,6 @@ def render_result(result: RunResult, console: Console, path: str | None = None) 
 
 def render_comparison(comp: Comparison, console: Console) -> None:
     """One row per (B file, level) with delta, interval, basis and verdict."""
-    from rich.table import Table
-
     table = Table(title=f"{comp.metric}: against {comp.baseline}", title_justify="left")
     for col in ("B", "level", "A", "B value", "delta %", "95% CI %", "basis", "verdict"):
         table.add_column(col, justify="right")

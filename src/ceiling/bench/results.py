@@ -7,6 +7,9 @@ a sweep. Per-repeat summaries sit under ``repeats`` and confidence intervals und
 
 from __future__ import annotations
 
+import stat
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ceiling.bench.metrics import RequestRecord
 from ceiling.bench.stats import Interval
+from ceiling.console import dumps
 from ceiling.errors import EXIT_FAILED, CeilingError
+from ceiling.inputs import read_json
 
 SCHEMA_VERSION = 1
 KIND = "ceiling.bench.result"
@@ -164,10 +169,6 @@ def save_result(result: RunResult, path: Path) -> Path:
     a FIFO) is written into, never replaced: the rename would swap a device node that other
     processes own for a plain file.
     """
-    import stat
-
-    from ceiling.console import dumps
-
     text = dumps(result.model_dump(mode="json", exclude_none=False)) + "\n"
     if path.is_dir():
         raise CeilingError(f"--out {path} is a directory", fix="name a file, e.g. run.json")
@@ -192,9 +193,6 @@ def save_result(result: RunResult, path: Path) -> Path:
 
 def _rescue(text: str) -> Path:
     """Write ``text`` to a new file in the temporary directory (else the working directory)."""
-    import tempfile
-    import time
-
     for folder in (tempfile.gettempdir(), "."):
         try:
             fd, name = tempfile.mkstemp(
@@ -210,8 +208,6 @@ def _rescue(text: str) -> Path:
 
 def load_result(path: str | Path) -> RunResult:
     """Read a result file written by ``ceiling bench``; CeilingError when it is not one."""
-    from ceiling.inputs import read_json
-
     p = Path(path)
     data = read_json(p, "result file", fix="pass a result file written by ceiling bench")
     if not isinstance(data, dict) or data.get("kind") != KIND:

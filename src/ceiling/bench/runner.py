@@ -19,6 +19,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from ceiling import __version__, interrupts
 from ceiling.bench import server_metrics
 from ceiling.bench.assemble import Measurement, level_result, run_warnings
 from ceiling.bench.client import Client, RawStream
@@ -33,10 +42,13 @@ from ceiling.bench.load import (
     send_one,
 )
 from ceiling.bench.looplag import LoopLagMonitor, lag_stats
+from ceiling.bench.rayworkers import RayPool
 from ceiling.bench.results import LevelResult, RunResult, save_result
 from ceiling.bench.telemetry import Telemetry
-from ceiling.bench.workers import merge, plan_shares
+from ceiling.bench.workers import ProcessPool, merge, plan_shares
 from ceiling.bench.workloads import Prompt, load_jsonl, synthetic_prompts
+from ceiling.console import console
+from ceiling.inputs import check_out_file
 from ceiling.redact import redact
 
 __all__ = ["BenchConfig", "RunResult", "run_bench"]
@@ -53,8 +65,6 @@ def _on_sigint(
 ) -> None:
     """First Ctrl-C (or SIGTERM): stop and keep what was measured (said at once; a caller such
     as doctor learns of it through ``ceiling.interrupts``). A second one interrupts for real."""
-    from ceiling import interrupts
-
     interrupts.note(signum, "stopping the bench, keeping what was measured")
     state.interrupted = True
     state.stop("interrupted (Ctrl-C)" if signum == signal.SIGINT else "terminated (SIGTERM)")
@@ -88,7 +98,7 @@ def _raise_fd_limit(cfg: BenchConfig) -> None:
     levels = [lv for lv in cfg.levels() if lv is not None]
     need = (max(levels) if levels else 4096) + 256
     with contextlib.suppress(ImportError, ValueError, OSError):
-        import resource
+        import resource  # Unix only
 
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         want = need if hard == resource.RLIM_INFINITY else min(need, hard)
@@ -101,14 +111,12 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> RunResult:
 
     ``cfg.out`` is checked before the first request: a path that cannot be written is an error
     in a second, not after the whole measurement."""
-    from ceiling.inputs import check_out_file
-
     check_out_file(cfg.out, "--out")
     dataset = load_jsonl(cfg.dataset) if cfg.dataset is not None else None  # before a request
     _raise_fd_limit(cfg)
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     with contextlib.suppress(ImportError):
-        import uvloop
+        import uvloop  # optional (the [fast] extra)
 
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
@@ -119,16 +127,6 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> RunResult:
 
 
 def _progress(enabled: bool) -> Any:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    from ceiling.console import console
-
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -210,12 +208,8 @@ async def _run(
 async def _start_pool(cfg: BenchConfig, url: str) -> Any:
     """Worker processes (``--workers N``) or Ray actors (``--ray``); None: in-process."""
     if cfg.ray:
-        from ceiling.bench.rayworkers import RayPool
-
         pool: Any = RayPool(cfg.ray, cfg.workers, url, cfg.timeout, cfg.stall_timeout)
     elif cfg.workers > 1:
-        from ceiling.bench.workers import ProcessPool
-
         pool = ProcessPool(cfg.workers, url, cfg.timeout, cfg.stall_timeout)
     else:
         return None
@@ -337,8 +331,6 @@ def _assemble(
     lag_ms: dict[str, float | None],
     tele: dict[str, Any] | None,
 ) -> RunResult:
-    from ceiling import __version__
-
     cfg = ctx.cfg
     levels: list[LevelResult] = []
     for level in cfg.levels():

@@ -12,6 +12,10 @@ import math
 from functools import cache
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from ceiling.engines import all_engines
+
 
 @cache
 def histograms() -> dict[str, tuple[str, ...]]:
@@ -19,8 +23,6 @@ def histograms() -> dict[str, tuple[str, ...]]:
 
     Each engine adapter lists its own names, newest first (``metric_histograms``).
     """
-    from ceiling.engines import all_engines
-
     out: dict[str, tuple[str, ...]] = {}
     for engine in all_engines():
         for quantity, names in engine.metric_histograms.items():
@@ -31,8 +33,6 @@ def histograms() -> dict[str, tuple[str, ...]]:
 @cache
 def counters() -> dict[str, tuple[str, ...]]:
     """Quantity -> counter names to try (``preemptions``...): every engine's ``metric_counters``."""
-    from ceiling.engines import all_engines
-
     out: dict[str, tuple[str, ...]] = {}
     for engine in all_engines():
         for quantity, names in engine.metric_counters.items():
@@ -47,8 +47,6 @@ def parse_prometheus(text: str) -> dict[str, float]:
     error page glued on, a truncated body) is parsed line by line instead, so the bad line alone
     is dropped, not the whole scrape; NaN samples (an empty summary) are skipped.
     """
-    from prometheus_client.parser import text_string_to_metric_families
-
     totals: dict[str, float] = {}
 
     def add(chunk: str) -> None:
@@ -72,8 +70,6 @@ def parse_prometheus(text: str) -> dict[str, float]:
 
 def engine_of(totals: dict[str, float]) -> str | None:
     """Which engine's names the scrape uses (``vllm``, ``sglang``) or None."""
-    from ceiling.engines import all_engines
-
     for engine in all_engines():
         prefix = engine.metric_prefix
         if prefix and any(k.startswith(prefix) for k in totals):

@@ -1,12 +1,14 @@
-"""Bridge to the probe area's NVML sampler, imported lazily and never fatal.
+"""Bridge to the probe area's NVML sampler, never fatal.
 
-``ceiling.probe.telemetry`` is optional from the bench's point of view: without it, or without
-NVML/GPUs, the result says ``{"available": false, "reason": ...}`` and the run goes on.
+NVML itself is imported lazily by ``ceiling.probe.nvml``; without NVML/GPUs (or when the sampler
+fails) the result says ``{"available": false, "reason": ...}`` and the run goes on.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from ceiling.probe.telemetry import TelemetrySampler
 
 
 class Telemetry:
@@ -18,11 +20,6 @@ class Telemetry:
         self._failure: str | None = None
 
     def start(self) -> None:
-        try:
-            from ceiling.probe.telemetry import TelemetrySampler
-        except ImportError as err:
-            self._failure = f"ceiling.probe.telemetry is not available ({err})"
-            return
         try:
             self._sampler = TelemetrySampler(interval_s=self.interval_s)
             self._sampler.start()

@@ -294,7 +294,7 @@ def _worker_main(conn: Any, url: str, timeout_s: float, stall_s: float) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     loop_factory = None
     with contextlib.suppress(ImportError):
-        import uvloop
+        import uvloop  # optional (the [fast] extra)
 
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:

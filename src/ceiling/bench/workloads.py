@@ -18,6 +18,7 @@ import numpy as np
 
 from ceiling.bench.client import Client
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_text
 
 
 @dataclass
@@ -82,8 +83,6 @@ async def synthetic_prompts(
 def load_jsonl(path: Path) -> list[Prompt]:
     """Prompts from a JSONL file: ``{"prompt": str}`` or ``{"messages": [...]}`` per line,
     optional ``max_tokens`` (or ``output_len``)."""
-    from ceiling.inputs import read_text
-
     prompts = []
     text = read_text(path, "--dataset", fix="pass a JSONL file: one JSON object per line")
     for n, line in enumerate(text.splitlines(), 1):

@@ -1,4 +1,4 @@
-"""CLI commands ``deploy`` and ``ready`` (thin: parse options, call the library, print)."""
+"""CLI commands ``deploy`` and ``ready`` (thin: parse options, call the library, render)."""
 
 from __future__ import annotations
 
@@ -26,21 +26,21 @@ def deploy_cmd(
 
     Secrets are referenced (EnvironmentFile= / env_file:), never written.
     """
-    from ceiling.deploy.command import run_deploy
+    from ceiling.deploy.command import deploy
+    from ceiling.render import deploy as show
 
-    raise typer.Exit(
-        run_deploy(
-            variant,
-            out,
-            dry_run=dry_run,
-            image=image,
-            gpus=gpus,
-            ready_timeout_s=ready_timeout,
-            env_file=env_file,
-            validate=not no_validate,
-            json_out=json_out,
-        )
+    result = deploy(
+        variant,
+        out,
+        dry_run=dry_run,
+        image=image,
+        gpus=gpus,
+        ready_timeout_s=ready_timeout,
+        env_file=env_file,
+        validate=not no_validate,
     )
+    show.deploy(result, json_out)
+    raise typer.Exit(0 if result.ok else 1)
 
 
 def ready_cmd(
@@ -56,9 +56,10 @@ def ready_cmd(
     Example:
       ceiling ready --url http://127.0.0.1:8000 --path /health --timeout 600
     """
-    from ceiling.deploy.ready import run_ready
+    from ceiling.deploy.ready import ready
+    from ceiling.render import deploy as show
 
-    raise typer.Exit(run_ready(url, path or [], timeout, pid, json_out))
+    show.ready(ready(url, path or [], timeout, pid), json_out)
 
 
 def register(app: typer.Typer) -> None:

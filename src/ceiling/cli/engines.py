@@ -1,4 +1,7 @@
-"""CLI commands of the engines group (thin: parse options, call the library, print)."""
+"""CLI commands of the engines group (thin: parse options, call the library, render).
+
+Library modules are imported inside the command functions: ``ceiling --help`` stays fast.
+"""
 
 from __future__ import annotations
 
@@ -29,9 +32,18 @@ def preflight_cmd(
     Example:
       ceiling preflight examples/variants/cpu-tiny.yaml
     """
-    from ceiling.engines.preflight import run_preflight
+    from ceiling.console import Progress
+    from ceiling.engines.preflight import preflight_files
+    from ceiling.render import engines as show
 
-    raise typer.Exit(run_preflight(variants, refresh=refresh, json_out=json_out))
+    with Progress("preflight", enabled=not json_out) as shown:
+        run = preflight_files(
+            variants,
+            refresh=refresh,
+            on_variant=lambda v: shown.update(f"{v.name}: asking {v.engine} for its flags"),
+        )
+    show.preflight(run, json_out)
+    raise typer.Exit(0 if run.ok else 1)
 
 
 def launch_cmd(
@@ -56,17 +68,18 @@ def launch_cmd(
     engine at once; an engine still starting gets SIGKILL after 5 s. If ceiling itself is
     killed, a watchdog ends the engine; `ceiling stop` ends any that outlived it anyway.
     """
-    from ceiling.run.serve import run_launch
+    from ceiling.render import engines as show
+    from ceiling.run.serve import launch_variant, serve
 
-    raise typer.Exit(
-        run_launch(
-            variant,
-            timeout_s=timeout,
-            port=port,
-            exit_when_ready=exit_when_ready,
-            skip_preflight=skip_preflight,
-            json_out=json_out,
-        )
+    serve(
+        launch_variant(variant, timeout_s=timeout, port=port),
+        timeout_s=timeout,
+        exit_when_ready=exit_when_ready,
+        skip_preflight=skip_preflight,
+        progress=not json_out,
+        on_ready=lambda server: show.launch_ready(server, json_out),
+        on_serving=None if json_out else show.launch_serving,
+        on_stopped=None if json_out else show.launch_stopped,
     )
 
 
@@ -113,9 +126,10 @@ def shm_cmd(
     A segment is in use when any process holds it open or mapped (matched by device and inode,
     so a symlinked or bind-mounted root is safe); only unused ones are removed.
     """
-    from ceiling.run.shm import run_shm
+    from ceiling.render import engines as show
+    from ceiling.run.shm import shm_report
 
-    raise typer.Exit(run_shm(root=root, apply=apply, json_out=json_out))
+    show.shm(shm_report(root=root, apply=apply), json_out)
 
 
 def stop_cmd(
@@ -133,6 +147,9 @@ def stop_cmd(
     Every launch is recorded (pid, port, log) under $CEILING_STATE_DIR (default
     ~/.local/state/ceiling/servers); a server whose ceiling is gone gets SIGTERM, then SIGKILL.
     """
-    from ceiling.run.guard import run_stop
+    from ceiling.render import engines as show
+    from ceiling.run.guard import stop_orphans
 
-    raise typer.Exit(run_stop(all_servers=all_servers, json_out=json_out))
+    report = stop_orphans(all_servers=all_servers)
+    show.stop(report, json_out)
+    report.check()

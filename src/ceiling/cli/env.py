@@ -1,4 +1,4 @@
-"""CLI command ``env`` (thin: parse options, call the library, print)."""
+"""CLI command ``env`` (thin: parse options, call the library, render)."""
 
 from __future__ import annotations
 
@@ -27,11 +27,12 @@ def env_cmd(
 
     Every problem comes with its evidence and the exact fix; exit code 1 when one is an error.
     """
-    from ceiling.envcheck.check import run_env
+    from ceiling.envcheck.check import env_report
+    from ceiling.render.env import env
 
-    raise typer.Exit(
-        run_env(python, tp=tp, shm_root=shm_root, refresh=refresh, json_out=json_out, engine=engine)
-    )
+    report = env_report(python, tp, shm_root, refresh, engine=engine, progress=not json_out)
+    env(report, json_out)
+    raise typer.Exit(0 if report.ok else 1)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,4 @@
-"""CLI commands of the probe group (thin: parse options, call the library, print)."""
+"""CLI commands of the probe group (thin: parse options, call the library, render)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ def register(app: typer.Typer) -> None:
         Example:
           ceiling probe --out ceiling-out/probe.json
         """
-        from ceiling.probe.commands import probe_command
+        from ceiling.probe.commands import probe_to
+        from ceiling.render import probe as show
 
-        raise typer.Exit(probe_command(json_, out))
+        show.topology(probe_to(out), json_)
 
     @app.command("telemetry")
     def telemetry_cmd(
@@ -40,9 +41,10 @@ def register(app: typer.Typer) -> None:
         Example:
           ceiling telemetry --duration 30 --interval-ms 100 --out telemetry.json
         """
-        from ceiling.probe.commands import telemetry_command
+        from ceiling.probe.commands import telemetry_to
+        from ceiling.render import probe as show
 
-        raise typer.Exit(telemetry_command(duration, interval_ms, json_, out))
+        show.telemetry(telemetry_to(duration, interval_ms, out), json_)
 
     @app.command("commbench")
     def commbench_cmd(
@@ -98,7 +100,7 @@ def register(app: typer.Typer) -> None:
         """
         from ceiling.errors import CeilingError
         from ceiling.inputs import int_list, model_from_options
-        from ceiling.probe.commands import commbench_command
+        from ceiling.probe.commands import commbench_exit, commbench_to
         from ceiling.probe.commbench import CommbenchConfig
         from ceiling.probe.fit import parse_sizes
 
@@ -124,7 +126,11 @@ def register(app: typer.Typer) -> None:
         )
         names = {"budget_s": "--budget-ms", "timeout_s": "--timeout", "variants": "--variant"}
         cfg = model_from_options(CommbenchConfig, options, "commbench", names)
-        raise typer.Exit(commbench_command(cfg, json_, out, results, merge))
+        from ceiling.render import probe as show
+
+        res = commbench_to(cfg, out, results, merge)
+        show.commbench(res, json_)
+        raise typer.Exit(commbench_exit(res))
 
     @app.command("calibrate")
     def calibrate_cmd(
@@ -170,7 +176,8 @@ def register(app: typer.Typer) -> None:
         """
         from ceiling.inputs import model_from_options
         from ceiling.probe.calibrate import CalibrateConfig
-        from ceiling.probe.commands import calibrate_command
+        from ceiling.probe.commands import calibrate_to
+        from ceiling.render import probe as show
 
         options = dict(device="cpu" if cpu else "auto", dtypes=dtype or None, scale=scale)
         cfg = model_from_options(CalibrateConfig, options, "calibrate", {"dtypes": "--dtype"})
@@ -181,4 +188,4 @@ def register(app: typer.Typer) -> None:
             ops_cfg = OpsConfig(
                 device="cpu" if cpu else "auto", models=model or DEFAULT_MODELS, tp=tp
             )
-        raise typer.Exit(calibrate_command(cfg, json_, out, results, merge, ops_cfg))
+        show.calibrate(calibrate_to(cfg, out, results, merge, ops_cfg), json_)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pydantic import BaseModel, Field, computed_field
+
 from ceiling.deploy.render import DeployFile, DeployPlan, build_plan
 from ceiling.deploy.validate import Validation, verify_compose, verify_unit
+from ceiling.engines.variant import load_variant
 
 
 def write_plan(plan: DeployPlan) -> list[str]:
@@ -38,7 +41,21 @@ def validate_plan(plan: DeployPlan) -> list[Validation]:
     return [verify_unit(Path(plan.unit.path)), verify_compose(Path(plan.compose.path))]
 
 
-def run_deploy(
+class DeployResult(BaseModel):
+    """``ceiling deploy``: the plan, the files written, the validators' verdicts."""
+
+    plan: DeployPlan
+    written: list[str] = Field(default_factory=list)
+    validation: list[Validation] = Field(default_factory=list)
+    dry_run: bool = Field(False, exclude=True)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ok(self) -> bool:
+        return not any(c.status == "failed" for c in self.validation)
+
+
+def deploy(
     variant_path: Path,
     out: Path | None,
     dry_run: bool,
@@ -47,47 +64,16 @@ def run_deploy(
     ready_timeout_s: int,
     env_file: Path | None,
     validate: bool,
-    json_out: bool,
-) -> int:
-    from rich.markup import escape
-
-    from ceiling.console import emit_json
-    from ceiling.console import out as stdout
-    from ceiling.engines.variant import load_variant
-
+) -> DeployResult:
+    """``ceiling deploy``: render the variant's unit and Compose service, write and validate
+    them (``dry_run``: only render)."""
     variant = load_variant(variant_path)
     out_dir = out or Path("ceiling-out") / "deploy" / variant.name
     plan = build_plan(variant, out_dir, image=image, gpus=gpus, ready_timeout_s=ready_timeout_s,
                       env_file=env_file)  # fmt: skip
-    written: list[str] = []
-    checks: list[Validation] = []
+    result = DeployResult(plan=plan, dry_run=dry_run)
     if not dry_run:
-        written = write_plan(plan)
+        result.written = write_plan(plan)
         if validate:
-            checks = validate_plan(plan)
-    failed = [c for c in checks if c.status == "failed"]
-    if json_out:
-        emit_json({"plan": plan, "written": written, "validation": checks, "ok": not failed})
-        return 1 if failed else 0
-    o = stdout()
-    if dry_run:
-        for f in (plan.unit, plan.compose, *plan.scripts, plan.env_file):
-            o.print(f"# ---- {escape(f.path)}", soft_wrap=True)
-            o.print(escape(f.content), soft_wrap=True, highlight=False)
-        return 0
-    for path in written:
-        o.print(f"wrote {escape(path)}", soft_wrap=True)
-    for note in plan.notes:
-        o.print(f"note: {escape(note)}", soft_wrap=True)
-    for c in checks:
-        colour = {"passed": "green", "failed": "red", "skipped": "yellow"}[c.status]
-        o.print(f"[{colour}]{c.status}[/{colour}] {c.tool} {escape(c.file)}", soft_wrap=True)
-        if c.status != "passed" and c.output:
-            o.print(escape(c.output), soft_wrap=True)
-    unit = Path(plan.unit.path).name
-    o.print(
-        f"install: cp {escape(plan.unit.path)} /etc/systemd/system/ && systemctl daemon-reload "
-        f"&& systemctl enable --now {unit}  |  docker compose -f {escape(plan.compose.path)} up -d",
-        soft_wrap=True,
-    )
-    return 1 if failed else 0
+            result.validation = validate_plan(plan)
+    return result

@@ -8,6 +8,8 @@ import time
 import urllib.error
 import urllib.request
 
+from pydantic import BaseModel
+
 from ceiling.errors import EXIT_ENGINE, EXIT_SERVER, CeilingError
 
 # our own server: never through an HTTP(S)_PROXY from the environment
@@ -57,12 +59,15 @@ def wait_ready(
         time.sleep(interval_s)
 
 
-def run_ready(url: str, paths: list[str], timeout_s: float, pid: int | None, json_out: bool) -> int:
-    from ceiling.console import emit_json, out
+class Ready(BaseModel):
+    """``ceiling ready``: the server answered 200 on every path after ``ready_s`` seconds."""
 
+    url: str
+    paths: list[str]
+    ready_s: float
+
+
+def ready(url: str, paths: list[str], timeout_s: float, pid: int | None) -> Ready:
+    """``ceiling ready``: wait for ``paths`` (default ``/health``) of ``url``."""
     took = wait_ready(url, paths or ["/health"], timeout_s, pid)
-    if json_out:
-        emit_json({"url": url, "paths": paths, "ready_s": round(took, 2)})
-    else:
-        out().print(f"ready: {url} ({', '.join(paths)}) after {took:.1f} s")
-    return 0
+    return Ready(url=url, paths=paths, ready_s=round(took, 2))

@@ -29,7 +29,10 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, Field
 
+from ceiling.engines import get_engine
+from ceiling.envcheck.check import env_data
 from ceiling.errors import CeilingError
+from ceiling.redact import is_secret_name
 
 if TYPE_CHECKING:
     from ceiling.engines.base import Engine
@@ -65,8 +68,6 @@ class DeployPlan(BaseModel):
 
 
 def _secret(name: str) -> bool:
-    from ceiling.redact import is_secret_name  # the one rule of what a secret name is
-
     return is_secret_name(name)
 
 
@@ -121,8 +122,6 @@ def build_plan(
     env_file: Path | None = None,
 ) -> DeployPlan:
     """Render the unit and the compose service of ``variant`` (nothing is written here)."""
-    from ceiling.engines import get_engine
-
     engine = get_engine(variant.engine)
     install = engine.locate(variant)
     port = variant.port or engine.default_port
@@ -159,7 +158,6 @@ def build_plan(
     if gpus is None:
         cpu = (install.dist or "").endswith("cpu") or "+cpu" in (install.version or "")
         gpus = 0 if cpu else tp
-    from ceiling.envcheck.check import env_data
 
     nofile = env_data()["nofile"]["target"]
     unit = _unit(

@@ -1,85 +1,22 @@
-"""EngineFacts: what an engine's start-up log says about a deployment (``ceiling inspect``).
+"""EngineFacts with the findings derived from them (``ceiling inspect``'s result).
 
-Its own module so that the rules and the engines' log grammars can name it without importing
-the log reader (``logs.py``) or each other.
+The facts themselves, and the adapters' log grammars that fill them, live in the engines layer
+(``ceiling.engines.facts``; engines never import the diagnosis); the findings are the
+diagnosis's, so this module adds them.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ceiling.diagnose.finding_types import Finding
+from ceiling.engines.facts import SCHEMA_VERSION
+from ceiling.engines.facts import EngineFacts as LogFacts
 
-SCHEMA_VERSION = 1
+__all__ = ["SCHEMA_VERSION", "EngineFacts", "LogFacts"]
 
 
-class EngineFacts(BaseModel):
-    """What an engine's start-up log says about the deployment (None: the log does not say)."""
+class EngineFacts(LogFacts):
+    """What an engine's start-up log says (``LogFacts``), and the findings derived from it."""
 
-    schema_version: int = SCHEMA_VERSION
-    source: str | None = None
-    engine: str | None = None
-    version: str | None = None
-    v1: bool | None = None
-    device: str | None = None
-    model: str | None = None
-    served_model_name: str | None = None
-    architecture: str | None = None
-    non_default_args: dict[str, Any] = Field(default_factory=dict)
-    dtype: str | None = None
-    max_model_len: int | None = None
-    tensor_parallel_size: int | None = None
-    pipeline_parallel_size: int | None = None
-    data_parallel_size: int | None = None
-    expert_parallel: bool | None = None
-    expert_parallel_size: int | None = None
-    decode_context_parallel_size: int | None = None
-    quantization: str | None = None
-    quant_scheme: str | None = None
-    linear_kernel: str | None = None
-    moe_kernel: str | None = None
-    moe_backend: str | None = None
-    kv_cache_dtype: str | None = None
-    attention_backend: str | None = None
-    mla: bool | None = None
-    enforce_eager: bool | None = None
-    compilation_mode: str | None = None
-    cudagraph_mode: str | None = None
-    cudagraph_capture_sizes: list[int] | None = None
-    max_cudagraph_capture_size: int | None = None
-    custom_ops: list[str] | None = None
-    fusion_passes: dict[str, bool] | None = None
-    enabled_fusions: list[str] | None = None
-    compile_cache_hit: bool | None = None
-    torch_compile_s: float | None = None
-    cudagraph_downgrade: str | None = None  # the mode the engine lowered CUDA graphs to
-    weight_only_fallback: str | None = None  # "FP4"/"FP8" run weight-only (no native compute)
-    spec_mean_acceptance: float | None = None  # speculative decoding, last metrics line
-    spec_acceptance_rate_pct: float | None = None
-    custom_allreduce_disabled: bool | None = None
-    custom_allreduce_reason: str | None = None
-    nccl_version: str | None = None
-    weights_load_s: float | None = None
-    model_load_s: float | None = None
-    model_memory_gib: float | None = None
-    kv_cache_memory_gib: float | None = None
-    kv_cache_tokens: int | None = None
-    max_concurrency: float | None = None
-    max_concurrency_tokens_per_request: int | None = None
-    graph_capture_s: float | None = None
-    graph_capture_gib: float | None = None
-    init_engine_s: float | None = None
-    startup_s: float | None = None
-    ready: bool = False
-    warnings: list[str] = Field(default_factory=list)
-    errors: list[str] = Field(default_factory=list)
-    # per-fact source lines, for findings to quote (kept out of JSON: findings carry their own)
-    evidence: dict[str, list[str]] = Field(default_factory=dict, exclude=True)
     findings: list[Finding] = Field(default_factory=list)
-
-    def add_evidence(self, key: str, line: str) -> None:
-        lines = self.evidence.setdefault(key, [])
-        if line not in lines and len(lines) < 6:
-            lines.append(line)

@@ -9,8 +9,11 @@ engine, and none of them lives outside ``ceiling.engines``:
   data file);
 - how its log reads while starting (``log_phases``/``phase_of``, ``ready_line``); why it died is
   read with ``data/death_causes.yaml`` (rules may be limited to some engines);
-- the grammar of its start-up log for ``ceiling inspect`` (``claims_log``, ``parse_log`` ->
-  :class:`~ceiling.diagnose.facts.EngineFacts`; helpers in ``logparse.py``);
+- the grammar of its start-up log for ``ceiling inspect``, as data (``log_grammar``: its line
+  shape and rules, read by the one driver in ``logparse.py`` into
+  :class:`~ceiling.engines.facts.EngineFacts`; ``claims_log`` says whose log it is);
+- its parser's quirks for ``preflight`` (``canonical_flag``, ``flag_problems``: vLLM's ``-O``;
+  ``value_types``: the value readers of its parser beyond int/float, e.g. word booleans);
 - the names of its Prometheus latency histograms (``metric_prefix``, ``metric_histograms``);
 - where its readiness endpoints are (``health_paths``);
 - how ``ceiling sanity`` asks it for greedy text of an exact length and for the log-probabilities
@@ -24,59 +27,24 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field
-
+from ceiling.engines.facts import EngineFacts
+from ceiling.engines.flags import VALUE_TYPES, FlagSpec, FlagTable, Problem, ValueType, has_flag
+from ceiling.engines.logparse import LogGrammar, read_log
+from ceiling.engines.sampling import PromptLogprobs, read_openai_echo
+from ceiling.engines.variant import Arg, Variant
 from ceiling.errors import CeilingError
-
-if TYPE_CHECKING:
-    from ceiling.diagnose.facts import EngineFacts
-    from ceiling.engines.sampling import PromptLogprobs
-    from ceiling.engines.variant import Variant
+from ceiling.spec._data import load_yaml
 
 DATA_DIR = Path(__file__).parent / "data"
 DUMP_SCRIPT = DATA_DIR / "dump_args.py"
-
-
-class FlagSpec(BaseModel):
-    """One flag the installed engine accepts (from its own argument parser)."""
-
-    options: list[str]
-    dest: str
-    kind: str = "value"  # value | flag | bool_optional | const | append | help
-    nargs: int | str | None = None
-    choices: list[str] | None = None
-    type: str | None = None
-    default: str | None = None
-    deprecated: bool = False
-    help: str = ""
-
-
-class FlagTable(BaseModel):
-    """Every flag of one engine version, plus the engine's own list of environment variables."""
-
-    engine: str
-    version: str
-    source: str  # "parser" (imported the engine's parser) or "help" (parsed --help text)
-    actions: list[FlagSpec]
-    env: list[str] = Field(default_factory=list)
-    cache_path: str | None = None
-    cache_hit: bool = False
-
-    def lookup(self) -> dict[str, FlagSpec]:
-        """Option string (as typed, and with ``_`` spelled ``-``) -> spec."""
-        table: dict[str, FlagSpec] = {}
-        for spec in self.actions:
-            for opt in spec.options:
-                table[opt] = spec
-                table[opt.replace("_", "-")] = spec
-        return table
 
 
 @dataclass
@@ -119,13 +87,19 @@ class Engine:
     # when False, preflight wants each flag spelled exactly as the parser defines it
     dash_underscore_alias: bool = True
     # start-up phases for the launch progress: (pattern, phase), first match wins, after
-    # ``shard_progress`` (groups: percent, shards loaded, shards in all)
+    # ``shard_progress`` (groups: percent, shards loaded, shards in all); a line is read without
+    # the grammar's ``prefix``
     log_phases: ClassVar[Sequence[tuple[re.Pattern[str], str]]] = ()
     shard_progress: ClassVar[re.Pattern[str] | None] = None
     # ``ceiling inspect``: a start-up log is this engine's when ``log_marker`` occurs in its first
     # 400 lines; engines are asked in ``log_claim_rank`` order (lower first)
     log_marker: ClassVar[re.Pattern[str] | None] = None
     log_claim_rank: int = 100
+    # the start-up log's grammar (logparse.py reads it; None: this adapter reads no logs)
+    log_grammar: ClassVar[LogGrammar | None] = None
+    # ``preflight``: the value types of this engine's parser beyond Python's int/float, by the
+    # name data/dump_args.py records (vLLM's ``human_readable_int``, word booleans ...)
+    value_types: ClassVar[dict[str, ValueType]] = {}
     # Prometheus /metrics: our quantity (ttft, itl, queue, e2el, prefill, decode) -> histogram
     # names, newest first; every name starts with ``metric_prefix``
     metric_prefix: str = ""
@@ -175,7 +149,7 @@ class Engine:
         """Find the engine for ``variant``: its ``python``/``command``, else ``.engines/<name>``."""
         if variant.command:
             exe = variant.command[0]
-            if not (Path(exe).exists() or _which(exe)):
+            if not (Path(exe).exists() or shutil.which(exe)):
                 raise CeilingError(
                     f"{self.name}: command {exe!r} from the variant does not exist",
                     fix="fix `command:` in the variant, or set `python:` to the engine's python",
@@ -189,7 +163,7 @@ class Engine:
         env_py = os.environ.get(f"CEILING_{home.upper().replace('-', '_')}_PYTHON")
         if env_py:
             candidates.append(Path(env_py))
-        for root in _search_roots(variant):
+        for root in search_roots(variant):
             candidates.append(root / ".engines" / home / "bin" / "python")
         for py in candidates:
             if py.exists():
@@ -298,11 +272,33 @@ class Engine:
 
     def removed_flags(self) -> dict[str, dict[str, Any]]:
         """Flags the engine removed or renamed: name -> {removed_in, reason, replacement}."""
-        return load_data(f"{self.name}_removed_flags.yaml").get("flags", {})
+        flags: dict[str, dict[str, Any]] = load_data(f"{self.name}_removed_flags.yaml").get(
+            "flags", {}
+        )
+        return flags
 
     def renamed_config_keys(self) -> dict[str, dict[str, Any]]:
         """Renamed keys inside JSON-valued flags (e.g. compilation config ``level`` -> ``mode``)."""
-        return load_data(f"{self.name}_removed_flags.yaml").get("config_keys", {})
+        keys: dict[str, dict[str, Any]] = load_data(f"{self.name}_removed_flags.yaml").get(
+            "config_keys", {}
+        )
+        return keys
+
+    def canonical_flag(self, arg: Arg, lookup: dict[str, FlagSpec]) -> tuple[str, list[str]]:
+        """The flag spelled the way the engine's parser sees it (``--max_model_len`` ->
+        ``--max-model-len``; a ``.key`` path after it is kept), and its values."""
+        if arg.flag.startswith("--"):
+            head, dot, tail = arg.flag[2:].partition(".")
+            return "--" + head.replace("_", "-") + dot + tail, arg.values
+        return arg.flag, arg.values
+
+    def flag_problems(self, arg: Arg, flag: str, version: str) -> list[Problem]:
+        """What this engine says about ``arg`` (spelled ``flag``) beyond its parser (none)."""
+        return []
+
+    def value_type(self, name: str | None) -> ValueType | None:
+        """The value type ``name`` of this engine's parser (None: not checked)."""
+        return self.value_types.get(name or "") or VALUE_TYPES.get(name or "")
 
     # ---- environment (ceiling env / deploy) -------------------------------------------------
     def tensor_parallel(self, variant: Variant) -> int:
@@ -341,8 +337,6 @@ class Engine:
 
     def read_prompt_logprobs(self, response: dict[str, Any]) -> PromptLogprobs | None:
         """The prompt's log-probabilities from the answer to ``prompt_logprobs_request``."""
-        from ceiling.engines.sampling import read_openai_echo
-
         choices = response.get("choices") or [{}]
         usage = response.get("usage") or {}
         return read_openai_echo(choices[0], usage.get("prompt_tokens"))
@@ -350,6 +344,8 @@ class Engine:
     # ---- logs ----------------------------------------------------------------------------
     def phase_of(self, line: str) -> str | None:
         """A short description of the start-up phase this log line shows, if any."""
+        if self.log_grammar is not None and self.log_grammar.prefix is not None:
+            line = self.log_grammar.prefix.sub("", line)
         if self.shard_progress is not None:
             m = self.shard_progress.search(line)
             if m:
@@ -364,18 +360,14 @@ class Engine:
         return self.log_marker is not None and bool(self.log_marker.search("\n".join(lines[:400])))
 
     def reads_logs(self) -> bool:
-        """Whether this adapter has a start-up log grammar (overrides :meth:`parse_log`)."""
-        return type(self).parse_log is not Engine.parse_log
+        """Whether this adapter has a start-up log grammar."""
+        return self.log_grammar is not None
 
     def parse_log(self, lines: list[str], facts: EngineFacts) -> None:
         """Fill ``facts`` from the start-up log ``lines`` (ANSI colour and ``\\r`` removed)."""
-        raise NotImplementedError(f"{self.name}: no start-up log grammar")
-
-
-def has_flag(argv: list[str], flag: str) -> bool:
-    """Whether ``argv`` sets ``flag`` (``--flag``, ``--flag=v`` or its ``_`` spelling)."""
-    alt = flag.replace("-", "_")
-    return any(t == flag or t.startswith(flag + "=") or t == "--" + alt[2:] for t in argv)
+        if self.log_grammar is None:
+            raise NotImplementedError(f"{self.name}: no start-up log grammar")
+        read_log(self.log_grammar, lines, facts)
 
 
 def quiet_env() -> dict[str, str]:
@@ -385,13 +377,7 @@ def quiet_env() -> dict[str, str]:
     return env
 
 
-def _which(exe: str) -> str | None:
-    import shutil
-
-    return shutil.which(exe)
-
-
-def _search_roots(variant: Variant) -> list[Path]:
+def search_roots(variant: Variant) -> list[Path]:
     """Where ``.engines/`` may live: the cwd and its parents, the variant's dir, the checkout."""
     roots: list[Path] = []
     for start in (Path.cwd(), Path(variant.source).parent if variant.source else None):
@@ -433,66 +419,7 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "ceiling"
 
 
-@cache
 def load_data(name: str) -> dict[str, Any]:
-    """A YAML data file shipped in ``ceiling/engines/data``."""
-    import yaml
-
-    path = DATA_DIR / name
-    if not path.exists():
-        return {}
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-
-
-_HELP_OPT = re.compile(r"^  (-{1,2}[A-Za-z0-9][^\s,]*)(.*)$")
-
-
-def parse_help_text(text: str) -> list[FlagSpec]:
-    """Flags from argparse ``--help`` output (the fallback when the parser cannot be imported).
-
-    Reads option lines such as ``  --dtype {auto,float32}``, ``  --enforce-eager,
-    --no-enforce-eager`` or ``  --api-server-count API_SERVER_COUNT, -asc API_SERVER_COUNT``.
-    Types are unknown from help text, so only presence, arity and choices are checked.
-    """
-    specs: list[FlagSpec] = []
-    for line in text.splitlines():
-        m = _HELP_OPT.match(line)
-        if not m:
-            continue
-        head = (m.group(1) + m.group(2)).split("  ")[0].strip()
-        options: list[str] = []
-        metavar = ""
-        for part in head.split(", "):
-            tokens = part.split(" ", 1)
-            if not tokens[0].startswith("-"):
-                break
-            options.append(tokens[0])
-            if len(tokens) > 1:
-                metavar = tokens[1]
-        if not options:
-            continue
-        choices = None
-        if metavar.startswith("{"):
-            choices = metavar[1 : metavar.find("}")].split(",")
-        negated = any(o.startswith("--no-") for o in options)
-        if negated:
-            kind, nargs = "bool_optional", 0
-        elif not metavar:
-            kind, nargs = "flag", 0
-        else:
-            kind = "value"
-            nargs = "+" if "..." in metavar and not metavar.startswith("[") else None
-            if metavar.startswith("["):
-                nargs = "*" if "..." in metavar else "?"
-        help_line = line[len(m.group(0)) - len(m.group(2)) :].strip()
-        specs.append(
-            FlagSpec(
-                options=options,
-                dest=options[0].lstrip("-").replace("-", "_"),
-                kind="help" if "--help" in options else kind,
-                nargs=nargs,
-                choices=choices,
-                deprecated="deprecated" in help_line.lower(),
-            )
-        )
-    return specs
+    """A YAML table shipped in ``ceiling/engines/data`` ({} when the engine has none)."""
+    data: dict[str, Any] = load_yaml(name, folder="engines/data", missing_ok=True) or {}
+    return data

@@ -32,14 +32,14 @@ Measured with llama-cpp-python 0.3.36 (scripts/install-llamacpp.sh) serving the 
 
 from __future__ import annotations
 
+import json
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 from ceiling.engines.base import Engine
-from ceiling.engines.logparse import MAX_MESSAGES, num
-
-if TYPE_CHECKING:
-    from ceiling.diagnose.facts import EngineFacts
+from ceiling.engines.flags import ValueType
+from ceiling.engines.logparse import Apply, LogGrammar, LogRead, Rule, num
 
 _PHASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Application startup complete"), "ready"),
@@ -68,30 +68,112 @@ _FLOAT_FILE_TYPES = {
 }
 _MIB = 1024.0
 
-_L_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("model", re.compile(r"^llama_model_loader: loaded meta data with .* from (.+?) \(version ")),
-    ("architecture", re.compile(r"^print_info: arch\s+= (\S+)")),
-    ("file_type", re.compile(r"^print_info: file type\s+= (.+?)\s*$")),
-    ("device", re.compile(r"^load_tensors: layer\s+\d+ assigned to device (\S+?),")),
-    ("offloaded", re.compile(r"^load_tensors: offloaded (\d+)/(\d+) layers to GPU")),
-    ("model_buffer", re.compile(r"^load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")),
-    ("n_seq_max", re.compile(r"^llama_context: n_seq_max\s+= (\d+)")),
-    ("n_ctx", re.compile(r"^llama_context: n_ctx\s+= (\d+)")),
-    ("n_ctx_seq", re.compile(r"^llama_context: n_ctx_(?:seq|per_seq)\s+= (\d+)")),
-    ("flash_attn", re.compile(r"^llama_context: flash_attn\s+= (\S+)")),
-    (
-        "kv_size",
-        re.compile(
-            r"^llama_kv_cache(?:_unified)?: size =\s+([\d.]+) MiB \(\s*(\d+) cells,"
-            r".*?K \((\w+)\)"
-        ),
+
+def _file_type(hit: re.Match[str], r: LogRead) -> None:
+    if hit[1] in _FLOAT_FILE_TYPES:
+        r.facts.dtype = _FLOAT_FILE_TYPES[hit[1]]
+    else:
+        r.facts.quantization, r.facts.quant_scheme = "gguf", hit[1]
+
+
+def _device(hit: re.Match[str], r: LogRead) -> None:
+    r.scratch.setdefault("devices", []).append(hit[1])
+
+
+def _offloaded(hit: re.Match[str], r: LogRead) -> None:
+    if int(hit[1]) > 0:
+        r.scratch.setdefault("devices", []).append("GPU")
+
+
+def _model_buffer(hit: re.Match[str], r: LogRead) -> None:
+    r.scratch["model_mib"] = r.scratch.get("model_mib", 0.0) + num(hit[2])
+    r.scratch.setdefault("buffers", []).append(hit[1])
+
+
+def _ctx_per_sequence(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.max_model_len = int(hit[1])  # what one request can use
+    r.facts.max_concurrency_tokens_per_request = int(hit[1])
+
+
+def _flash_attn(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.attention_backend = f"llama.cpp (flash_attn {hit[1]})"
+
+
+def _kv_size(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.kv_cache_memory_gib = num(hit[1]) / _MIB
+    r.facts.kv_cache_tokens = int(hit[2])
+    r.facts.kv_cache_dtype = hit[3]
+
+
+def device_of(names: list[str]) -> str:
+    """``cpu``, or the first GPU backend's name without its index (``CUDA0`` -> ``cuda``)."""
+    gpu = [d for d in names if not d.upper().startswith("CPU")]
+    return re.sub(r"\d+$", "", gpu[0]).lower() if gpu else "cpu"
+
+
+def finish_loader(r: LogRead) -> None:
+    if r.scratch.get("devices"):
+        r.facts.device = device_of(r.scratch["devices"])
+    if r.scratch.get("model_mib"):
+        r.facts.model_memory_gib = r.scratch["model_mib"] / _MIB
+
+
+def _rule(
+    name: str,
+    pattern: str,
+    field: str | None = None,
+    convert: Callable[[str], Any] = str,
+    value: Any = None,
+    first_only: bool = False,
+    apply: Apply | None = None,
+) -> Rule:
+    """A llama.cpp loader line, quoted under its own name."""
+    return Rule(re.compile(pattern), field, convert, value, first_only, apply, evidence=name)
+
+
+#: llama.cpp's loader lines (llama_model_loader:, print_info:, load_tensors:, llama_context:,
+#: llama_kv_cache:) as both flavours print them, and uvicorn's ready line
+LLAMACPP_RULES = (
+    _rule("model", r"^llama_model_loader: loaded meta data with .* from (.+?) \(version ",
+          field="model"),
+    _rule("architecture", r"^print_info: arch\s+= (\S+)", field="architecture"),
+    _rule("file_type", r"^print_info: file type\s+= (.+?)\s*$", apply=_file_type),
+    _rule("device", r"^load_tensors: layer\s+\d+ assigned to device (\S+?),", apply=_device),
+    _rule("offloaded", r"^load_tensors: offloaded (\d+)/(\d+) layers to GPU", apply=_offloaded),
+    _rule("model_buffer", r"^load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB",
+          apply=_model_buffer),
+    _rule("n_seq_max", r"^llama_context: n_seq_max\s+= (\d+)", field="max_concurrency",
+          convert=float),
+    _rule("n_ctx", r"^llama_context: n_ctx\s+= (\d+)", field="max_model_len", convert=int,
+          first_only=True),
+    _rule("n_ctx_seq", r"^llama_context: n_ctx_(?:seq|per_seq)\s+= (\d+)",
+          apply=_ctx_per_sequence),
+    _rule("flash_attn", r"^llama_context: flash_attn\s+= (\S+)", apply=_flash_attn),
+    _rule("kv_size", r"^llama_kv_cache(?:_unified)?: size =\s+([\d.]+) MiB \(\s*(\d+) cells,"
+          r".*?K \((\w+)\)", apply=_kv_size),
+    _rule("ready", r"Application startup complete", field="ready", value=True),
+)  # fmt: skip
+
+#: llama-cpp-python's log: llama.cpp's loader lines (no timestamps, no levels), then its own
+#: ``Model metadata:`` / chat-template lines, then uvicorn's
+LLAMACPP_LOG = LogGrammar(
+    rules=LLAMACPP_RULES,
+    strip=True,
+    error=re.compile(
+        r"^ERROR:|^\w*(Error|Exception): |\berror (loading|while)|failed to load", re.IGNORECASE
     ),
-    ("ready", re.compile(r"Application startup complete")),
-]
-_WARNING = re.compile(r"^WARNING:|\bwarning\b|\bWARN\b", re.IGNORECASE)
-_ERROR = re.compile(
-    r"^ERROR:|^\w*(Error|Exception): |\berror (loading|while)|failed to load", re.IGNORECASE
+    warning=re.compile(r"^WARNING:|\bwarning\b|\bWARN\b", re.IGNORECASE),
+    finish=finish_loader,
 )
+# values llama-cpp-python's parser reads as booleans (``_parse_bool_arg``: --verbose false)
+_BOOL_WORDS = frozenset({"1", "on", "t", "true", "y", "yes", "0", "off", "f", "false", "n", "no"})
+
+
+def _json_object(value: str) -> bool:
+    try:
+        return isinstance(json.loads(value), dict)
+    except json.JSONDecodeError:
+        return False
 
 
 class LlamaCppEngine(Engine):
@@ -104,17 +186,26 @@ class LlamaCppEngine(Engine):
         "concurrent streams need another server or another engine)",
     }
     ready_line = "Application startup complete."
-    health_paths = ("/v1/models",)
+    health_paths: tuple[str, ...] = ("/v1/models",)
     default_port = 8080
-    env_prefixes = ()
-    dist_names = ("llama_cpp_python",)
+    env_prefixes: tuple[str, ...] = ()
+    dist_names: tuple[str, ...] = ("llama_cpp_python",)
     install_dir = "llamacpp"  # beside llama-server (scripts/install-llamacpp.sh)
     server_module = "llama_cpp.server"
     model_flag = "--model"
     served_name_flag = "--model_alias"
     flags_module = "llama_cpp.server"
     dash_underscore_alias = False  # plain argparse over pydantic field names: --n_ctx only
-    log_phases = _PHASES
+    # its parser's own value readers (data/dump_args.py names them): booleans as words
+    # (``--verbose false``, ``_parse_bool_arg``) and JSON objects (``_parse_json_object_arg``)
+    value_types = {  # noqa: RUF012 (class data, read only)
+        "bool_word": ValueType(
+            lambda v: v.strip().lower() in _BOOL_WORDS, "true or false (1/0, yes/no, on/off)"
+        ),
+        "json_object": ValueType(_json_object, "a JSON object"),
+    }
+    log_phases: ClassVar[Sequence[tuple[re.Pattern[str], str]]] = _PHASES
+    log_grammar = LLAMACPP_LOG
     # llama.cpp's loader prefixes; no other engine's log has them
     log_marker = re.compile(r"^(llama_model_loader|print_info|llama_context|load_tensors): ", re.M)
     log_claim_rank = 50
@@ -129,61 +220,3 @@ class LlamaCppEngine(Engine):
             "flavours, ~10 min) into .engines/llamacpp, or point `python:` in the variant at an "
             "environment that has `llama-cpp-python[server]`"
         )
-
-    def parse_log(self, lines: list[str], facts: EngineFacts) -> None:
-        """llama.cpp's loader lines + llama-cpp-python's + uvicorn's -> facts."""
-        devices: list[str] = []
-        model_mib = 0.0
-        for raw in lines:
-            line = raw.strip()
-            if not line:
-                continue
-            if _ERROR.search(line) and len(facts.errors) < MAX_MESSAGES:
-                facts.errors.append(line)
-            elif (
-                _WARNING.search(line)
-                and len(facts.warnings) < MAX_MESSAGES
-                and line not in facts.warnings
-            ):
-                facts.warnings.append(line)
-            for key, pattern in _L_PATTERNS:
-                hit = pattern.search(line)
-                if not hit:
-                    continue
-                g = hit.groups()
-                if key == "model":
-                    facts.model = g[0]
-                elif key == "architecture":
-                    facts.architecture = g[0]
-                elif key == "file_type":
-                    if g[0] in _FLOAT_FILE_TYPES:
-                        facts.dtype = _FLOAT_FILE_TYPES[g[0]]
-                    else:
-                        facts.quantization, facts.quant_scheme = "gguf", g[0]
-                elif key == "device":
-                    devices.append(g[0])
-                elif key == "offloaded" and int(g[0]) > 0:
-                    devices.append("GPU")
-                elif key == "model_buffer":
-                    model_mib += num(g[1])
-                elif key == "n_seq_max":
-                    facts.max_concurrency = float(g[0])
-                elif key == "n_ctx":
-                    facts.max_model_len = facts.max_model_len or int(g[0])
-                elif key == "n_ctx_seq":
-                    facts.max_model_len = int(g[0])  # what one request can use
-                    facts.max_concurrency_tokens_per_request = int(g[0])
-                elif key == "flash_attn":
-                    facts.attention_backend = f"llama.cpp (flash_attn {g[0]})"
-                elif key == "kv_size":
-                    facts.kv_cache_memory_gib = num(g[0]) / _MIB
-                    facts.kv_cache_tokens = int(g[1])
-                    facts.kv_cache_dtype = g[2]
-                elif key == "ready":
-                    facts.ready = True
-                facts.add_evidence(key, line)
-        if devices:
-            gpu = [d for d in devices if not d.upper().startswith("CPU")]
-            facts.device = re.sub(r"\d+$", "", gpu[0]).lower() if gpu else "cpu"
-        if model_mib:
-            facts.model_memory_gib = model_mib / _MIB

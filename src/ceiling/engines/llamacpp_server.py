@@ -24,31 +24,27 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ceiling.engines.base import (
-    EngineInstall,
-    FlagSpec,
-    FlagTable,
-    _search_roots,
-    quiet_env,
+from ceiling.engines.base import EngineInstall, quiet_env, search_roots
+from ceiling.engines.flags import FlagSpec, FlagTable
+from ceiling.engines.llamacpp import (
+    _PHASES,
+    LLAMACPP_LOG,
+    LLAMACPP_RULES,
+    LlamaCppEngine,
+    device_of,
+    finish_loader,
 )
-from ceiling.engines.llamacpp import LlamaCppEngine
+from ceiling.engines.logparse import LogRead, Rule
+from ceiling.engines.variant import Variant
 from ceiling.errors import CeilingError
-
-if TYPE_CHECKING:
-    from ceiling.diagnose.facts import EngineFacts
-    from ceiling.engines.variant import Variant
 
 _OPTION_LINE = re.compile(r"^(-{1,2}[A-Za-z0-9][^\s,]*)")
 _ENV = re.compile(r"\(env: ([A-Z0-9_]+)\)")
 # ``version: 0.5.0-dev (build 1, commit 0c1e570)``; older builds: ``version: 4589 (4f0c5d1)``
 _VERSION = re.compile(r"version: (?:(\S+) \(build (\d+), commit (\w+)\)|(\d+) \((\w+)\))")
-# every line of llama-server's log: ``0.00.015.125 I `` (time since start, level) before the
-# message; llama.cpp's loader lines then read as in llama-cpp-python's log
-_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ [IWEDT] ")
-_BUFFER = re.compile(r"^load_tensors:\s+(\S+) model buffer size")
 _SERVER_PHASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"llama_server: listening on "), "ready"),
     (
@@ -57,11 +53,55 @@ _SERVER_PHASES: list[tuple[re.Pattern[str], str]] = [
     ),
     (re.compile(r"load_model: loading model"), "reading the GGUF file"),
 ]
-_SERVER_FACTS: list[tuple[str, re.Pattern[str]]] = [
-    ("n_slots", re.compile(r"load_model: initializing, n_slots = (\d+), n_ctx_slot = (\d+)")),
-    ("listening", re.compile(r"llama_server: listening on (\S+)")),
-    ("build", re.compile(r"common_params_print_info: build (\d+) \((\w+)\)")),
-]
+
+
+def _slots(hit: re.Match[str], r: LogRead) -> None:
+    r.scratch["slots"] = (int(hit[1]), int(hit[2]))  # applied last: the server's word wins
+
+
+def _build(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.version = f"b{hit[1]}.{hit[2]}"
+
+
+def _finish(r: LogRead) -> None:
+    """llama.cpp's facts, then the weight buffers' device (no per-layer device lines at -lv 4),
+    then the slots: parallel sequences, each with ``n_ctx_slot`` tokens."""
+    finish_loader(r)
+    if r.facts.device is None and r.scratch.get("buffers"):
+        r.facts.device = device_of(r.scratch["buffers"])
+    if "slots" in r.scratch:
+        n_slots, n_ctx_slot = r.scratch["slots"]
+        r.facts.max_concurrency = float(n_slots)
+        r.facts.max_model_len = n_ctx_slot
+
+
+#: llama-server's log: every line is ``0.00.015.125 I `` (time since start, level) and then a
+#: message; llama.cpp's loader lines then read as in llama-cpp-python's log, and the server's
+#: own (``srv  load_model: ...``, ``main: model loaded``, ``... listening on http://...``) follow
+LLAMA_SERVER_LOG = replace(
+    LLAMACPP_LOG,
+    prefix=re.compile(r"^\d+\.\d+\.\d+\.\d+ [IWEDT] "),
+    rules=(
+        *LLAMACPP_RULES,
+        Rule(
+            re.compile(r"load_model: initializing, n_slots = (\d+), n_ctx_slot = (\d+)"),
+            apply=_slots,
+            evidence="n_slots",
+        ),
+        Rule(
+            re.compile(r"llama_server: listening on (\S+)"),
+            field="ready",
+            value=True,
+            evidence="listening",
+        ),
+        Rule(
+            re.compile(r"common_params_print_info: build (\d+) \((\w+)\)"),
+            apply=_build,
+            evidence="build",
+        ),
+    ),
+    finish=_finish,
+)
 
 
 def parse_server_help(text: str) -> tuple[list[FlagSpec], list[str]]:
@@ -145,7 +185,8 @@ class LlamaServerEngine(LlamaCppEngine):
     health_paths = ("/health", "/v1/models")
     default_port = 8080
     env_prefixes = ("LLAMA_ARG_",)
-    api_key_env = ("LLAMA_API_KEY",)  # `--help`: --api-key KEY ... (env: LLAMA_API_KEY)
+    # `--help`: --api-key KEY ... (env: LLAMA_API_KEY)
+    api_key_env: tuple[str, ...] = ("LLAMA_API_KEY",)
     dist_names = ()
     server_module = ""
     model_flag = "--model"
@@ -157,6 +198,8 @@ class LlamaServerEngine(LlamaCppEngine):
     container_image = "ghcr.io/ggml-org/llama.cpp:server"
     container_entrypoint = ("/app/llama-server",)
     container_health_tool = "curl"
+    log_phases = (*_SERVER_PHASES, *_PHASES)
+    log_grammar = LLAMA_SERVER_LOG
     log_marker = re.compile(r"^\d+\.\d+\.\d+\.\d+ [IWEDT] (srv|cmn|slot) ", re.M)
     log_claim_rank = 40  # before llamacpp-python: both print llama.cpp's loader lines
 
@@ -181,7 +224,7 @@ class LlamaServerEngine(LlamaCppEngine):
         if env:
             candidates.append(Path(env))
         candidates += [
-            r / ".engines" / "llamacpp" / "bin" / "llama-server" for r in _search_roots(variant)
+            r / ".engines" / "llamacpp" / "bin" / "llama-server" for r in search_roots(variant)
         ]
         on_path = shutil.which("llama-server")
         if on_path:
@@ -216,35 +259,6 @@ class LlamaServerEngine(LlamaCppEngine):
             engine=self.name, version=install.version or "unknown", source="help",
             actions=actions, env=env,
         )  # fmt: skip
-
-    def phase_of(self, line: str) -> str | None:
-        for pattern, phase in _SERVER_PHASES:
-            if pattern.search(line):
-                return phase
-        return super().phase_of(_PREFIX.sub("", line))
-
-    def parse_log(self, lines: list[str], facts: EngineFacts) -> None:
-        """llama.cpp's loader lines (llamacpp.py, after the time/level prefix) + the server's."""
-        plain = [_PREFIX.sub("", ln.strip()) for ln in lines]
-        super().parse_log(plain, facts)
-        if facts.device is None:  # no per-layer device lines at -lv 4: the weight buffers say
-            buffers = [m.group(1) for ln in plain if (m := _BUFFER.search(ln))]
-            gpu = [b for b in buffers if not b.upper().startswith("CPU")]
-            if buffers:
-                facts.device = re.sub(r"\d+$", "", gpu[0]).lower() if gpu else "cpu"
-        for line in plain:
-            for key, pattern in _SERVER_FACTS:
-                hit = pattern.search(line)
-                if not hit:
-                    continue
-                if key == "n_slots":  # parallel sequences, each with n_ctx_slot tokens
-                    facts.max_concurrency = float(hit.group(1))
-                    facts.max_model_len = int(hit.group(2))
-                elif key == "listening":
-                    facts.ready = True
-                elif key == "build":
-                    facts.version = f"b{hit.group(1)}.{hit.group(2)}"
-                facts.add_evidence(key, line)
 
 
 def _version(exe: str) -> str | None:

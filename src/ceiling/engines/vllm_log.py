@@ -1,18 +1,21 @@
-"""vLLM's start-up log grammar (``ceiling inspect``): lines -> EngineFacts.
+"""vLLM's start-up log grammar (``ceiling inspect``), as data: ``VLLM_LOG`` for the driver.
 
 Covers vLLM 0.10 to current: lines with or without a ``(APIServer pid=N)`` /
 ``(EngineCore_DP0 pid=N)`` prefix, the compilation config printed as JSON in older releases and
-as a Python repr in newer ones. The adapter (``vllm.py``) calls :func:`parse_vllm_log`.
+as a Python repr in newer ones. The adapter (``vllm.py``) declares ``log_grammar = VLLM_LOG``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ceiling.engines.facts import EngineFacts
 from ceiling.engines.logparse import (
-    MAX_MESSAGES,
     NUM,
+    LogGrammar,
+    LogRead,
+    Rule,
     as_bool,
     as_int,
     balanced,
@@ -23,84 +26,205 @@ from ceiling.engines.logparse import (
     unquote,
 )
 
-if TYPE_CHECKING:
-    from ceiling.diagnose.facts import EngineFacts
-
-
-def parse_vllm_log(lines: list[str], facts: EngineFacts) -> None:
-    """Fill ``facts`` from vLLM start-up log lines (ANSI colour and ``\\r`` removed)."""
-    _parse_vllm(lines, facts)
-
-
-# ---- start-up log grammar (``ceiling inspect``) ------------------------------------------
-
-_VLLM_LINE = re.compile(
+_LINE = re.compile(
     r"^(?:\((?P<proc>[^)]*?)\s*pid=(?P<pid>\d+)\)\s+)?"
-    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+[\d:.]+\s+"
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<ts>\d\d-\d\d\s+[\d:.]+)\s+"
     r"\[(?P<src>[^\]]+)\]\s?(?P<msg>.*)$"
 )
+_CLOCK = re.compile(r"(\d\d):(\d\d):(\d\d)")
 
-_V_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("version_banner", re.compile(r"version (\d+\.\d+\.\d+\S*)")),
-    ("version_api", re.compile(r"vLLM API server version (\S+)")),
-    (
-        "engine_config",
+
+def _seconds(ts: str) -> float | None:
+    """``05-12 11:00:05`` -> seconds of the day (vLLM prints no year; fractions dropped)."""
+    m = _CLOCK.search(ts)
+    return None if m is None else float(int(m[1]) * 3600 + int(m[2]) * 60 + int(m[3]))
+
+
+def _int(text: str) -> int:
+    return int(num(text))
+
+
+# ---- what the lines that need more than one field say -------------------------------------
+
+
+def _banner_version(hit: re.Match[str], r: LogRead) -> None:
+    if "█" in r.line and r.facts.version is None:  # the ASCII-art banner, not any "version"
+        r.facts.version = hit[1]
+
+
+def _engine_config(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.v1 = bool(hit[1]) or r.facts.v1
+    r.facts.version = r.facts.version or hit[2].lstrip("v")
+    _apply_engine_config(hit[3], r.line, r.facts)
+
+
+def _non_default(hit: re.Match[str], r: LogRead) -> None:
+    parsed = parse_config_repr(hit[1])
+    if not isinstance(parsed, dict):
+        return
+    r.facts.non_default_args = parsed
+    r.quote("non_default", shorten(r.line, "non-default args"))
+    if parsed.get("enable_expert_parallel"):
+        r.facts.expert_parallel = True
+    if parsed.get("enforce_eager"):
+        r.facts.enforce_eager = True
+        r.quote("eager")
+
+
+def _attention(hit: re.Match[str], r: LogRead) -> None:
+    name = hit[1]
+    if name.upper() in ("KV", "MOE") or "MoE" in r.line:  # a KV-cache or MoE "backend"
+        return
+    r.facts.attention_backend = name
+    r.facts.mla = "MLA" in name.upper() or r.facts.mla
+    r.quote("attention")
+
+
+def _linear_kernel(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.linear_kernel = f"{hit[2]} -> {hit[1]}"
+    r.facts.quant_scheme = r.facts.quant_scheme or hit[2]
+
+
+def _moe_backend(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.moe_backend = (hit[1] or hit[2] or "").replace("'", "").strip()
+
+
+def _custom_allreduce(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.custom_allreduce_disabled = True
+    r.facts.custom_allreduce_reason = hit[1].strip().rstrip(".")
+
+
+def _model_load(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.model_memory_gib = num(hit[1])
+    r.facts.model_load_s = num(hit[2])
+
+
+def _max_concurrency(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.max_concurrency_tokens_per_request = _int(hit[1])
+    r.facts.max_concurrency = num(hit[2])
+
+
+def _graphs(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.graph_capture_s = num(hit[1])
+    if hit[2]:
+        r.facts.graph_capture_gib = num(hit[2])
+
+
+def _compile_hit(hit: re.Match[str], r: LogRead) -> None:
+    if r.facts.compile_cache_hit is None:  # a miss anywhere wins
+        r.facts.compile_cache_hit = True
+
+
+def _init(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.init_engine_s = num(hit[1])
+    comp = re.search(r"\(compilation: " + NUM + " s", r.line)  # vLLM >= 0.2x
+    if comp and r.facts.torch_compile_s is None:
+        r.facts.torch_compile_s = num(comp.group(1))
+
+
+def _partial_cudagraphs(hit: re.Match[str], r: LogRead) -> None:
+    to = re.search(r"setting cudagraph_mode=(\w+)", r.line)
+    if to:
+        r.facts.cudagraph_downgrade = to.group(1)
+
+
+def _spec_decode(hit: re.Match[str], r: LogRead) -> None:
+    r.facts.spec_mean_acceptance = float(hit[1])
+    r.facts.spec_acceptance_rate_pct = None if hit[2] == "nan" else float(hit[2])
+
+
+def _csv(text: str) -> list[str]:
+    return [f.strip() for f in text.split(",") if f.strip()]
+
+
+_RULES = (
+    Rule(re.compile(r"version (\d+\.\d+\.\d+\S*)"), apply=_banner_version),
+    Rule(re.compile(r"vLLM API server version (\S+)"), field="version", first_only=True),
+    Rule(
         re.compile(r"Initializing a (V1 )?LLM engine \(v?([^)]+)\) with config: (.*)$"),
+        apply=_engine_config,
     ),
-    ("non_default", re.compile(r"non-default args: (\{.*\})\s*$")),
-    ("platform", re.compile(r"Automatically detected platform (\w+)")),
-    ("arch", re.compile(r"Resolved architecture: (\S+)")),
-    ("max_len", re.compile(r"Using max model len (\d+)")),
-    (
-        "attn",
+    Rule(re.compile(r"non-default args: (\{.*\})\s*$"), apply=_non_default),
+    Rule(re.compile(r"Automatically detected platform (\w+)"), field="device", convert=str.lower),
+    Rule(re.compile(r"Resolved architecture: (\S+)"), field="architecture"),
+    Rule(re.compile(r"Using max model len (\d+)"), field="max_model_len", convert=int),
+    Rule(
         re.compile(
             r"Using (?:AttentionBackendEnum\.|_Backend\.)?([A-Z][A-Za-z0-9_]*(?: [A-Z][A-Za-z0-9_]*)*)"
             r" (?:attention )?backend(?: on V1 engine)?(?: out of potential backends.*)?\.?\s*$"
         ),
+        apply=_attention,
     ),
-    (
-        "linear_kernel",
+    Rule(
         re.compile(r"(?:Using|Selected) (\w+Kernel) for ([\w-]+)(?: (?:GEMM|linear))?"),
+        apply=_linear_kernel,
+        evidence="linear_kernel",
     ),
-    ("wo_fallback", re.compile(r"does not have native support for (FP4|FP8) computation")),
-    (
-        "ar_fusion_off",
+    Rule(
+        re.compile(r"does not have native support for (FP4|FP8) computation"),
+        field="weight_only_fallback",
+        evidence="weight_only_fallback",
+    ),
+    Rule(
         re.compile(
             r"AllReduce fusion pass is disabled\.|Flashinfer allreduce fusion is not supported"
             r"|Flashinfer is not installed or comm module not found, skipping allreduce fusion"
         ),
+        evidence="allreduce_fusion_off",
     ),
-    ("emulation", re.compile(r"NVFP4 linear falling back to the slow and unoptimized emulation")),
-    (
-        "spec",
+    Rule(
+        re.compile(r"NVFP4 linear falling back to the slow and unoptimized emulation"),
+        evidence="quant_emulation",
+    ),
+    Rule(
         re.compile(
             r"SpecDecoding metrics: Mean acceptance length: ([\d.]+).*?"
             r"Avg Draft acceptance rate: ([\d.]+|nan)%"
         ),
+        apply=_spec_decode,
+        evidence="spec_decode",
     ),
-    ("moe_method", re.compile(r"Using (\w+MoE\w*Method)\b")),
-    (
-        "moe_backend",
+    Rule(re.compile(r"Using (\w+MoE\w*Method)\b"), field="moe_kernel", evidence="linear_kernel"),
+    Rule(
         re.compile(r"Using ([\w' -]+?) (?:MoE backend|backend for MoE)|MoE backend: (\S+)"),
+        apply=_moe_backend,
+        evidence="moe",
     ),
-    ("default_moe", re.compile(r"Using default MoE config\. Performance might be sub-optimal")),
-    (
-        "custom_ar",
+    Rule(
+        re.compile(r"Using default MoE config\. Performance might be sub-optimal"),
+        evidence="default_moe_config",
+    ),
+    Rule(
         re.compile(r"Custom allreduce is disabled(?: because| due to)? (.*?)(?:\. To silence.*)?$"),
+        apply=_custom_allreduce,
+        evidence="custom_allreduce",
     ),
-    ("nccl", re.compile(r"vLLM is using nccl==(\S+)|NCCL version (\d+\.\d+\.\d+)")),
-    ("weights", re.compile(r"Loading weights took " + NUM + r" s")),
-    (
-        "model_load",
+    Rule(
+        re.compile(r"vLLM is using nccl==(\S+)|NCCL version (\d+\.\d+\.\d+)"), field="nccl_version"
+    ),
+    Rule(
+        re.compile(r"Loading weights took " + NUM + r" s"),
+        field="weights_load_s",
+        convert=num,
+        evidence="load",
+    ),
+    Rule(
         re.compile(r"Model loading took " + NUM + r" ?GiB(?: memory)? and " + NUM + r" s"),
+        apply=_model_load,
+        evidence="load",
     ),
-    ("kv_tokens", re.compile(r"(?:GPU|CPU|XPU|TPU)? ?KV cache size: " + NUM + r" tokens")),
-    (
-        "max_conc",
+    Rule(
+        re.compile(r"(?:GPU|CPU|XPU|TPU)? ?KV cache size: " + NUM + r" tokens"),
+        field="kv_cache_tokens",
+        convert=_int,
+        evidence="kv",
+    ),
+    Rule(
         re.compile(r"Maximum concurrency for " + NUM + r" tokens per request: " + NUM + r"x"),
+        apply=_max_concurrency,
+        evidence="kv",
     ),
-    (
-        "kv_mem",
+    Rule(
         re.compile(
             r"Available KV cache memory: "
             + NUM
@@ -108,196 +232,75 @@ _V_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             + NUM
             + r"(?:/[\d.]+\)?)? GiB for KV cache"
         ),
+        field="kv_cache_memory_gib",
+        convert=num,
+        evidence="kv",
     ),
-    (
-        "graph",
+    Rule(
         re.compile(r"Graph capturing finished in " + NUM + r" secs?(?:, took " + NUM + r" GiB)?"),
+        apply=_graphs,
+        evidence="graphs",
     ),
-    ("compile_total", re.compile(r"torch\.compile t(?:akes|ook) " + NUM + r" s in total")),
-    (
-        "compile_hit",
+    Rule(
+        re.compile(r"torch\.compile t(?:akes|ook) " + NUM + r" s in total"),
+        field="torch_compile_s",
+        convert=num,
+        evidence="compile_cache",
+    ),
+    Rule(
         re.compile(
             r"Directly load (?:the compiled graph|AOT compil)|loaded? (?:the )?compiled (?:graph|function).* from (?:the )?cache|Loaded AOT compiled"
         ),
+        apply=_compile_hit,
+        evidence="compile_cache",
     ),
-    (
-        "compile_miss",
+    Rule(
         re.compile(
             r"Compiling a graph for|Compiling model again due to a load failure|saved AOT compiled function|Cache the graph .* for later use"
         ),
+        field="compile_cache_hit",
+        value=False,
+        evidence="compile_cache",
     ),
-    (
-        "init",
+    Rule(
         re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + NUM + r" s"),
+        apply=_init,
+        evidence="init",
     ),
-    ("fusions", re.compile(r"Enabled custom fusions: (.*)$")),
-    (
-        "eager",
+    Rule(re.compile(r"Enabled custom fusions: (.*)$"), field="enabled_fusions", convert=_csv),
+    Rule(
         re.compile(r"Enforce eager set|enforce_eager=True|CUDA graph is not supported.*eager"),
+        evidence="eager",
     ),
-    (
-        "partial_cg",
+    Rule(
         re.compile(
             r"is not supported with .*(?:PIECEWISE|piecewise)|Truncating max_cudagraph_capture_size|falling back to PIECEWISE|downgrad\w* .*cudagraph",
             re.I,
         ),
+        apply=_partial_cudagraphs,
+        evidence="partial_cudagraphs",
     ),
-    (
-        "fp8_kv",
+    Rule(
         re.compile(
             r"(?:fp8|FP8)[\w ]*(?:kv|KV)[- ]?cache[^.]*(?:not supported|unsupported|is not available)|does not support (?:the )?(?:fp8|FP8)[\w ]*(?:kv|KV)",
             re.I,
         ),
+        evidence="fp8_kv_unavailable",
     ),
-    ("unknown_env", re.compile(r"Unknown vLLM environment variable detected: (\S+)")),
-    ("ready", re.compile(r"Application startup complete")),
-]
+    Rule(re.compile(r"Unknown vLLM environment variable detected: (\S+)"), evidence="unknown_env"),
+    Rule(re.compile(r"Application startup complete"), field="ready", value=True),
+)
 
-
-def _parse_vllm(lines: list[str], facts: EngineFacts) -> None:
-    first_ts = last_ts = None
-    for raw in lines:
-        m = _VLLM_LINE.match(raw)
-        msg = m.group("msg") if m else raw
-        level = m.group("level") if m else None
-        if m:
-            ts = re.search(r"\d\d-\d\d\s+(\d\d):(\d\d):(\d\d)", raw)
-            if ts:
-                secs = int(ts.group(1)) * 3600 + int(ts.group(2)) * 60 + int(ts.group(3))
-                first_ts = secs if first_ts is None else first_ts
-                last_ts = secs if not facts.ready else last_ts
-        if level == "WARNING" and len(facts.warnings) < MAX_MESSAGES:
-            if msg not in facts.warnings:
-                facts.warnings.append(msg)
-        elif level in ("ERROR", "CRITICAL") and len(facts.errors) < MAX_MESSAGES:
-            facts.errors.append(msg)
-        elif (
-            not m and re.match(r"^\w*(Error|Exception): ", raw) and len(facts.errors) < MAX_MESSAGES
-        ):
-            facts.errors.append(raw.strip())
-        for key, pattern in _V_PATTERNS:
-            hit = pattern.search(msg)
-            if hit:
-                _apply_vllm(key, hit, raw.strip(), facts)
-    if first_ts is not None and last_ts is not None and facts.ready:
-        facts.startup_s = float((last_ts - first_ts) % 86400)
-
-
-def _apply_vllm(key: str, hit: re.Match[str], line: str, facts: EngineFacts) -> None:
-    g = hit.groups()
-    if (key == "version_banner" and "█" in line and facts.version is None) or (
-        key == "version_api" and facts.version is None
-    ):
-        facts.version = g[0]
-    elif key == "engine_config":
-        facts.v1 = bool(g[0]) or facts.v1
-        facts.version = facts.version or g[1].lstrip("v")
-        _apply_engine_config(g[2], line, facts)
-    elif key == "non_default":
-        parsed = parse_config_repr(g[0])
-        if isinstance(parsed, dict):
-            facts.non_default_args = parsed
-            facts.add_evidence("non_default", shorten(line, "non-default args"))
-            if parsed.get("enable_expert_parallel"):
-                facts.expert_parallel = True
-            if parsed.get("enforce_eager"):
-                facts.enforce_eager = True
-                facts.add_evidence("eager", line)
-    elif key == "platform":
-        facts.device = g[0].lower()
-    elif key == "arch":
-        facts.architecture = g[0]
-    elif key == "max_len":
-        facts.max_model_len = int(g[0])
-    elif key == "attn":
-        name = g[0]
-        if name.upper() in ("KV", "MOE") or "MoE" in line:
-            return
-        facts.attention_backend = name
-        facts.mla = "MLA" in name.upper() or facts.mla
-        facts.add_evidence("attention", line)
-    elif key == "linear_kernel":
-        facts.linear_kernel = f"{g[1]} -> {g[0]}"
-        facts.quant_scheme = facts.quant_scheme or g[1]
-        facts.add_evidence("linear_kernel", line)
-    elif key == "moe_method":
-        facts.moe_kernel = g[0]
-        facts.add_evidence("linear_kernel", line)
-    elif key == "moe_backend":
-        facts.moe_backend = (g[0] or g[1] or "").replace("'", "").strip()
-        facts.add_evidence("moe", line)
-    elif key == "default_moe":
-        facts.add_evidence("default_moe_config", line)
-    elif key == "custom_ar":
-        facts.custom_allreduce_disabled = True
-        facts.custom_allreduce_reason = g[0].strip().rstrip(".")
-        facts.add_evidence("custom_allreduce", line)
-    elif key == "nccl":
-        facts.nccl_version = g[0] or g[1]
-    elif key == "weights":
-        facts.weights_load_s = num(g[0])
-        facts.add_evidence("load", line)
-    elif key == "model_load":
-        facts.model_memory_gib = num(g[0])
-        facts.model_load_s = num(g[1])
-        facts.add_evidence("load", line)
-    elif key == "kv_tokens":
-        facts.kv_cache_tokens = int(num(g[0]))
-        facts.add_evidence("kv", line)
-    elif key == "max_conc":
-        facts.max_concurrency_tokens_per_request = int(num(g[0]))
-        facts.max_concurrency = num(g[1])
-        facts.add_evidence("kv", line)
-    elif key == "kv_mem":
-        facts.kv_cache_memory_gib = num(g[0] or g[1])
-        facts.add_evidence("kv", line)
-    elif key == "graph":
-        facts.graph_capture_s = num(g[0])
-        if g[1]:
-            facts.graph_capture_gib = num(g[1])
-        facts.add_evidence("graphs", line)
-    elif key == "compile_total":
-        facts.torch_compile_s = num(g[0])
-        facts.add_evidence("compile_cache", line)
-    elif key == "compile_hit":
-        if facts.compile_cache_hit is None:
-            facts.compile_cache_hit = True
-        facts.add_evidence("compile_cache", line)
-    elif key == "compile_miss":
-        facts.compile_cache_hit = False
-        facts.add_evidence("compile_cache", line)
-    elif key == "init":
-        facts.init_engine_s = num(g[0])
-        comp = re.search(r"\(compilation: " + NUM + " s", line)  # vLLM >= 0.2x
-        if comp and facts.torch_compile_s is None:
-            facts.torch_compile_s = num(comp.group(1))
-        facts.add_evidence("init", line)
-    elif key == "fusions":
-        facts.enabled_fusions = [f.strip() for f in g[0].split(",") if f.strip()]
-    elif key == "eager":
-        facts.add_evidence("eager", line)
-    elif key == "partial_cg":
-        to = re.search(r"setting cudagraph_mode=(\w+)", line)
-        if to:
-            facts.cudagraph_downgrade = to.group(1)
-        facts.add_evidence("partial_cudagraphs", line)
-    elif key == "wo_fallback":
-        facts.weight_only_fallback = g[0]
-        facts.add_evidence("weight_only_fallback", line)
-    elif key == "ar_fusion_off":
-        facts.add_evidence("allreduce_fusion_off", line)
-    elif key == "emulation":
-        facts.add_evidence("quant_emulation", line)
-    elif key == "spec":
-        facts.spec_mean_acceptance = float(g[0])
-        facts.spec_acceptance_rate_pct = None if g[1] == "nan" else float(g[1])
-        facts.add_evidence("spec_decode", line)
-    elif key == "fp8_kv":
-        facts.add_evidence("fp8_kv_unavailable", line)
-    elif key == "unknown_env":
-        facts.add_evidence("unknown_env", line)
-    elif key == "ready":
-        facts.ready = True
+#: vLLM's start-up log: levelled lines (ERROR/CRITICAL, WARNING), tracebacks' last lines as
+#: errors, start-up time from the first timestamp to "Application startup complete"
+VLLM_LOG = LogGrammar(
+    rules=_RULES,
+    line=_LINE,
+    levels={"WARNING": "warning", "ERROR": "error", "CRITICAL": "error"},
+    error=re.compile(r"^\w*(Error|Exception): "),
+    timestamp=_seconds,
+    day_clock=True,
+)
 
 
 def _apply_engine_config(text: str, line: str, facts: EngineFacts) -> None:

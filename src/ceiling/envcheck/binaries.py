@@ -44,7 +44,7 @@ class ArchList(BaseModel):
 
 def needed_libraries(path: str | Path) -> list[str]:
     """The ELF's ``DT_NEEDED`` entries (``libcudart.so.12``, ``libc10.so``, ...); [] if not ELF."""
-    from elftools.common.exceptions import ELFError
+    from elftools.common.exceptions import ELFError  # pyelftools: ~70 ms, only when read
     from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
 
@@ -65,7 +65,7 @@ def init_function(path: str | Path) -> str | None:
 
     The name may differ from the file's: vLLM ships ``_C_AVX2.abi3.so`` that answers to ``_C``.
     """
-    from elftools.common.exceptions import ELFError
+    from elftools.common.exceptions import ELFError  # pyelftools: ~70 ms, only when read
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
 
@@ -84,7 +84,7 @@ def init_function(path: str | Path) -> str | None:
 
 def fatbin_archs(path: str | Path) -> ArchList | None:
     """The architectures in the binary's ``.nv_fatbin`` section; None when it has none."""
-    from elftools.common.exceptions import ELFError
+    from elftools.common.exceptions import ELFError  # pyelftools: ~70 ms, only when read
     from elftools.elf.elffile import ELFFile
 
     try:

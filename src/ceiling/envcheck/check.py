@@ -20,24 +20,28 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
+from packaging.utils import canonicalize_name
 
+from ceiling.console import Progress
+from ceiling.engines import all_engines, get_engine
+from ceiling.engines.base import cache_dir
+from ceiling.engines.variant import Variant
 from ceiling.envcheck import cuda, extensions, host
 from ceiling.envcheck.models import EnvProblem, EnvReport, Inventory
 from ceiling.envcheck.requirements import check_requirements, pip_cmd
 from ceiling.errors import CeilingError
+from ceiling.spec._data import load_yaml
 
-_DATA = Path(__file__).resolve().parents[1] / "data" / "env.yaml"
 
-
-@cache
 def env_data() -> dict[str, Any]:
-    return yaml.safe_load(_DATA.read_text(encoding="utf-8"))
+    data: dict[str, Any] = load_yaml("env.yaml")
+    return data
 
 
 def read_inventory(python: str, timeout_s: float = 60.0) -> Inventory:
@@ -67,10 +71,6 @@ def read_inventory(python: str, timeout_s: float = 60.0) -> Inventory:
 
 
 def _engines(inv: Inventory) -> list[Any]:
-    from packaging.utils import canonicalize_name
-
-    from ceiling.engines import all_engines
-
     names = {canonicalize_name(d.name) for d in inv.dists}
     return [e for e in all_engines() if any(canonicalize_name(n) in names for n in e.dist_names)]
 
@@ -93,8 +93,6 @@ def check_environment(
 
 def check_python(python: str, use_cache: bool = True) -> EnvReport:
     """Steps 1-4: the environment of ``python`` and the GPU stack it meets on this host."""
-    from ceiling.engines.base import cache_dir
-
     data = env_data()
     inv = read_inventory(python)
     torch_facts = inv.torch or {}
@@ -211,64 +209,25 @@ def check_for_preflight(
     return summary, found
 
 
-def run_env(
+def env_report(
     python: str | None,
     tp: int,
     shm_root: Path,
     refresh: bool,
-    json_out: bool,
     engine: str | None = None,
-) -> int:
-    """``ceiling env``: print the report; exit 1 when any problem is an error."""
-    from rich.markup import escape
-
-    from ceiling.console import console, emit_json, out
-
-    if python is None:
-        python = _default_python(engine)
-    if json_out:
-        report = check_environment(python, tp=tp, shm_root=shm_root, use_cache=not refresh)
-        emit_json(report.summary())
-        return 0 if report.ok else 1
-    with console().status(f"checking {python}"):
-        report = check_environment(python, tp=tp, shm_root=shm_root, use_cache=not refresh)
-    o = out()
-    verdict = "[green]ok[/green]" if report.ok else "[red]FAIL[/red]"
-    torch = f"torch {report.torch_version}" if report.torch_version else "no torch"
-    if report.torch_cuda:
-        torch += f" (CUDA {report.torch_cuda})"
-    engines = ", ".join(report.engines) or "no engine"
-    o.print(
-        f"{verdict} {escape(report.python)}: Python {report.python_version}, {torch}, {engines}; "
-        f"{report.dists_checked} distributions, {report.binaries_checked} binaries "
-        f"({'cached' if report.binaries_cached else 'loaded'}), TP={report.tp}, "
-        f"{report.elapsed_s:.2f} s",
-        soft_wrap=True,
-    )
-    if report.driver.version or report.gpus:
-        gpus = ", ".join(f"{g.name} (sm_{g.capability})" for g in report.gpus) or "no GPU"
-        o.print(f"   driver {report.driver.version} (CUDA {report.driver.cuda}); {gpus}")
-    for note in report.notes:
-        o.print(f"   note: {escape(note)}", soft_wrap=True)
-    for p in report.problems:
-        colour = {"error": "red", "warning": "yellow", "info": "cyan"}[p.level]
-        o.print(f"   [{colour}]{p.level}[/{colour}] {escape(p.what)}", soft_wrap=True)
-        for ev in p.evidence:
-            o.print(f"      evidence: {escape(ev)}", soft_wrap=True)
-        if p.fix:
-            o.print(f"      fix: {escape(p.fix)}", soft_wrap=True)
-    return 0 if report.ok else 1
+    progress: bool = True,
+) -> EnvReport:
+    """``ceiling env``: the report on ``python`` (default: ``engine``'s environment, as launch
+    finds it, else this Python); ``report.ok`` is False when any problem is an error."""
+    python = python or _default_python(engine)
+    with Progress(f"checking {python}", enabled=progress):
+        return check_environment(python, tp=tp, shm_root=shm_root, use_cache=not refresh)
 
 
 def _default_python(engine: str | None) -> str:
     """``--engine NAME``: that engine's environment (as launch finds it); else this Python."""
-    import sys
-
     if engine is None:
         return sys.executable
-    from ceiling.engines import get_engine
-    from ceiling.engines.variant import Variant
-
     adapter = get_engine(engine)
     install = adapter.locate(Variant(name="env", engine=adapter.name, model="-"))
     if install.python is None:

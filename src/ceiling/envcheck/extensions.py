@@ -24,17 +24,14 @@ import json
 import os
 import re
 import subprocess
-from functools import cache
 from pathlib import Path
-
-import yaml
 
 from ceiling.envcheck.binaries import init_function
 from ceiling.envcheck.models import EnvProblem, Inventory, LoadResult, TorchRuntime
 from ceiling.envcheck.requirements import pip_cmd
+from ceiling.spec._data import load_yaml
 
 PROBE = Path(__file__).parent / "data" / "probe_env.py"
-_RULES = Path(__file__).parent / "data" / "load_errors.yaml"
 _LOADER_VARS = ("LD_LIBRARY_PATH", "LD_PRELOAD")
 LOAD_FORMAT = 2  # raise when the choice of binaries or the retry rule changes
 # the dynamic loader's own refusals do not depend on what else the process loaded: not retried
@@ -43,9 +40,9 @@ _LOADER_FAILURE = re.compile(
 )
 
 
-@cache
 def _rules() -> list[dict[str, str]]:
-    return yaml.safe_load(_RULES.read_text(encoding="utf-8"))["rules"]
+    rules: list[dict[str, str]] = load_yaml("load_errors.yaml", folder="envcheck/data")["rules"]
+    return rules
 
 
 def candidates(inv: Inventory) -> list[tuple[str, str, str]]:

@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 from ceiling.envcheck.models import EnvProblem
+from ceiling.run.shm import scan
 
 MiB = 1 << 20
 
@@ -104,8 +105,6 @@ def check_shm(
             )
         )
     if need and free < need and total >= need:
-        from ceiling.run.shm import scan
-
         stale = [seg for seg in scan(root).segments if seg.stale]
         stale_mib = sum(seg.size_bytes for seg in stale) / MiB
         problems.append(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 SCHEMA_VERSION = 1
 
@@ -98,11 +98,11 @@ class EnvReport(BaseModel):
     notes: list[str] = Field(default_factory=list)
     elapsed_s: float = 0.0
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def ok(self) -> bool:
         return not any(p.level == "error" for p in self.problems)
 
     def summary(self) -> dict[str, object]:
-        data = self.model_dump(mode="json")
-        data["ok"] = self.ok
-        return data
+        """The report as JSON data (``ok`` included)."""
+        return self.model_dump(mode="json")

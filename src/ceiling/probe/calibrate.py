@@ -21,25 +21,22 @@ import statistics
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
+from ceiling.probe.topology import catalog_gpu, cpu_info
+from ceiling.spec._data import load_yaml
 from ceiling.spec.profile import HardwareProfile
 
 SCHEMA_VERSION = 1
 TORCH_FIX = "install PyTorch: pip install 'ceiling[torch]' (or a CUDA build on a GPU machine)"
 
 
-@cache
 def settings() -> dict[str, Any]:
-    import yaml
-
-    path = Path(__file__).resolve().parents[1] / "data" / "calibrate.yaml"
-    return yaml.safe_load(path.read_text())
+    result: dict[str, Any] = load_yaml("calibrate.yaml")
+    return result
 
 
 class CalibrateConfig(BaseModel):
@@ -100,7 +97,7 @@ class CalibrateResult(BaseModel):
 
 def _import_torch() -> Any:
     try:
-        import torch
+        import torch  # heavy and optional (the [torch] extra): only calibrate needs it
     except ImportError as exc:
         raise CeilingError(
             "calibrate needs PyTorch, which is not installed", fix=TORCH_FIX
@@ -379,15 +376,11 @@ def _launch(torch: Any, dev: Any, cuda: bool, n: int) -> tuple[float, float | No
 
 
 def _cpu_name() -> str:
-    from ceiling.probe.topology import cpu_info
-
     return f"CPU: {cpu_info().model or 'unknown'}"
 
 
 def to_profile(result: CalibrateResult) -> HardwareProfile:
     """The calibrated part of a hardware profile."""
-    from ceiling.probe.topology import catalog_gpu
-
     cpu = result.device == "cpu"
     notes = list(result.notes)
     notes += [f"gemv {k} not measured: {v}" for k, v in result.skipped.items()]

@@ -32,7 +32,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
+from ceiling.predict.api import PredictRequest, _setup
+from ceiling.predict.ops import build_ops
 from ceiling.probe.calibrate import _graphed, _import_torch, _Timer
+from ceiling.probe.topology import catalog_gpu
 from ceiling.spec.profile import HardwareProfile, OpFit
 
 SCHEMA_VERSION = 1
@@ -74,9 +77,6 @@ class OpsResult(BaseModel):
 
 def _shapes(models: list[str], tp: int) -> dict[str, Any]:
     """Decode shapes per family from the models' op lists (one TP rank)."""
-    from ceiling.predict.api import PredictRequest, _setup
-    from ceiling.predict.ops import build_ops
-
     gemm: set[tuple[int, int]] = set()
     moe: set[tuple[int, int, int, int]] = set()
     gqa: set[tuple[int, int, int]] = set()
@@ -330,8 +330,6 @@ def _line(pts: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def to_profile_ops(res: OpsResult) -> HardwareProfile:
-    from ceiling.probe.topology import catalog_gpu
-
     cpu = res.device == "cpu"
     return HardwareProfile(
         machine=f"{res.host} ({res.device_name}), {res.created[:10]}"

@@ -1,16 +1,47 @@
-"""The probe group's commands as library functions: run, save files, print or emit JSON.
+"""The probe group's commands as library functions: check the outputs, measure, save files.
 
-The CLI module parses options and calls exactly one of these; tests call them directly too.
+Each returns a typed result; the CLI module parses options, calls one of these and hands the
+result to ``ceiling.render.probe``. Tests call them directly too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ceiling.console import console, dumps, emit_json
+from pydantic import BaseModel, Field
+
+from ceiling.console import Bars, Progress, dumps, say
 from ceiling.errors import CeilingError
 from ceiling.inputs import check_out_file
+from ceiling.probe.calibrate import CalibrateConfig, CalibrateResult, run_calibrate
+from ceiling.probe.calibrate import to_profile as calibrate_profile
+from ceiling.probe.calibrate_ops import OpsConfig, OpsResult, run_ops, to_profile_ops
+from ceiling.probe.commbench import CommbenchConfig, CommbenchResult, run_commbench
+from ceiling.probe.commbench import to_profile as commbench_profile
+from ceiling.probe.telemetry import TelemetrySeries, record
+from ceiling.probe.topology import probe
+from ceiling.probe.topology_model import Topology
+from ceiling.spec.hardware import load_gpu
+from ceiling.spec.profile import HardwareProfile, load_profile, save_profile
+
+
+class TelemetryRun(BaseModel):
+    """``ceiling telemetry``: the per-GPU summary and every sample."""
+
+    summary: dict[str, Any]
+    series: TelemetrySeries
+
+
+class CalibrateRun(BaseModel):
+    """``ceiling calibrate``: the measurements, the per-op ones (``--ops``), the profile."""
+
+    result: CalibrateResult
+    ops: OpsResult | None = None
+    profile: HardwareProfile
+    # the catalog GPU's HBM bandwidth (the share of it measured is shown; not in the JSON)
+    datasheet_GBps: float | None = Field(None, exclude=True)
 
 
 def _check_outputs(**paths: Path | None) -> None:
@@ -23,29 +54,19 @@ def _write(path: Path | None, obj: Any) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dumps(obj) + "\n")
-        console().print(f"wrote {path}")
+        say(f"wrote {path}")
 
 
-def probe_command(as_json: bool, out: Path | None) -> int:
-    from ceiling.probe import render
-    from ceiling.probe.topology import probe
-
+def probe_to(out: Path | None) -> Topology:
+    """``ceiling probe``: the topology (``out``: also saved)."""
     _check_outputs(out=out)
     topo = probe()
     _write(out, topo)
-    if as_json:
-        emit_json(topo)
-    else:
-        render.topology(topo)
-    return 0
+    return topo
 
 
-def telemetry_command(
-    duration_s: float, interval_ms: float, as_json: bool, out: Path | None
-) -> int:
-    from ceiling.probe import render
-    from ceiling.probe.telemetry import record
-
+def telemetry_to(duration_s: float, interval_ms: float, out: Path | None) -> TelemetryRun:
+    """``ceiling telemetry``: sample NVML for ``duration_s`` (``out``: also saved)."""
     if not duration_s > 0 or duration_s == float("inf"):
         raise CeilingError(f"--duration {duration_s:g} is not a positive time", fix="--duration 10")
     if not 10 <= interval_ms <= 1000:
@@ -57,59 +78,41 @@ def telemetry_command(
             f"no telemetry: {series.reason}",
             fix="run on a machine with an NVIDIA driver and `pip install 'ceiling[gpu]'`",
         )
-    summary = series.summary(label="the sampled window")
-    _write(out, {"summary": summary, "series": series})
-    if as_json:
-        emit_json({"summary": summary, "series": series})
-    else:
-        render.telemetry(summary)
-    return 0
+    run = TelemetryRun(summary=series.summary(label="the sampled window"), series=series)
+    _write(out, run)
+    return run
 
 
-def commbench_command(
-    cfg: Any, as_json: bool, out: Path | None, results: Path | None, merge: Path | None
-) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from ceiling.probe import render
-    from ceiling.probe.commbench import run_commbench, to_profile
-    from ceiling.spec.profile import load_profile, save_profile
-
+def commbench_to(
+    cfg: CommbenchConfig, out: Path | None, results: Path | None, merge: Path | None
+) -> CommbenchResult:
+    """``ceiling commbench``: every variant and world size; the result (``results``) and the
+    profile (``out``, merged into ``merge``) are saved after each variant, so an interrupted
+    run keeps what it measured."""
     _check_outputs(out=out, results=results)
     base = load_profile(merge) if merge else None
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console(),
-        transient=True,
-    ) as prog:
-        tasks: dict[str, Any] = {}
 
-        def on_progress(label: str, done: int, total: int) -> None:
-            if label not in tasks:
-                tasks[label] = prog.add_task(f"allreduce {label}", total=total)
-            prog.update(tasks[label], completed=done)
+    def checkpoint(partial: CommbenchResult, final: bool = False) -> None:
+        if results is not None:
+            results.parent.mkdir(parents=True, exist_ok=True)
+            results.write_text(dumps(partial) + "\n")
+        if out is not None:
+            prof = commbench_profile(partial)
+            save_profile(base.merge(prof) if base is not None else prof, out)
+        if final:
+            for p in (results, out):
+                if p is not None:
+                    say(f"wrote {p}")
 
-        def checkpoint(partial: Any, final: bool = False) -> None:
-            if results is not None:
-                results.parent.mkdir(parents=True, exist_ok=True)
-                results.write_text(dumps(partial) + "\n")
-            if out is not None:
-                prof = to_profile(partial)
-                save_profile(base.merge(prof) if base is not None else prof, out)
-            if final:
-                for p in (results, out):
-                    if p is not None:
-                        console().print(f"wrote {p}")
-
-        res = run_commbench(cfg, on_progress, checkpoint)
+    with Bars("allreduce") as bars:
+        res = run_commbench(cfg, bars.update, checkpoint)
     checkpoint(res, final=True)
-    if as_json:
-        emit_json(res)
-    else:
-        render.commbench(res)
+    return res
+
+
+def commbench_exit(res: CommbenchResult) -> int:
+    """The exit code of a commbench run: CeilingError when every run failed or a sum was
+    wrong; 1 when some runs failed."""
     failed = [r.error for r in res.runs if r.error]
     if failed and len(failed) == len(res.runs):
         raise CeilingError(
@@ -129,53 +132,44 @@ def _nccl_fix(error: str) -> str:
     return "read the quoted rank log lines; NCCL_DEBUG=INFO in --env shows NCCL's own view"
 
 
-def calibrate_command(
-    cfg: Any,
-    as_json: bool,
+def calibrate_to(
+    cfg: CalibrateConfig,
     out: Path | None,
     results: Path | None,
     merge: Path | None,
-    ops_cfg: Any = None,
-) -> int:
-    from ceiling.probe import render
-    from ceiling.probe.calibrate import run_calibrate, to_profile
-    from ceiling.spec.profile import load_profile, save_profile
-
+    ops_cfg: OpsConfig | None = None,
+) -> CalibrateRun:
+    """``ceiling calibrate``: measure, fit, save the result (``results``) and the profile
+    (``out``, merged into ``merge``)."""
     _check_outputs(out=out, results=results)
     base = load_profile(merge) if merge else None
     ops_res = None
-    with console().status("calibrating") as status:
-        res = run_calibrate(cfg, lambda msg: status.update(f"calibrate: {msg}"))
+    with Progress("calibrating") as shown:
+        res = run_calibrate(cfg, _status(shown, "calibrate"))
         if ops_cfg is not None:
-            from ceiling.probe.calibrate_ops import run_ops
-
-            ops_res = run_ops(ops_cfg, lambda msg: status.update(f"calibrate --ops: {msg}"))
+            ops_res = run_ops(ops_cfg, _status(shown, "calibrate --ops"))
     _write(results, res if ops_res is None else {"calibrate": res, "ops": ops_res})
-    prof = to_profile(res)
+    prof = calibrate_profile(res)
     if ops_res is not None:
-        from ceiling.probe.calibrate_ops import to_profile_ops
-
         prof = prof.merge(to_profile_ops(ops_res))
     if base is not None:
         prof = base.merge(prof)
     if out is not None:
         save_profile(prof, out)
-        console().print(f"wrote profile {out}")
-    if as_json:
-        emit_json({"result": res, "ops": ops_res, "profile": prof})
-    else:
-        render.calibrate(res, _datasheet_bw(prof.gpu))
-        if ops_res is not None:
-            render.calibrate_ops(ops_res)
-    return 0
+        say(f"wrote profile {out}")
+    return CalibrateRun(
+        result=res, ops=ops_res, profile=prof, datasheet_GBps=_datasheet_bw(prof.gpu)
+    )
+
+
+def _status(shown: Progress, what: str) -> Callable[[str], None]:
+    return lambda msg: shown.update(f"{what}: {msg}")
 
 
 def _datasheet_bw(gpu: str | None) -> float | None:
     if not gpu:
         return None
     try:
-        from ceiling.spec.hardware import load_gpu
-
         return load_gpu(gpu).mem_bw_GBps
-    except Exception:
+    except CeilingError:  # a measured GPU the catalog does not know: no share to show
         return None

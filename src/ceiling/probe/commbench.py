@@ -17,7 +17,6 @@ import sys
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,6 +31,9 @@ from ceiling.probe.fit import (
     interp_latency,
 )
 from ceiling.probe.ranks import run_ranks
+from ceiling.probe.topology import probe
+from ceiling.spec._data import load_yaml
+from ceiling.spec.model import load_model
 from ceiling.spec.profile import CollectiveFit, HardwareProfile
 
 SCHEMA_VERSION = 1
@@ -41,13 +43,10 @@ TORCH_FIX = (
 )
 
 
-@cache
 def presets() -> dict[str, Any]:
     """data/commbench.yaml: variants, groups, always-set environment, reference hidden sizes."""
-    import yaml
-
-    path = Path(__file__).resolve().parents[1] / "data" / "commbench.yaml"
-    return yaml.safe_load(path.read_text())
+    result: dict[str, Any] = load_yaml("commbench.yaml")
+    return result
 
 
 def resolve_variants(names: list[str], custom: list[str]) -> list[tuple[str, dict[str, str]]]:
@@ -172,8 +171,6 @@ class CommbenchResult(BaseModel):
 
 def model_dims(name: str) -> tuple[str, int, int]:
     """(name, hidden, layers) of a catalog model or a config.json path / model directory."""
-    from ceiling.spec.model import load_model
-
     spec = load_model(name)
     return spec.name, int(spec.hidden), int(spec.num_layers)
 
@@ -256,8 +253,6 @@ def run_commbench(
     marks = decode_marks(ref, cfg.batch if cfg.model else [1])
     sizes.update(s for s in marks if cfg.sizes and min(cfg.sizes) <= s <= max(cfg.sizes))
     size_list = sorted(sizes)
-
-    from ceiling.probe.topology import probe
 
     topo = probe()
     result = CommbenchResult(

@@ -23,13 +23,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from ceiling.probe.rankstage import arm, stage
+
 
 def main(spec_path: str) -> int:
-    from ceiling.probe.rankstage import arm, stage
-
     arm()  # a rank stopped for its time limit leaves its stacks in its log
     stage("import torch")
-    import torch
+    import torch  # heavy and optional: imported once the rank is armed, its time is staged
     import torch.distributed as dist
 
     spec = json.loads(Path(spec_path).read_text())

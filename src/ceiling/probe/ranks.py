@@ -30,6 +30,7 @@ from functools import cache
 from pathlib import Path
 
 from ceiling.probe.rankstage import DUMP_SIGNAL, PREFIX
+from ceiling.spec._data import load_yaml
 
 #: variables of ours that reach the ranks although they start with NCCL_: they change what
 #: NCCL prints, not what it does
@@ -40,10 +41,7 @@ LAST_WORDS = 40
 @cache
 def always_env() -> dict[str, str]:
     """NVLink multicast off in every process we start (data/commbench.yaml, device README)."""
-    import yaml
-
-    path = Path(__file__).resolve().parents[1] / "data" / "commbench.yaml"
-    return {k: str(v) for k, v in yaml.safe_load(path.read_text())["always_env"].items()}
+    return {k: str(v) for k, v in load_yaml("commbench.yaml")["always_env"].items()}
 
 
 def free_port() -> int:

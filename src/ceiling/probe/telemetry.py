@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ceiling.probe import nvml
+from ceiling.probe.topology import pcie_GBps
 
 SCHEMA_VERSION = 1
 # Share of the link's per-direction bandwidth under which traffic is "latency-bound" and over
@@ -217,8 +218,6 @@ class TelemetrySampler:
     # ------------------------------------------------------------------ internals
 
     def _setup(self) -> None:
-        from ceiling.probe.topology import pcie_GBps
-
         p, c = self._p, nvml.call
         count = c(p.nvmlDeviceGetCount, default=0)
         for i in range(count):

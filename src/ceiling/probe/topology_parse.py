@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from pathlib import Path
 from typing import Any
 
+from ceiling.errors import CeilingError
 from ceiling.probe.topology_model import CpuInfo, GpuInfo, GpuPair, Topology
+from ceiling.spec._data import load_yaml
+from ceiling.spec.hardware import list_links, load_gpu
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CONNECTION = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
@@ -55,10 +57,7 @@ _PCIE_PLACE = {
 
 @cache
 def _pcie_table() -> dict[int, dict[str, float]]:
-    import yaml
-
-    path = Path(__file__).resolve().parents[1] / "data" / "pcie.yaml"
-    data = yaml.safe_load(path.read_text())
+    data = load_yaml("pcie.yaml")
     return {int(k): v for k, v in data["generations"].items()}
 
 
@@ -76,34 +75,26 @@ def pcie_GBps(gen: int | None, width: int | None) -> float | None:
 def _catalog_links() -> frozenset[str]:
     """Link names predict's catalog knows (empty if the catalog is not available)."""
     try:
-        from ceiling.spec.hardware import list_links
-
         return frozenset(link.name for link in list_links())
-    except Exception:
+    except CeilingError:  # a broken install's catalog: no link name is known
         return frozenset()
 
 
 def catalog_gpu(raw_name: str) -> str | None:
     """The catalog name of a GPU the driver calls e.g. 'NVIDIA H200' (None if unknown)."""
-    try:
-        from ceiling.spec.hardware import load_gpu
-    except Exception:
-        return None
     words = re.sub(r"^nvidia\s+", "", raw_name.strip().lower()).replace("_", " ").split()
     for n in range(len(words), 0, -1):
         try:
             return load_gpu("-".join(words[:n])).name
-        except Exception:
+        except CeilingError:  # not a catalog name: try a shorter one
             continue
     return None
 
 
 def nvlink_kind(gpu_catalog_name: str | None) -> str:
     try:
-        from ceiling.spec.hardware import load_gpu
-
         return (load_gpu(gpu_catalog_name).nvlink if gpu_catalog_name else None) or "nvlink"
-    except Exception:
+    except CeilingError:
         return "nvlink"
 
 

@@ -14,7 +14,9 @@ Two guards, because one can fail:
 
 A group is only ever signalled while it is ours: its id is a PID that is also the session id of
 every member (we started it with ``start_new_session``), and a record's leader start time must
-match when the leader is still there (a recycled PID is never signalled).
+match when the leader is still there (a recycled PID is never signalled). Processes are read
+with psutil (its (PID, creation time) is a process's identity, as psutil itself uses it); the
+group and session ids with ``os.getpgid``/``os.getsid`` (psutil has neither).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+import psutil
+from pydantic import BaseModel, Field, model_validator
 
 from ceiling.errors import CeilingError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: start times are psutil's creation times (seconds since the epoch)
 #: Seconds between SIGTERM and SIGKILL when the watchdog or ``ceiling stop`` ends a group.
 KILL_GRACE_S = 5.0
 
@@ -47,32 +50,27 @@ def state_dir() -> Path:
     return Path(base) / "ceiling" / "servers"
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name (state is [0], ppid [1], ...)."""
+def start_time(pid: int) -> float | None:
+    """The process's creation time (psutil): with the PID, its identity."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, ValueError):
         return None
-    return text.rsplit(")", 1)[-1].split()
-
-
-def start_time(pid: int) -> int | None:
-    """The process's start time (clock ticks since boot): with the PID, its identity."""
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
 
 
 def group_members(pgid: int) -> list[int]:
     """Live PIDs whose process group AND session are ``pgid`` (the session we created);
     zombies (exited, not yet reaped) are not members."""
     members = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) != pgid or os.getsid(pid) != pgid:
+                continue
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (OSError, psutil.Error):  # gone meanwhile
             continue
-        rest = _stat_fields(int(name))
-        # state ppid pgrp session ...
-        if rest and len(rest) > 3 and rest[0] != "Z" and int(rest[2]) == pgid == int(rest[3]):
-            members.append(int(name))
+        members.append(pid)
     return members
 
 
@@ -96,16 +94,25 @@ class ServerRecord(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     pid: int = Field(description="the engine's first process = its process group and session")
-    leader_start: int | None = None
+    leader_start: float | None = None
     port: int
     host: str
     variant: str
     engine: str
     log_path: str
     owner_pid: int
-    owner_start: int | None = None
+    owner_start: float | None = None
     watchdog_pid: int | None = None
     started: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _clock_ticks_unknown(cls, data: object) -> object:
+        """A schema-1 record (an older ceiling) kept start times in clock ticks since boot:
+        not comparable, so unknown (the group/session check still guards the PID)."""
+        if isinstance(data, dict) and data.get("schema_version", 1) < 2:
+            return {**data, "leader_start": None, "owner_start": None}
+        return data
 
     @property
     def path(self) -> Path:
@@ -212,34 +219,25 @@ def stop_servers(all_servers: bool = False, grace_s: float = KILL_GRACE_S) -> li
     return done
 
 
-def run_stop(all_servers: bool = False, json_out: bool = False) -> int:
-    """``ceiling stop``: end engine servers whose ceiling is gone (``--all``: every recorded one)."""
-    from ceiling.console import emit_json, out
+class StopReport(BaseModel):
+    """``ceiling stop``: the servers it ended, and those left running (their ceiling lives)."""
 
-    recs = records()
-    running = [r for r in recs if r.owner_alive()]
+    stopped: list[Stopped]
+    left_running: list[ServerRecord]
+
+    def check(self) -> None:
+        """CeilingError (exit 1) when a stopped server left processes behind."""
+        if any(d.leftover_pids for d in self.stopped):
+            raise CeilingError(
+                "some engine processes survived SIGKILL",
+                fix="check them with ps; they may belong to another user",
+                exit_code=1,
+            )
+
+
+def stop_orphans(all_servers: bool = False) -> StopReport:
+    """``ceiling stop``: end engine servers whose ceiling is gone (``all_servers``: every
+    recorded one); CeilingError (exit 1) when some process survived SIGKILL."""
+    running = [r for r in records() if r.owner_alive()]
     done = stop_servers(all_servers=all_servers)
-    if json_out:
-        emit_json({"stopped": done, "left_running": [] if all_servers else running})
-    else:
-        o = out()
-        for d in done:
-            state = "stopped" if not d.leftover_pids else f"STILL RUNNING {d.leftover_pids}"
-            o.print(
-                f"{d.variant} (pid {d.pid}, port {d.port}): {state} "
-                f"({', '.join(d.signals) or 'already gone'})"
-            )
-        if not done:
-            o.print("no orphaned engine servers")
-        if running and not all_servers:
-            o.print(
-                f"{len(running)} server(s) belong to a running ceiling "
-                f"(pids {[r.pid for r in running]}): `ceiling stop --all` stops them too"
-            )
-    if any(d.leftover_pids for d in done):
-        raise CeilingError(
-            "some engine processes survived SIGKILL",
-            fix="check them with ps; they may belong to another user",
-            exit_code=1,
-        )
-    return 0
+    return StopReport(stopped=done, left_running=[] if all_servers else running)

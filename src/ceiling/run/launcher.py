@@ -30,19 +30,21 @@ import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
 
 from ceiling import interrupts
+from ceiling.console import Progress, say
+from ceiling.engines import get_engine
+from ceiling.engines.base import Engine
+from ceiling.engines.death import DeathCause, classify_death
+from ceiling.engines.variant import Variant
 from ceiling.errors import EXIT_ENGINE, CeilingError
 from ceiling.redact import redact_argv, redact_env
 from ceiling.run import guard
 from ceiling.run.guard import group_members as _group_members
 from ceiling.run.ports import check_port, free_port, port_in_use
-
-if TYPE_CHECKING:
-    from ceiling.engines.base import Engine
-    from ceiling.engines.death import DeathCause
-    from ceiling.engines.variant import Variant
+from ceiling.run.shm import scan
 
 __all__ = ["EngineDied", "Server", "free_port", "launch", "port_in_use", "redact_argv", "start"]
 
@@ -53,6 +55,31 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 QUICK_GRACE_S = 5.0
 #: Without a terminal, a phase line at least this often while the engine starts.
 HEARTBEAT_S = 30.0
+
+
+class ServerInfo(BaseModel):
+    """A ready server: where it answers, what it serves, where its log is."""
+
+    variant: str
+    engine: str
+    url: str
+    model: str
+    pid: int
+    port: int
+    log_path: str
+    ready_s: float | None
+    needs_api_key: bool
+    notes: list[str]
+
+
+class StopResult(BaseModel):
+    """How a server went: the signals sent, its exit code, what is left, whether its port is
+    free again."""
+
+    signals: list[str]
+    exit_code: int | None
+    leftover_pids: list[int]
+    port_free: bool
 
 
 class EngineDied(CeilingError):
@@ -181,8 +208,6 @@ class Server:
         )
 
     def death(self) -> DeathCause:
-        from ceiling.engines.death import classify_death
-
         return classify_death(self.log_lines(), self.proc.poll(), self.engine.name)
 
     def wait_ready(
@@ -193,15 +218,9 @@ class Server:
         With ``progress``, a terminal shows a live status line; without a terminal (CI, nohup,
         a log file) each new phase is printed as a line, and the current one every 30 s.
         """
-        from ceiling.console import console
-
         deadline = self.started_at + timeout_s
-        tty = progress and console().is_terminal
-        status = console().status(f"{self.variant.name}: starting") if tty else None
-        if status is not None:
-            status.start()
-        printed = ("", 0.0)  # (phase, when) of the last phase line
-        try:
+        with Progress(f"{self.variant.name}: starting", enabled=progress, lines=True,
+                      heartbeat_s=HEARTBEAT_S) as shown:  # fmt: skip
             last_http = 0.0
             while True:
                 lines, partial = self._read_new()
@@ -212,16 +231,10 @@ class Server:
                         self.phase = phase
                         # Without a terminal every phase the log went through gets its line,
                         # even when several (or the ready line) arrive in one read.
-                        if progress and status is None:
-                            console().print(self._phase_line(now), highlight=False)
-                            printed = (phase, now)
+                        shown.update(self._phase_line(now), key=phase)
                     if self.engine.ready_line and self.engine.ready_line in line:
                         self._ready_line_seen = True
-                if status is not None:
-                    status.update(self._phase_line(now))
-                elif progress and (self.phase != printed[0] or now - printed[1] >= HEARTBEAT_S):
-                    console().print(self._phase_line(now), highlight=False)  # the heartbeat
-                    printed = (self.phase, now)
+                shown.update(self._phase_line(now), key=self.phase)  # live line, or heartbeat
                 if self.proc.poll() is not None:
                     raise EngineDied(self.death(), self.log_path, self.variant.name)
                 # The endpoints are polled once a second; at once after the ready line.
@@ -240,40 +253,35 @@ class Server:
                         exit_code=EXIT_ENGINE,
                     )
                 time.sleep(0.25)
-        finally:
-            if status is not None:
-                status.stop()
 
     def _phase_line(self, now: float) -> str:
         return f"{self.variant.name}: {self.phase} ({now - self.started_at:.0f} s)"
 
-    def stop(self, grace_s: float = 20.0) -> dict[str, object]:
+    def stop(self, grace_s: float = 20.0) -> StopResult:
         """SIGTERM our process group, SIGKILL after ``grace_s``, then confirm the port is free.
 
         After an interrupt, or for a server that never became ready, the grace is at most
         QUICK_GRACE_S; a further Ctrl-C meanwhile sends SIGKILL at once. Signals cannot
         abort the teardown (``interrupts.shielded``). What happens is said on stderr.
         """
-        from ceiling.console import console
-
         with interrupts.shielded():
-            result = self._stop(grace_s, console())
+            result = self._stop(grace_s)
         if self.watchdog is not None:
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 self.watchdog.terminate()
                 self.watchdog.wait(timeout=5)
-        if not result["leftover_pids"]:
+        if not result.leftover_pids:
             guard.remove_record(self.pid)
         return result
 
-    def _stop(self, grace_s: float, con: Any) -> dict[str, object]:
+    def _stop(self, grace_s: float) -> StopResult:
         pgid = self.proc.pid
         quick = interrupts.requested() is not None or self.ready_s is None
         grace = min(grace_s, QUICK_GRACE_S) if quick else grace_s
         signalled = []
         if _group_members(pgid) or self.proc.poll() is None:
             if interrupts.requested() is not None:
-                con.print(f"stopping {self.variant.name} (pid {pgid}) ...", highlight=False)
+                say(f"stopping {self.variant.name} (pid {pgid}) ...")
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGTERM)
                 signalled.append("SIGTERM")
@@ -283,11 +291,10 @@ class Server:
             time.sleep(0.1)
         if _group_members(pgid):
             waited = grace - max(0.0, deadline - time.monotonic())
-            con.print(
+            say(
                 f"{self.variant.name} (pid {pgid}) still running {waited:.0f} s after SIGTERM"
                 + (" (starting up)" if self.ready_s is None else "")
-                + ": sending SIGKILL",
-                highlight=False,
+                + ": sending SIGKILL"
             )
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
@@ -304,27 +311,27 @@ class Server:
                 port_free = True
                 break
             time.sleep(0.2)
-        return {
-            "signals": signalled,
-            "exit_code": self.proc.returncode,
-            "leftover_pids": _group_members(pgid),
-            "port_free": port_free,
-        }
+        return StopResult(
+            signals=signalled,
+            exit_code=self.proc.returncode,
+            leftover_pids=_group_members(pgid),
+            port_free=port_free,
+        )
 
-    def info(self) -> dict[str, object]:
+    def info(self) -> ServerInfo:
         """What a caller (or --json) needs to use the server."""
-        return {
-            "variant": self.variant.name,
-            "engine": self.engine.name,
-            "url": self.url,
-            "model": self.model,
-            "pid": self.pid,
-            "port": self.port,
-            "log_path": str(self.log_path),
-            "ready_s": None if self.ready_s is None else round(self.ready_s, 2),
-            "needs_api_key": self.needs_key,
-            "notes": self.notes,
-        }
+        return ServerInfo(
+            variant=self.variant.name,
+            engine=self.engine.name,
+            url=self.url,
+            model=self.model,
+            pid=self.pid,
+            port=self.port,
+            log_path=str(self.log_path),
+            ready_s=None if self.ready_s is None else round(self.ready_s, 2),
+            needs_api_key=self.needs_key,
+            notes=self.notes,
+        )
 
 
 SHM_LOW_BYTES = 1 << 30  # heuristic: below 1 GiB free, multi-process engines and NCCL fail
@@ -339,8 +346,6 @@ def _shm_note(root: Path = Path("/dev/shm")) -> str | None:
     free = st.f_bavail * st.f_frsize
     if free >= SHM_LOW_BYTES:
         return None
-    from ceiling.run.shm import scan
-
     stale = [seg for seg in scan(root).segments if seg.stale]
     return (
         f"/dev/shm has only {free / 2**20:.0f} MiB free ({len(stale)} stale engine segment(s): "
@@ -359,8 +364,6 @@ def start(
 
     ``timeout_option`` is the option the caller's user raises when the wait times out.
     """
-    from ceiling.engines import get_engine
-
     engine = get_engine(variant.engine)
     check_port(variant.port, "port")
     model_path = variant.model_path()

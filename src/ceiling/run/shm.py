@@ -11,6 +11,11 @@ symlink (``/run/shm -> /dev/shm`` on Debian/Ubuntu), a bind mount, or seen by th
 another path (another mount namespace, a container). ``stat`` on ``/proc/PID/fd/N`` gives the
 device+inode of what the descriptor holds; ``/proc/PID/maps`` lists ``major:minor inode`` of every
 mapping. Just before unlinking, the path is re-checked: same device+inode, still unused.
+
+Why this reads /proc itself instead of psutil: psutil lists a process's open files and memory
+maps by PATH only (``Process.open_files``, ``memory_maps``), and a path is exactly what cannot
+be trusted here; the device+inode of a descriptor (``stat`` through ``/proc/PID/fd/N``) and of a
+mapping (``/proc/PID/maps``) are not in its API. psutil gives the list of processes.
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ import stat as statmod
 import time
 from pathlib import Path
 
+import psutil
 from pydantic import BaseModel, Field
+
+from ceiling.errors import CeilingError
+from ceiling.run.guard import ServerRecord, orphans
 
 SCHEMA_VERSION = 2
 # Name patterns of segments created by inference engines, NCCL, PyTorch and Python's
@@ -72,6 +81,9 @@ class ShmReport(BaseModel):
     orphaned_engines: list[int] = Field(
         default_factory=list, description="engine groups whose ceiling is gone (ceiling stop)"
     )
+    # the orphaned servers' records, and their live processes -> the server (for the listing)
+    orphans: list[ServerRecord] = Field(default_factory=list, exclude=True)
+    orphan_of: dict[int, int] = Field(default_factory=dict, exclude=True)
 
 
 def _pattern_of(name: str) -> str | None:
@@ -124,18 +136,16 @@ def holders(keys: set[Key]) -> tuple[dict[Key, list[int]], int]:
     devices = {dev for dev, _ in keys}
     unreadable = 0
     me = os.getpid()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        pid_dir = f"/proc/{name}"
+    for pid in psutil.pids():
+        pid_dir = f"/proc/{pid}"
         try:
             held = _fd_keys(pid_dir, devices) | _maps_keys(pid_dir, devices)
         except (PermissionError, FileNotFoundError, ProcessLookupError):
-            if int(name) != me and os.path.exists(pid_dir):
+            if pid != me and os.path.exists(pid_dir):
                 unreadable += 1
             continue
         for key in held & keys:
-            users.setdefault(key, []).append(int(name))
+            users.setdefault(key, []).append(pid)
     return users, unreadable
 
 
@@ -242,52 +252,15 @@ def clean(root: Path = Path("/dev/shm"), apply: bool = False) -> ShmReport:
     return report
 
 
-def run_shm(root: Path = Path("/dev/shm"), apply: bool = False, json_out: bool = False) -> int:
-    """``ceiling shm``: print the listing (and what --apply removed)."""
-    from rich.markup import escape
-
-    from ceiling.console import emit_json, out
-    from ceiling.errors import CeilingError
-
+def shm_report(root: Path = Path("/dev/shm"), apply: bool = False) -> ShmReport:
+    """``ceiling shm``: the listing (``apply``: and what was removed), with the engine servers
+    whose ceiling is gone (``ceiling stop`` ends them and frees their segments)."""
     if not root.is_dir():
         raise CeilingError(
             f"--root {root} is not a directory", fix="pass the shared-memory mount, e.g. /dev/shm"
         )
-    from ceiling.run.guard import orphans
-
     report = clean(root, apply=apply)
-    orphaned = {pid: rec for rec in orphans() for pid in rec.members()}
-    report.orphaned_engines = sorted({rec.pid for rec in orphaned.values()})
-    if json_out:
-        emit_json(report)
-        return 0
-    o = out()
-    if orphaned:
-        recs = {rec.pid: rec for rec in orphaned.values()}
-        o.print(
-            f"{len(recs)} engine server(s) outlived the ceiling that launched them "
-            f"({', '.join(f'{r.variant} pid {r.pid} port {r.port}' for r in recs.values())}): "
-            "`ceiling stop` ends them and frees their segments"
-        )
-    if not report.segments:
-        o.print(f"no engine/NCCL segments in {report.root}")
-        return 0
-    for seg in report.segments:
-        state = f"in use by pid {seg.in_use_by}" if seg.in_use_by else "stale"
-        if any(pid in orphaned for pid in seg.in_use_by):
-            state += ", an orphaned engine: `ceiling stop`"
-        mark = "removed" if seg.path in report.removed else state
-        o.print(f"{seg.size_bytes / 2**20:10.1f} MiB  {escape(seg.path)}  ({mark})")
-    stale = [s for s in report.segments if s.stale]
-    if not apply:
-        o.print(
-            f"{len(stale)} stale segment(s), {report.stale_bytes / 2**20:.1f} MiB; "
-            "dry run: `ceiling shm --apply` removes them"
-        )
-    else:
-        o.print(f"removed {len(report.removed)} segment(s)")
-        for path, why in report.failed.items():
-            o.print(f"could not remove {escape(path)}: {why}")
-    if report.unreadable_pids:
-        o.print(f"note: {report.unreadable_pids} process(es) could not be inspected")
-    return 0
+    report.orphans = orphans()
+    report.orphan_of = {pid: rec.pid for rec in report.orphans for pid in rec.members()}
+    report.orphaned_engines = sorted(set(report.orphan_of.values()))
+    return report

@@ -13,6 +13,8 @@ import os
 import select
 import sys
 
+from ceiling.run.guard import end_group, group_members, remove_record
+
 
 def _group_exists(pgid: int) -> bool:
     try:
@@ -49,8 +51,6 @@ def watch(pgid: int, owner: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from ceiling.run.guard import end_group, group_members, remove_record
-
     pgid, owner = int(argv[0]), int(argv[1])
     if watch(pgid, owner) == "owner died" and group_members(pgid):
         end_group(pgid)

@@ -1,4 +1,9 @@
-"""Read the package's YAML data files once (hardware and model numbers live in data, not code)."""
+"""The one reader of the YAML data files that ship inside ceiling (parsed once, cached).
+
+Hardware and model numbers live in ``src/ceiling/data/``; engine tables beside their adapters in
+``src/ceiling/engines/data/``, the environment checker's in ``src/ceiling/envcheck/data/``.
+Every module reads them through :func:`load_yaml` (LibYAML's C loader when present).
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,27 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import yaml
+
 from ceiling.errors import CeilingError
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @cache
-def load_yaml(relpath: str) -> Any:
-    """Parse ``src/ceiling/data/<relpath>`` (cached; the files ship inside the wheel)."""
-    import yaml
+def load_yaml(relpath: str, folder: str = "data", missing_ok: bool = False) -> Any:
+    """Parse ``src/ceiling/<folder>/<relpath>`` (cached: callers must not change the result).
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    path = resources.files("ceiling") / "data" / relpath
+    A missing file is an error (the install is broken), or None with ``missing_ok`` (optional
+    tables, e.g. an engine without a removed-flags file).
+    """
+    path = resources.files("ceiling").joinpath(*folder.split("/"), *relpath.split("/"))
     try:
-        return yaml.load(path.read_text(), Loader=loader)
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
+        if missing_ok:
+            return None
         raise CeilingError(
-            f"package data file missing: data/{relpath}", fix="reinstall ceiling"
+            f"package data file missing: {folder}/{relpath}", fix="reinstall ceiling"
         ) from exc
+    return yaml.load(text, Loader=_LOADER)

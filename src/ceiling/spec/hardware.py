@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+import yaml
+from pydantic import BaseModel, Field, ValidationError
 
 from ceiling.errors import CeilingError
 from ceiling.spec._data import load_yaml
@@ -164,9 +165,6 @@ def load_gpu(name: str) -> GPU:
 
 
 def _gpu_file(path: str) -> GPU:
-    import yaml
-    from pydantic import ValidationError
-
     p = Path(path).expanduser()
     if not p.is_file():
         raise CeilingError(f"GPU file not found: {p}", fix="pass a YAML file with the GPU's fields")

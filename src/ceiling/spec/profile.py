@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_json
 
 SCHEMA_VERSION = 1
 
@@ -106,8 +107,6 @@ class HardwareProfile(BaseModel):
 
 def load_profile(path: str | Path) -> HardwareProfile:
     """Read a profile file, with errors that name the file and the field."""
-    from ceiling.inputs import read_json
-
     p = Path(path)
     fix = "pass a file written by `ceiling calibrate` or `ceiling commbench` (--out)"
     data = read_json(p, "profile", fix=fix)

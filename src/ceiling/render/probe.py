@@ -1,33 +1,26 @@
-"""Human-readable output of the probe commands (Rich tables on stdout)."""
+"""What the probe commands print: topology, telemetry, commbench, calibrate (Rich tables)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from rich.table import Table
 
-from ceiling.console import out
-
-if TYPE_CHECKING:
-    from ceiling.probe.calibrate import CalibrateResult
-    from ceiling.probe.commbench import CommbenchResult
-    from ceiling.probe.topology import Topology
-
-
-def _table(title: str, header: list[str], rows: list[list[str]]) -> Any:
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for h in header:
-        t.add_column(h, overflow="fold")
-    for r in rows:
-        t.add_row(*r)
-    return t
+from ceiling.probe.calibrate import CalibrateResult
+from ceiling.probe.calibrate_ops import OpsResult
+from ceiling.probe.commands import CalibrateRun, TelemetryRun
+from ceiling.probe.commbench import CommbenchResult
+from ceiling.probe.commbench import table as run_table
+from ceiling.probe.topology_model import Topology
+from ceiling.render import emit_json, esc, out, table
 
 
 def _f(v: float | None, fmt: str = "{:g}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def topology(topo: Topology) -> None:
+def topology(topo: Topology, json_out: bool = False) -> None:
+    if json_out:
+        emit_json(topo)
+        return
     c = out()
     cpu = topo.cpu
     numa = ", ".join(f"node{n.node}: {n.cpus}" for n in cpu.numa_nodes) or "-"
@@ -56,7 +49,7 @@ def topology(topo: Topology) -> None:
         for g in topo.gpus
     ]
     c.print(
-        _table(
+        table(
             "GPUs",
             [
                 "#",
@@ -76,17 +69,20 @@ def topology(topo: Topology) -> None:
             [f"{p.a}-{p.b}", p.connection, _yn(p.p2p), p.p2p_status or "-", p.link]
             for p in topo.pairs
         ]
-        c.print(_table("GPU pairs", ["pair", "connection", "P2P", "P2P status", "link kind"], prow))
+        c.print(table("GPU pairs", ["pair", "connection", "P2P", "P2P status", "link kind"], prow))
     for n in topo.notes:
-        c.print(f"note: {n}")
+        c.print(f"note: {esc(n)}")
 
 
 def _yn(v: bool | None) -> str:
     return "?" if v is None else ("yes" if v else "NO")
 
 
-def telemetry(summary: dict[str, Any]) -> None:
-    c = out()
+def telemetry(run: TelemetryRun, json_out: bool = False) -> None:
+    if json_out:
+        emit_json(run)
+        return
+    c, summary = out(), run.summary
     rows = [
         [
             str(g["index"]),
@@ -102,7 +98,7 @@ def telemetry(summary: dict[str, Any]) -> None:
         for g in summary["gpus"]
     ]
     c.print(
-        _table(
+        table(
             f"telemetry: {summary['n_samples']} samples over {summary['duration_s']} s",
             [
                 "GPU",
@@ -121,9 +117,10 @@ def telemetry(summary: dict[str, Any]) -> None:
     c.print(summary["verdict"])
 
 
-def commbench(res: CommbenchResult) -> None:
-    from ceiling.probe.commbench import table
-
+def commbench(res: CommbenchResult, json_out: bool = False) -> None:
+    if json_out:
+        emit_json(res)
+        return
     c = out()
     for run in res.runs:
         env = ", ".join(f"{k}={v}" for k, v in run.env.items()) or "defaults"
@@ -133,7 +130,7 @@ def commbench(res: CommbenchResult) -> None:
         if run.error:
             c.print(f"{title}: FAILED: {run.error}")
             continue
-        c.print(_table(title, *table(run)))
+        c.print(table(title, *run_table(run)))
         for f in run.fits:
             mode = "graph" if f.in_cuda_graph else "eager"
             c.print(f"  fit ({mode}): alpha {f.alpha_us:.2f} us, beta {f.beta_GBps:.3g} GB/s")
@@ -153,7 +150,7 @@ def commbench(res: CommbenchResult) -> None:
             for r in mc.rows
         ]
         c.print(
-            _table(
+            table(
                 f"per-token allreduce cost of {mc.model} (hidden {mc.hidden}, {mc.layers} layers "
                 f"x 2 = {mc.allreduces_per_token} allreduces per token, TP = world size)",
                 ["variant", "TP", "mode", "B", "bytes", "us each", "ms/token", "vs default %"],
@@ -161,10 +158,20 @@ def commbench(res: CommbenchResult) -> None:
             )
         )
     for n in res.notes:
-        c.print(f"note: {n}")
+        c.print(f"note: {esc(n)}")
 
 
-def calibrate(res: CalibrateResult, datasheet_GBps: float | None) -> None:
+def calibrate(run: CalibrateRun, json_out: bool = False) -> None:
+    """The measurements, the fits, and (``--ops``) the per-operation fits."""
+    if json_out:
+        emit_json(run)
+        return
+    _calibrate(run.result, run.datasheet_GBps)
+    if run.ops is not None:
+        _calibrate_ops(run.ops)
+
+
+def _calibrate(res: CalibrateResult, datasheet_GBps: float | None) -> None:
     c = out()
     c.print(f"{res.device_name} ({res.device}), torch {res.torch_version}")
     share = (
@@ -186,7 +193,7 @@ def calibrate(res: CalibrateResult, datasheet_GBps: float | None) -> None:
         for p in res.gemv
     ]
     c.print(
-        _table(
+        table(
             "decode-shaped GEMV / skinny GEMM",
             ["dtype", "batch", "rows run", "GB", "us", "GB/s", "TFLOP/s"],
             rows,
@@ -206,13 +213,11 @@ def calibrate(res: CalibrateResult, datasheet_GBps: float | None) -> None:
         + ("" if res.launch_us_graph is None else f", {res.launch_us_graph:g} us in a CUDA graph")
     )
     for n in res.notes:
-        c.print(f"note: {n}")
+        c.print(f"note: {esc(n)}")
 
 
-def calibrate_ops(res: Any) -> None:
+def _calibrate_ops(res: OpsResult) -> None:
     """Per-op microbenchmarks: each family's fit, then the points."""
-    from rich.table import Table
-
     c = out()
     t = Table(title="per-operation fits (t = t0 + bytes / bw, batch 1)", title_justify="left")
     for col in ("family", "t0 us", "bw GB/s", "points", "kernel"):
