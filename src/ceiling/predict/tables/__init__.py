@@ -27,7 +27,8 @@ falls back to the next evidence.
 
 Cold-start cost: building the fits reads the parquet files of one GPU system once (a few
 seconds, pyarrow); they are cached as JSON under ``$XDG_CACHE_HOME/ceiling`` (or
-``~/.cache/ceiling``), keyed by the package version, so later predictions load a few kilobytes.
+``~/.cache/ceiling``), keyed by the package version and ``FIT_VERSION``, one small file per
+table key behind an index (``store``), so a later prediction reads only the keys it uses.
 """
 
 from ceiling.predict.tables.core import (
