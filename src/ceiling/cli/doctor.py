@@ -57,7 +57,7 @@ def doctor(
     out: Path = typer.Option(Path("ceiling-out"), "--out", help="Output directory."),
     json_out: bool = typer.Option(False, "--json", help="Print doctor.json on stdout."),
 ) -> None:
-    """Measure a deployment, set it against its predicted ceiling, and write a verdict + report.
+    """Measure a deployment, set it against its expected rate and bound, write a verdict + report.
 
     \b
     Examples:
@@ -76,6 +76,7 @@ def doctor(
     from ceiling.diagnose.doctor import DoctorConfig, run_doctor
     from ceiling.diagnose.doctor_checks import OPTION_NAMES, outcome
     from ceiling.inputs import model_from_options
+    from ceiling.report import render
 
     options = dict(
         url=url,
@@ -100,13 +101,12 @@ def doctor(
         progress=not json_out,
     )
     cfg = model_from_options(DoctorConfig, options, "doctor", OPTION_NAMES)
-    res = run_doctor(cfg)
+    res = run_doctor(cfg, report=render)
     code, why = outcome(res)
     if json_out:
         emit_json(res)
     else:
-        v = res.verdict or {}
-        stdout().print(v.get("headline") or "no verdict")
+        stdout().print(res.verdict.headline if res.verdict else "no verdict")
         stdout().print(f"report: {res.files.get('report_html')}  ({res.files.get('report_md')})")
     if why:
         console().print(f"doctor: {why}; what was measured is in {res.files.get('doctor')}")
@@ -156,7 +156,7 @@ def sweep(
             v.verdict or "",
         )
     stdout().print(t)
-    stdout().print(res.verdict.get("headline"))
+    stdout().print(res.verdict.headline)
     stdout().print(f"report: {out / 'report.html'}")
 
 

@@ -15,11 +15,17 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.markup import escape
+
+from ceiling.console import emit_json, out
 from ceiling.diagnose.facts import EngineFacts
-from ceiling.diagnose.findings import FindingContext, derive_findings
+from ceiling.diagnose.findings import FindingContext, context_for, derive_findings
 from ceiling.engines import all_engines
 from ceiling.engines.logparse import MAX_MESSAGES, parse_config_repr
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_text
+from ceiling.redact import MASK, is_secret_name
+from ceiling.spec.hardware import GpuHardware, load_gpu
 
 if TYPE_CHECKING:
     from ceiling.engines.base import Engine
@@ -71,8 +77,6 @@ def parse_lines(
     facts = EngineFacts(engine=engine)
     reader.parse_log(clean, facts)
     # an engine prints its arguments, keys included ('api_key': [...]): never repeat those
-    from ceiling.redact import MASK, is_secret_name
-
     facts.non_default_args = {
         k: (MASK if is_secret_name(k) else v) for k, v in facts.non_default_args.items()
     }
@@ -89,8 +93,6 @@ def inspect_log(
     context: FindingContext | None = None,
 ) -> EngineFacts:
     """Parse an engine log file into EngineFacts with findings."""
-    from ceiling.inputs import read_text
-
     p = Path(path)
     text = read_text(p, "log file", fix="pass the path of an engine's text log (stdout/stderr)")
     facts = parse_lines(text.splitlines(), engine=engine, concurrency=concurrency, context=context)
@@ -111,17 +113,10 @@ def run_inspect(
     json_out: bool = False,
 ) -> int:
     """``ceiling inspect``: print the facts and findings (``gpu``: the catalog GPU it ran on)."""
-    from rich.markup import escape
-
-    from ceiling.console import emit_json, out
-    from ceiling.diagnose.findings import context_for
-
     ctx = None
     if gpu:
-        from ceiling.spec.hardware import load_gpu
-
         load_gpu(gpu)  # an unknown name is an error with its fix, not a silent "unknown"
-        ctx = context_for({"kind": "gpu", "name": gpu})
+        ctx = context_for(GpuHardware(name=gpu))
     facts = inspect_log(path, engine=engine, concurrency=concurrency, context=ctx)
     if json_out:
         emit_json(facts)
