@@ -15,9 +15,6 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
-
-from ceiling.console import emit_json, out
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.findings import FindingContext, context_for, derive_findings
 from ceiling.engines import all_engines
@@ -37,9 +34,9 @@ __all__ = [
     "EngineFacts",
     "detect_engine",
     "inspect_log",
+    "inspect_with_gpu",
     "parse_config_repr",
     "parse_lines",
-    "run_inspect",
 ]
 
 # ---- entry points ------------------------------------------------------------------------
@@ -105,40 +102,16 @@ def inspect_log(
     return facts
 
 
-def run_inspect(
+def inspect_with_gpu(
     path: Path,
     engine: str | None = None,
     concurrency: int | None = None,
     gpu: str | None = None,
-    json_out: bool = False,
-) -> int:
-    """``ceiling inspect``: print the facts and findings (``gpu``: the catalog GPU it ran on)."""
+) -> EngineFacts:
+    """``ceiling inspect``: the facts and findings of a log (``gpu``: the catalog GPU it ran on,
+    whose compute capability and link the rules check their advice against)."""
     ctx = None
     if gpu:
         load_gpu(gpu)  # an unknown name is an error with its fix, not a silent "unknown"
         ctx = context_for(GpuHardware(name=gpu))
-    facts = inspect_log(path, engine=engine, concurrency=concurrency, context=ctx)
-    if json_out:
-        emit_json(facts)
-        return 0
-    o = out()
-    skip = {"findings", "evidence", "warnings", "errors", "non_default_args", "schema_version"}
-    for key, value in facts.model_dump().items():
-        if key in skip or value in (None, [], {}):
-            continue
-        o.print(f"{key:>32}: {escape(str(value))}", soft_wrap=True)
-    if facts.non_default_args:
-        o.print(f"{'non_default_args':>32}: {escape(str(facts.non_default_args))}", soft_wrap=True)
-    o.print(f"{'warnings/errors':>32}: {len(facts.warnings)} / {len(facts.errors)}")
-    for f in facts.findings:
-        colour = {"critical": "red", "warning": "yellow"}.get(f.severity, "cyan")
-        o.print(f"[{colour}]{f.severity}[/{colour}] {escape(f.title)} ({f.kind})")
-        for line in f.evidence[:3]:
-            o.print(f"    | {escape(line)}", soft_wrap=True)
-        if f.fix:
-            o.print(f"    fix: {escape(f.fix)}", soft_wrap=True)
-        elif f.withheld:
-            o.print(f"    {escape(f.withheld)}", soft_wrap=True)
-        if f.doc:
-            o.print(f"    why and what to do: {f.doc}", soft_wrap=True)
-    return 0
+    return inspect_log(path, engine=engine, concurrency=concurrency, context=ctx)

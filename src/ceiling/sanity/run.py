@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from rich.markup import escape
 
-from ceiling.console import console, out
+from ceiling.console import console
 from ceiling.engines.variant import load_variant
 from ceiling.errors import EXIT_FAILED, CeilingError
 from ceiling.run.launcher import launch
@@ -119,19 +118,3 @@ def run_sanity(cfg: SanityConfig) -> SanityReport:
         return check_server(
             url, model, engine, model_dir, dtype, reference=cfg.reference, timeout_s=cfg.timeout_s
         )
-
-
-def print_report(report: SanityReport) -> None:
-    """The human-readable report (stdout)."""
-    o = out()
-    colour = {"ok": "green", "suspect": "yellow", "broken": "red"}[report.verdict]
-    o.print(f"[bold {colour}]{escape(report.headline)}[/bold {colour}]", soft_wrap=True)
-    o.print(
-        f"model {escape(report.model)} at {escape(report.url)}; family {report.family} "
-        f"({escape(report.family_reason)}); {report.seconds:.1f} s"
-    )
-    for c in report.checks:
-        cc = {"ok": "green", "suspect": "yellow", "broken": "red"}.get(c.status, "dim")
-        o.print(f"  [{cc}]{c.status:>7}[/{cc}] {c.name}: {escape(c.summary)}", soft_wrap=True)
-        for line in c.evidence[:5]:
-            o.print(f"          | {escape(line)}", soft_wrap=True)

@@ -1,4 +1,4 @@
-"""Human output of ``ceiling predict``: Rich tables (breakdown, batch curve, what-if, catalogs)."""
+"""What ``ceiling predict`` prints: Rich tables (breakdown, batch curve, what-if, catalogs)."""
 
 from __future__ import annotations
 
