@@ -6,7 +6,7 @@ import pytest
 
 from ceiling.diagnose.attribute import attribute, attribute_levels
 from ceiling.diagnose.finding_types import Finding
-from ceiling.diagnose.hypotheses import NcclHypothesis
+from ceiling.diagnose.hypotheses import FlagHypothesis, NcclHypothesis, StreamsHypothesis
 from ceiling.diagnose.verdict import VerdictInputs, build_verdict
 from ceiling.predict.api import Prediction, PredictRequest, WhatIf, predict
 
@@ -153,15 +153,21 @@ def test_cpu_host_bound_headline_and_flag_answer():
             },
         )
     )
+    b = v.bottleneck
+    assert (b.case, b.hardware_kind) == ("host-bound", "cpu")
+    assert b.unexplained_pct == pytest.approx(100 * (4.0 - 0.18) / 4.0)  # 95.5 %
     assert v.headline.startswith("Host / launch-overhead-bound, not bandwidth-bound")
-    assert "95.5 %" in v.headline
-    hyp = {h.hypothesis: h.answer for h in v.hypotheses}
-    assert hyp["`--num-scheduler-steps`"].startswith("not in the installed engine")
-    assert hyp["`--async-scheduling`"].startswith("accepted")
-    assert "not applicable" in next(a for k, a in hyp.items() if k.startswith("NCCL"))
-    streams = next(h for k, h in zip(hyp, v.hypotheses, strict=True) if "streams" in k)
+    assert "95.5 %" in v.headline  # the sentence states the field
+    flags = {h.flag: h for h in v.hypotheses if isinstance(h, FlagHypothesis)}
+    assert flags["--num-scheduler-steps"].rejected == "unrecognized argument"
+    assert flags["--num-scheduler-steps"].predicted_gain_pct == 0.0
+    assert flags["--async-scheduling"].rejected is None
+    nccl = next(h for h in v.hypotheses if isinstance(h, NcclHypothesis))
+    assert nccl.basis == "not-applicable" and nccl.predicted_gain_pct == 0.0
+    streams = next(h for h in v.hypotheses if isinstance(h, StreamsHypothesis))
     # decode rate summed over streams: 2 x 1000 / 4.1 ms vs 1000 / 4.0 ms
     assert streams.predicted_gain_pct == pytest.approx(100 * ((2000 / 4.1) / (1000 / 4.0) - 1))
+    assert streams.overhead_shared and streams.output_gain_pct is not None
     assert "per-step overhead is shared" in streams.answer
     assert "end-to-end output tok/s" in streams.answer  # the other measure is shown too
 
