@@ -22,6 +22,7 @@ its report.
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -61,6 +62,9 @@ __all__ = ["DoctorConfig", "DoctorResult", "Measured", "measured_step", "run_doc
 
 #: What renders the report of a result into a directory (``ceiling.report.render``).
 Reporter = Callable[[DoctorResult, Path], object]
+# heuristic: how long a launched server's process may take to exit after its requests failed
+# (the engine died; its guard notices and exits within a poll interval)
+DEATH_GRACE_S = 3.0
 
 
 class _Recorder:
@@ -343,12 +347,24 @@ def _bench_stage(
         finally:
             if sampler is not None:
                 res.telemetry = _telemetry(sampler)
-            alive = server.alive() if server is not None else server_alive(url)
-            if not alive:
+            failed = mode in res.bench and res.bench[mode].failed > 0
+            if not _alive_after(server, url, failed):
                 res.server_died = True
                 res.server_death = _death_text(server, url, mode)
         if interrupts.requested() is not None:  # bench kept its partial; the doctor stops
             raise KeyboardInterrupt
+
+
+def _alive_after(server: Any, url: str, failed: bool) -> bool:
+    """Whether the server still runs after a bench stage. A launched engine that died mid-stage
+    shows as failed requests at once, while the process doctor holds (a guard may sit between
+    it and the engine) exits a moment later: after failures it gets ``DEATH_GRACE_S`` to do so."""
+    if server is None:
+        return server_alive(url)
+    if failed:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.proc.wait(timeout=DEATH_GRACE_S)
+    return bool(server.alive())
 
 
 def _telemetry(sampler: TelemetrySampler) -> Telemetry:
