@@ -11,7 +11,9 @@ from ceiling.diagnose.attribute import (
     step_ci_ms,
     step_ms,
 )
-from ceiling.diagnose.cpu_host import CpuHost, ModelFootprint, cpu_floor_components
+from ceiling.predict.api import PredictRequest, load_spec, predict
+from ceiling.predict.cpu import floors_ms, kv_bytes_per_token, weight_bytes_per_step
+from ceiling.spec.hardware import CpuHardware
 
 
 def test_remainder_is_measured_minus_predicted_and_named():
@@ -69,25 +71,23 @@ def test_levels_show_per_step_overhead_shared_by_the_batch():
 
 
 def test_cpu_floors_scale_with_bytes_and_batch():
-    fp = ModelFootprint(
-        name="m",
-        weight_bytes=2_000_000,
-        params=500_000,
-        layers=2,
-        hidden_size=128,
-        kv_bytes_per_token=2048,
-        dtype="float32",
-        source="t",
-    )
-    host = CpuHost(name="c", cores=2, mem_bw_GBps=10.0, gflops=20.0, measured=True, source="t")
-    c1 = cpu_floor_components(fp, host, batch=1, context=100)
-    assert c1["weights"] == pytest.approx(2e6 / 10e9 * 1e3)  # 0.2 ms
-    assert c1["kv"] == pytest.approx(100 * 2048 / 10e9 * 1e3)
-    assert c1["compute"] == pytest.approx(2 * 5e5 / 20e9 * 1e3)
-    c4 = cpu_floor_components(fp, host, batch=4, context=100)
-    assert c4["weights"] == pytest.approx(c1["weights"])  # read once per step
+    """predict's CPU backend: weights read once per step, KV and compute per sequence."""
+    spec = load_spec("llama-3.1-8b")
+    host = CpuHardware(name="c", cores=2, mem_bw_GBps=10.0, gflops=20.0, measured=True, source="t")
+    c1 = floors_ms(spec, host, batch=1, context=100)
+    assert c1["weights"] == pytest.approx(weight_bytes_per_step(spec, 1) / 10e9 * 1e3)
+    assert c1["weights"] == pytest.approx(spec.weight_bytes() / 10e9 * 1e3, rel=0.1)
+    assert c1["kv"] == pytest.approx(100 * kv_bytes_per_token(spec) / 10e9 * 1e3)
+    assert c1["compute"] == pytest.approx(2 * spec.active_params() / 20e9 * 1e3)
+    c4 = floors_ms(spec, host, batch=4, context=100)
+    assert c4["weights"] == pytest.approx(c1["weights"], rel=1e-3)  # read once per step
     assert c4["kv"] == pytest.approx(4 * c1["kv"])
     assert c4["compute"] == pytest.approx(4 * c1["compute"])
+    # the same floors through predict(): a CPU is a predict backend, floors only
+    p = predict(PredictRequest(model="llama-3.1-8b", hardware=host, batch=4, context=100))
+    assert p.kind == "cpu-floors" and p.expected is None and p.bound is not None
+    assert p.components_ms == pytest.approx(c4, rel=1e-4)
+    assert p.hardware.kind == "cpu" and p.hardware.bw_GBps_achieved == 10.0
 
 
 def test_last_level_cache_from_sysfs(tmp_path):

@@ -12,6 +12,7 @@ import typer
 
 import ceiling
 from ceiling.cli import _register_all, app, main
+from ceiling.sweep.schema import SweepResult, SweepVerdict
 
 
 def _ceiling(*args: str) -> subprocess.CompletedProcess[str]:
@@ -56,7 +57,11 @@ def test_expected_failure_is_error_and_fix_lines_not_a_traceback(tmp_path):
 
 def test_json_output_is_parseable_and_alone_on_stdout(tmp_path):
     doc = tmp_path / "sweep.json"
-    doc.write_text(json.dumps({"schema_version": 1, "kind": "sweep", "title": "t"}))
+    verdict = SweepVerdict(headline="No variant significantly beats the baseline b.")
+    result = SweepResult(
+        title="t", plan=None, ledger="", baseline="b", variants=[], comparison=[], verdict=verdict
+    )
+    doc.write_text(result.model_dump_json())
     proc = _ceiling("report", str(doc), "--out", str(tmp_path / "r"), "--json")
     assert proc.returncode == 0, proc.stderr
     paths = json.loads(proc.stdout)

@@ -15,9 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from ceiling.bench.results import LevelResult
 from ceiling.cli import main
-from ceiling.diagnose.doctor import DoctorConfig, run_doctor
+from ceiling.diagnose.doctor import DoctorConfig
+from ceiling.diagnose.doctor import run_doctor as _run_doctor
+from ceiling.diagnose.hypotheses import NcclHypothesis
+from ceiling.diagnose.measured import measured_step
+from ceiling.diagnose.schema import DoctorResult
 from ceiling.errors import CeilingError
+from ceiling.predict.api import load_spec
+from ceiling.predict.cpu import weight_bytes_per_step
+from ceiling.report import render
+from ceiling.spec.hardware import CpuHardware
 from sse_server import Plan, SSEServer
 
 ITL_S = 0.004
@@ -27,16 +36,24 @@ ITL_S = 0.004
 def model_dir(tmp_path: Path) -> Path:
     d = tmp_path / "model"
     d.mkdir()
-    cfg = {
+    cfg = {  # the tiny Llama's shape (src/ceiling/demo/tiny_model.py): 1.8 MB of fp32 weights
+        "architectures": ["LlamaForCausalLM"],
         "num_hidden_layers": 2,
         "hidden_size": 128,
+        "intermediate_size": 256,
         "num_attention_heads": 2,
         "num_key_value_heads": 2,
+        "vocab_size": 512,
         "torch_dtype": "float32",
     }
     (d / "config.json").write_text(json.dumps(cfg))
     (d / "model.safetensors").write_bytes(os.urandom(1_700_000))
     return d
+
+
+def run_doctor(cfg: DoctorConfig) -> DoctorResult:
+    """The doctor as the CLI runs it: the report rendered from the saved doctor.json."""
+    return _run_doctor(cfg, report=render)
 
 
 def _cfg(url: str, model_dir: Path, out: Path, **kw) -> DoctorConfig:
@@ -66,20 +83,27 @@ def test_doctor_on_a_running_server(model_dir, tmp_path):
         )
     assert not res.server_died
     # no NVIDIA GPU here: the sampler says so instead of failing the doctor
-    assert res.telemetry["available"] is False and res.telemetry["reason"]
+    assert res.telemetry is not None
+    assert res.telemetry.available is False and res.telemetry.reason
     a = res.attribution
+    assert a is not None
     # the measured step is the server's 4 ms schedule (plus client/transport jitter)
-    assert a["measured_step_ms"] == pytest.approx(ITL_S * 1000, rel=0.25)
-    assert a["bound_by"] == "kernel inefficiency / host overhead"
-    weights = next(c for c in a["components"] if c["name"] == "weights")
-    bw = res.hardware["mem_bw_GBps"]
-    assert weights["predicted_ms"] == pytest.approx(1_700_000 / (bw * 1e9) * 1e3)
+    assert a.measured_step_ms == pytest.approx(ITL_S * 1000, rel=0.25)
+    assert a.bound_by == "kernel inefficiency / host overhead"
+    weights = next(c for c in a.components if c.name == "weights")
+    hw = res.hardware
+    assert isinstance(hw, CpuHardware)
+    read = weight_bytes_per_step(load_spec(str(model_dir)), 1)  # the embedding: one row
+    assert 1.5e6 < read < 1.9e6
+    assert weights.predicted_ms == pytest.approx(read / (hw.mem_bw_GBps * 1e9) * 1e3, rel=1e-4)
     v = res.verdict
-    assert v["headline"].startswith("Host / launch-overhead-bound, not bandwidth-bound")
-    assert v["target"]["met"] is False
-    assert any("weights at this CPU" in n and "x longer" in n for n in v["notes"])
-    assert res.hardware["kind"] == "cpu" and res.prediction["kind"] == "cpu-floors"
-    assert [lv["concurrency"] for lv in res.levels] == [1, 2]
+    assert v is not None
+    assert v.bottleneck.case == "host-bound" and v.bottleneck.hardware_kind == "cpu"
+    assert v.headline.startswith("Host / launch-overhead-bound, not bandwidth-bound")
+    assert v.target is not None and v.target.met is False
+    assert v.cpu_read is not None and v.cpu_read.step_ms > v.cpu_read.read_ms  # host-bound
+    assert res.prediction is not None and res.prediction.kind == "cpu-floors"
+    assert [lv.concurrency for lv in res.levels] == [1, 2]
     stages = {s.name: s.status for s in res.stages}
     assert stages["bench single"] == "ok" and stages["bench concurrency"] == "ok"
     assert stages["inspect log"] == "skipped"
@@ -87,7 +111,10 @@ def test_doctor_on_a_running_server(model_dir, tmp_path):
     for f in ("doctor.json", "report.md", "report.html", "bench-single.json"):
         assert (out / f).is_file()
     saved = json.loads((out / "doctor.json").read_text())
-    assert saved["schema_version"] == 1 and saved["verdict"]["headline"] == v["headline"]
+    assert saved["schema_version"] == 1 and saved["verdict"]["headline"] == v.headline
+    # the file reads back into the nouns it was written from, strictly
+    back = DoctorResult.model_validate_json((out / "doctor.json").read_text())
+    assert back.verdict == v and back.attribution == a and back.prediction == res.prediction
 
 
 def test_server_dying_mid_doctor_keeps_what_was_measured(model_dir, tmp_path):
@@ -96,9 +123,10 @@ def test_server_dying_mid_doctor_keeps_what_was_measured(model_dir, tmp_path):
         res = run_doctor(_cfg(srv.url, model_dir, tmp_path / "out"))
     assert res.server_died
     assert "concurrency" in res.server_death and "stopped answering" in res.server_death
-    assert res.bench["single"]["completed"] == 10  # everything before the death is kept
+    assert res.bench["single"].completed == 10  # everything before the death is kept
     assert res.attribution is not None
-    assert res.verdict["notes"][0].startswith("The server died")
+    assert res.verdict is not None and res.verdict.server_death == res.server_death
+    assert res.verdict.notes[0].startswith("The server died")
     md = (tmp_path / "out" / "report.md").read_text()
     assert "The server died during the doctor run" in md
     assert "bench concurrency" in md
@@ -165,22 +193,24 @@ def test_doctor_gpu_path_uses_predict_and_answers_the_nccl_hypothesis(tmp_path):
                 target_tok_s=100.0,
             )
         )
-    assert res.hardware["kind"] == "gpu"
-    pred = res.prediction
-    names = {c["name"] for c in res.attribution["components"]}
+    assert res.hardware is not None and res.hardware.kind == "gpu"
+    pred, a, v = res.prediction, res.attribution, res.verdict
+    assert pred is not None and a is not None and v is not None
+    names = {c.name for c in a.components}
     assert {"weights", "collectives", "launch"} <= names
-    assert res.attribution["predicted_step_ms"] == pytest.approx(
-        pred["decode_ms_per_token"], rel=0.02
-    )
-    v = res.verdict
-    assert v["predicted_tok_s"] == pred["decode_tok_s_per_stream"]
-    nccl = next(h for h in v["hypotheses"] if h["hypothesis"].startswith("NCCL"))
-    assert "latency-bound at 14 KB" in nccl["answer"]
-    assert nccl["predicted_gain_pct"] < 2.0
-    assert v["changes"] and v["changes"][0]["source"] == "predict what-if"
-    gains = [c["predicted_gain_pct"] for c in v["changes"]]
-    assert gains == sorted(gains, reverse=True)
-    assert v["target"]["met"] is False
+    assert a.predicted_step_ms == pytest.approx(pred.decode_ms_per_token, rel=0.02)
+    assert v.predicted_tok_s == pred.expected_tok_s == pred.decode_tok_s_per_stream
+    assert v.bound_tok_s == pred.bound_tok_s
+    nccl = next(h for h in v.hypotheses if isinstance(h, NcclHypothesis))
+    assert nccl.message_bytes == 7168 * 2 and nccl.latency_bound
+    assert nccl.predicted_gain_pct is not None and nccl.predicted_gain_pct < 2.0
+    assert v.changes and v.changes[0].kind == "what-if"
+    gains = [c.predicted_gain_pct for c in v.changes]
+    assert gains == sorted(gains, reverse=True)  # type: ignore[type-var]
+    # every what-if listed can be deployed (fits in memory)
+    fits = {w.change: w.fits_in_memory for w in pred.what_if}
+    assert all(fits[c.change] for c in v.changes if c.kind == "what-if")
+    assert v.target is not None and v.target.met is False
 
 
 ENGINE_PY = Path(__file__).resolve().parents[1] / ".engines" / "vllm" / "bin" / "python"
@@ -242,17 +272,18 @@ def test_engine_log_facts_drive_the_prediction_and_the_changes(tmp_path):
                 telemetry=False,
             )
         )
-    assert res.facts["tensor_parallel_size"] == 8
-    assert res.prediction["deployment"]["tp"] == 8
-    assert res.prediction["deployment"]["cuda_graphs"] is True
-    by = {f["id"]: f for f in res.findings}
+    assert res.facts is not None and res.facts.tensor_parallel_size == 8
+    assert res.prediction is not None and res.prediction.deployment.tp == 8
+    assert res.prediction.deployment.cuda_graphs is True
+    by = {f.id: f for f in res.findings}
     assert "custom-allreduce-off" in by
     # the GPU (--gpu rtx-pro-6000: compute capability 12.0) rules out the allreduce + RMSNorm
     # fusion (it exists for 9.0 and 10.x only); the findings of the log are checked against it
     assert "allreduce-fusion-off" not in by
     # a finding whose advice rests on unknown facts (P2P here) does not become a change
-    assert by["custom-allreduce-off"]["fix"] is None and by["custom-allreduce-off"]["withheld"]
-    sources = {c["source"] for c in res.verdict["changes"]}
+    assert by["custom-allreduce-off"].fix is None and by["custom-allreduce-off"].withheld
+    assert res.verdict is not None
+    sources = {c.source for c in res.verdict.changes}
     assert "finding custom-allreduce-off" not in sources
     stages = [s.name for s in res.stages]
     assert stages.index("inspect log") < stages.index("predict")
@@ -269,8 +300,9 @@ def test_api_key_never_reaches_the_files(model_dir, tmp_path, monkeypatch):
     with SSEServer(Plan(itl_s=ITL_S, ttft_s=0.01)) as srv:
         res = run_doctor(_cfg(srv.url, model_dir, tmp_path / "out", log=str(log), concurrency=[]))
     # the log was read, and the key it quotes is masked where it was parsed ...
-    assert res.facts["non_default_args"]["api_key"] == "***"
-    assert res.facts["non_default_args"]["served_model_name"] == ["synthetic"]
+    assert res.facts is not None
+    assert res.facts.non_default_args["api_key"] == "***"
+    assert res.facts.non_default_args["served_model_name"] == ["synthetic"]
     assert srv.headers and srv.headers[0].get("Authorization") == f"Bearer {key}"
     for name in ("doctor.json", "report.md", "report.html"):  # ... which no file keeps
         assert key not in (tmp_path / "out" / name).read_text()
@@ -345,14 +377,12 @@ def test_launched_engine_dying_mid_doctor(model_dir, tmp_path):
     assert res.server_died
     assert "during bench concurrency" in res.server_death
     assert "engine core failed" in res.server_death and "EngineDeadError" in res.server_death
-    assert res.bench["single"]["completed"] == 10 and res.attribution is not None
+    assert res.bench["single"].completed == 10 and res.attribution is not None
     md = (out / "report.md").read_text()
     assert "The server died during the doctor run" in md and "EngineDeadError" in md
 
 
 def test_measured_step_prefers_the_engine_when_the_client_saw_bursts():
-    from ceiling.diagnose.doctor import measured_step
-
     def run(client_tok_s, server_itl_ms):
         r = {
             "decode_tok_s_per_stream": client_tok_s,
@@ -375,7 +405,7 @@ def test_measured_step_prefers_the_engine_when_the_client_saw_bursts():
                     }
                 },
             }
-        return r
+        return LevelResult.model_validate(r)
 
     m = measured_step(run(660.0, 4.7))  # tokens arrived in bursts: client 1.5 ms, engine 4.7 ms
     assert m.step_ms == pytest.approx(4.7) and m.step_ci_ms is None

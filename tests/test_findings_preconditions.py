@@ -16,6 +16,7 @@ import pytest
 
 from ceiling.diagnose.findings import Finding, FindingContext, context_for
 from ceiling.diagnose.logs import inspect_log, parse_lines
+from ceiling.spec.hardware import GpuHardware
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 # every start-up log (the num_scheduler_steps one is an argument-parsing death: inspect refuses it)
@@ -23,9 +24,9 @@ ALL = sorted(p for p in LOGS.glob("*.log") if "num_scheduler_steps" not in p.nam
 GPU_032 = sorted(LOGS.glob("vllm_0.32_gpu_*.log"))
 CONTEXTS = {
     "unknown": FindingContext(concurrency=64),
-    "h200": context_for({"kind": "gpu", "name": "h200"}, concurrency=64),
-    "b200": context_for({"kind": "gpu", "name": "b200"}, concurrency=64),
-    "rtx-pro-6000": context_for({"kind": "gpu", "name": "rtx-pro-6000"}, concurrency=64),
+    "h200": context_for(GpuHardware(name="h200"), concurrency=64),
+    "b200": context_for(GpuHardware(name="b200"), concurrency=64),
+    "rtx-pro-6000": context_for(GpuHardware(name="rtx-pro-6000"), concurrency=64),
 }
 
 

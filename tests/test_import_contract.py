@@ -26,18 +26,10 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 MAX_LINES = 500
 
 # Cycles that exist today (issue 14, phase B removes them).
-KNOWN_CYCLES = {
-    frozenset({"ceiling.predict.api", "ceiling.predict.whatif"}),
-    frozenset({"ceiling.diagnose.doctor", "ceiling.diagnose.expect", "ceiling.diagnose.judge"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 # Layering breaks that exist today: (importer, imported).
-KNOWN_LAYER_BREAKS = {
-    ("ceiling.diagnose.doctor", "ceiling.report"),  # doctor writes its report itself
-    ("ceiling.diagnose.judge", "ceiling.report.extract"),
-}
-KNOWN_LONG_MODULES = {
-    "ceiling.diagnose.verdict",
-}
+KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
+KNOWN_LONG_MODULES: set[str] = set()
 FORBIDDEN = (("ceiling.engines", "ceiling.diagnose"), ("ceiling.diagnose", "ceiling.report"))
 
 

@@ -65,7 +65,7 @@ def test_founding_case_breakdown():
     assert p.decode_tok_s_per_stream == pytest.approx(81.4, rel=0.15)
     assert p.bound.decode_tok_s_per_stream > 1.5 * 81.4
     # vLLM disables custom allreduce on 8 PCIe-only GPUs: NCCL, 2 per layer + embedding
-    assert p.deployment["allreduce_impl"] == "nccl"
+    assert p.deployment.allreduce_impl == "nccl"
     assert p.details["allreduces"] == 2 * 61 + 1
     assert 2.0 < c["collectives"] < 4.5  # ~124 x 24 us
     assert p.fits_in_memory

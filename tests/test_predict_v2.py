@@ -90,13 +90,13 @@ def test_engine_allreduce_rules(priors_only):
     """vLLM custom allreduce: off on > 2 PCIe-only GPUs, on for 2 PCIe GPUs and on NVLink;
     two-shot above 256 KB at 8 NVLink ranks (csrc/custom_all_reduce.cuh)."""
     pcie8 = predict(PredictRequest(**FOUNDING))
-    assert pcie8.deployment["allreduce_impl"] == "nccl"
+    assert pcie8.deployment.allreduce_impl == "nccl"
     pcie2 = predict(
         PredictRequest(model="minimax-m2.5", gpu="rtx-pro-6000", tp=2, weight_format="nvfp4")
     )
-    assert pcie2.deployment["allreduce_impl"] == "oneshot"
+    assert pcie2.deployment.allreduce_impl == "oneshot"
     nv = predict(PredictRequest(model="deepseek-v3", gpu="h200", tp=8))
-    assert nv.deployment["allreduce_impl"] == "oneshot"
+    assert nv.deployment.allreduce_impl == "oneshot"
     fam = {o.name: o.kernel for o in nv.expected.ops}
     assert fam["allreduce"] == "allreduce/oneshot"
     big = predict(PredictRequest(model="deepseek-v3", gpu="h200", tp=8, batch=64))
@@ -219,7 +219,7 @@ def test_user_defined_gpu_file_and_limits(tmp_path, priors_only):
     g = load_gpu(str(f))
     assert g.name == "my-gpu" and g.arch_class == "ada"
     base = predict(PredictRequest(model="llama-3.1-8b", gpu=str(f)))
-    assert base.hardware["gpu"] == "my-gpu"
+    assert base.hardware.gpu == "my-gpu"
     fast = predict(PredictRequest(model="llama-3.1-8b", gpu=str(f), mem_clock=11000))
     # +10 % memory clock: the weight reads speed up, the step does not gain the full 10 %
     assert 1.0 < fast.decode_tok_s_per_stream / base.decode_tok_s_per_stream < 1.1

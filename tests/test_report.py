@@ -11,27 +11,55 @@ from pathlib import Path
 import pytest
 
 from ceiling.cli import main
+from ceiling.diagnose.schema import DoctorResult, Telemetry
 from ceiling.errors import CeilingError
 from ceiling.report import load_doc, plots, render, render_file
 from ceiling.report.html import markdown_to_html, render_html
 from ceiling.report.markdown import render_markdown
+from ceiling.sweep.schema import ComparisonRow, SweepResult, SweepVerdict
 
 DATA = Path(__file__).parent / "data" / "report"
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
 
 @pytest.fixture
-def doc() -> dict:
-    return json.loads((DATA / "doctor-cpu.json").read_text())
+def doc() -> DoctorResult:
+    d = load_doc(DATA / "doctor-cpu.json")
+    assert isinstance(d, DoctorResult)
+    return d
+
+
+def test_the_fixture_is_what_the_models_write():
+    """doctor-cpu.json reads back into ``DoctorResult`` strictly and is exactly what the model
+    writes: a field added, renamed or dropped fails here (regenerate the fixture with
+    tests/data/report/make_doctor_cpu.py)."""
+    raw = json.loads((DATA / "doctor-cpu.json").read_text())
+    doc = DoctorResult.model_validate(raw)
+    assert json.loads(doc.model_dump_json()) == raw
+    assert doc.verdict is not None and doc.attribution is not None and doc.prediction is not None
+
+
+def test_a_field_the_models_do_not_know_is_refused(tmp_path):
+    raw = json.loads((DATA / "doctor-cpu.json").read_text())
+    raw["verdict"]["pct_of_ceiling"] = 12.0  # e.g. a file from an older or newer ceiling
+    bad = tmp_path / "doctor.json"
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(CeilingError, match=r"verdict\.pct_of_ceiling"):
+        load_doc(bad)
+    raw = json.loads((DATA / "doctor-cpu.json").read_text())
+    del raw["attribution"]["measured_step_ms"]
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(CeilingError, match=r"attribution\.measured_step_ms"):
+        render_file(bad)
 
 
 def test_markdown_verdict_first_and_numbers_from_the_file(doc):
     md = render_markdown(doc)
     sections = [line for line in md.splitlines() if line.startswith("## ")]
     assert sections[0] == "## Verdict"
-    assert md.index(doc["verdict"]["headline"]) < md.index("## Where the step time goes")
-    a = doc["attribution"]
-    assert f"{a['measured_step_ms']:.4f}" in md
+    assert doc.verdict is not None and doc.attribution is not None
+    assert md.index(doc.verdict.headline) < md.index("## Where the step time goes")
+    assert f"{doc.attribution.measured_step_ms:.4f}" in md
     assert "kernel inefficiency / host overhead" in md
     for title in (
         "Throughput vs concurrency",
@@ -41,7 +69,7 @@ def test_markdown_verdict_first_and_numbers_from_the_file(doc):
         "The usual hypotheses",
     ):
         assert f"## {title}" in md
-    assert doc["reproduce"][0] in md
+    assert doc.reproduce[0] in md
 
 
 def test_html_is_self_contained_and_plots_parse(doc):
@@ -49,7 +77,7 @@ def test_html_is_self_contained_and_plots_parse(doc):
     assert "<script" not in html
     for bad in ("http://", "https://"):
         # the only URLs allowed are the SVG namespace and the reproduced server URL
-        rest = html.replace("http://www.w3.org/2000/svg", "").replace(doc["target"]["url"], "")
+        rest = html.replace("http://www.w3.org/2000/svg", "").replace(doc.target.url or "", "")
         assert bad not in rest
     svgs = [s.split("</svg>")[0] + "</svg>" for s in html.split("<svg")[1:]]
     assert len(svgs) >= 5  # waterfall, concurrency, TTFT, ITL, telemetry (empty state)
@@ -123,7 +151,7 @@ def test_plots_handle_missing_and_degenerate_data():
 
 def test_render_file_rewrites_reports_beside_the_saved_json(doc, tmp_path):
     src = tmp_path / "doctor.json"
-    src.write_text(json.dumps(doc))
+    shutil.copy(DATA / "doctor-cpu.json", src)
     paths = render_file(src)
     assert Path(paths["md"]).read_text().startswith("# ceiling doctor")
     assert Path(paths["html"]).read_text().startswith("<!DOCTYPE html>")
@@ -134,42 +162,43 @@ def test_render_file_rewrites_reports_beside_the_saved_json(doc, tmp_path):
 
 
 def test_server_death_is_stated(doc):
-    doc["server_died"] = True
-    doc["server_death"] = "during bench concurrency: exit code -9: killed"
+    doc.server_died = True
+    doc.server_death = "during bench concurrency: exit code -9: killed"
     md = render_markdown(doc)
     assert "The server died during the doctor run" in md
     assert "exit code -9" in md
 
 
 def test_sweep_report_compares_variants(tmp_path):
-    doc = {
-        "schema_version": 1,
-        "kind": "sweep",
-        "title": "ceiling sweep — t",
-        "verdict": {"headline": "No variant significantly beats the baseline base."},
-        "comparison": [
-            {
-                "label": "base",
-                "tok_s": 100.0,
-                "low": 99.0,
-                "high": 101.0,
-                "delta_pct": None,
-                "verdict": "baseline",
-                "status": "done",
-                "repeats": 5,
-            },
-            {
-                "label": "ll",
-                "tok_s": 100.4,
-                "low": 99.5,
-                "high": 101.3,
-                "delta_pct": 0.4,
-                "verdict": "no significant difference",
-                "status": "stopped_early",
-                "repeats": 3,
-            },
+    doc = SweepResult(
+        title="ceiling sweep — t",
+        plan=None,
+        ledger="ledger.jsonl",
+        baseline="base",
+        variants=[],
+        verdict=SweepVerdict(headline="No variant significantly beats the baseline base."),
+        comparison=[
+            ComparisonRow(
+                label="base",
+                tok_s=100.0,
+                low=99.0,
+                high=101.0,
+                verdict="baseline",
+                status="done",
+                repeats=5,
+            ),
+            ComparisonRow(
+                label="ll",
+                tok_s=100.4,
+                low=99.5,
+                high=101.3,
+                delta_pct=0.4,
+                verdict="no significant difference",
+                status="stopped_early",
+                repeats=3,
+            ),
         ],
-    }
+    )
     paths = render(doc, tmp_path)
     md = Path(paths["md"]).read_text()
     assert "| ll | 100 (95 % CI 99.50–101)" in md or "| ll |" in md
@@ -243,21 +272,24 @@ def test_telemetry_timeline_from_samples(doc):
         for i in range(40)
         for g in (0, 1)
     ]
-    doc["telemetry"] = {
-        "available": True,
-        "samples": samples,
-        "summary": {"verdict": "PCIe under 2 % of the link"},
-    }
+    doc.telemetry = Telemetry.model_validate(
+        {
+            "available": True,
+            "interval_s": 0.05,
+            "samples": samples,
+            "summary": {"verdict": "PCIe under 2 % of the link"},
+        }
+    )
     html = render_html(doc)
     assert "Telemetry: SM utilisation" in html and "Telemetry: PCIe transmit" in html
     assert "gpu0" in html and "gpu1" in html
     assert "PCIe under 2 % of the link" in render_markdown(doc)
-    doc["telemetry"] = {"available": False, "reason": "NVML not found", "samples": []}
+    doc.telemetry = Telemetry(available=False, reason="NVML not found", interval_s=0.05)
     assert "no telemetry: NVML not found" in render_html(doc)
 
 
 def test_server_view_table(doc):
-    doc["bench"]["single"]["server_metrics"] = {
+    doc.bench["single"].server_metrics = {
         "available": True,
         "quantities": {
             "itl": {

@@ -9,9 +9,11 @@ tests/engine/test_doctor_truth_vllm.py.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+import pytest
+
+from ceiling.bench.results import RunResult
 from ceiling.diagnose.findings import FindingContext
 from ceiling.diagnose.logs import EngineFacts, parse_lines
 from ceiling.diagnose.runtime import batch_width, runtime_findings
@@ -22,8 +24,8 @@ VLLM = get_engine("vllm").finding_fixes
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 
-def _run(name: str) -> dict:
-    return json.loads((RUNS / name).read_text())
+def _run(name: str) -> RunResult:
+    return RunResult.model_validate_json((RUNS / name).read_text())
 
 
 def _facts(**args) -> EngineFacts:
@@ -58,6 +60,7 @@ def test_max_num_seqs_1_is_named_as_the_scheduler_cap():
     f = found["queueing"]
     assert f.component == "scheduler (running-sequence cap)" and f.direction == "slower"
     assert "(running-sequence cap 1)" in f.title
+    assert f.figures["queue_ms"] / f.figures["request_ms"] == pytest.approx(0.70, abs=0.01)
     assert "waited 70 % of their time in the engine's queue" in f.title  # 1288 of 1835 ms
     assert f.fix == "raise --max-num-seqs"
 
@@ -74,6 +77,7 @@ def test_a_tiny_kv_cache_is_named_by_its_preemptions():
     )
     f = found["kv-preemption"]
     assert f.component == "KV cache" and f.direction == "slower"
+    assert f.figures == {"preemptions": 10}
     assert f.evidence == ["10 preemptions at concurrency 4 (vllm:num_preemptions_total)"]
     # the CPU build's knob, and the env variable that overrides it; no FP8 KV on CPU
     assert "--kv-cache-memory-bytes" in f.fix and "fp8" not in f.fix.lower()
@@ -90,6 +94,7 @@ def test_a_starved_api_server_is_named_from_the_chunks():
     f = found["frontend-bound"]
     assert f.component == "API server / detokenizer / client" and f.direction == "slower"
     assert f.title.startswith("The API server fell behind the engine")
+    assert f.figures["tokens_per_chunk"] == pytest.approx(6.04, abs=0.005)
     assert f.evidence[0] == "mean 6.04 tokens per streamed chunk in the single-stream bench"
     assert "--api-server-count" in f.fix
     # a larger stream interval sends several tokens per chunk by design: no finding
@@ -122,7 +127,7 @@ def test_a_cap_of_one_is_seen_in_the_engines_own_batch():
 
 def test_the_unchanged_server_batches_and_is_not_called_narrow():
     run = _run("default_conc_steps.json")
-    assert batch_width(run["levels"][1]) == 2048 / 867
+    assert batch_width(run.levels[1]) == 2048 / 867
     found = runtime_findings(
         _facts(), {"concurrency": run}, FindingContext(concurrency=8, fixes=VLLM)
     )

@@ -365,6 +365,7 @@ def test_short_loop_found_wherever_it_is():
 
 def test_doctor_stops_before_benchmarking_a_broken_server(intact, tmp_path):
     from ceiling.diagnose.doctor import DoctorConfig, run_doctor
+    from ceiling.report import render
     from ceiling.sanity.run import SanityBroken
 
     def wrong(asked: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
@@ -375,7 +376,10 @@ def test_doctor_stops_before_benchmarking_a_broken_server(intact, tmp_path):
 
     out = tmp_path / "doctor"
     with Replay(intact, wrong) as srv, pytest.raises(SanityBroken) as err:
-        run_doctor(DoctorConfig(url=srv.url, out_dir=str(out), progress=False, telemetry=False))
+        run_doctor(
+            DoctorConfig(url=srv.url, out_dir=str(out), progress=False, telemetry=False),
+            report=render,
+        )
     assert "gives broken output (sanity): broken: known answers: 0 of 5 right" in err.value.message
     doc = json.loads((out / "doctor.json").read_text())
     assert doc["sanity"]["verdict"] == "broken"

@@ -38,7 +38,8 @@ def test_sweep_records_every_repeat_and_stops_early(tmp_path):
     assert by["fast"].status == "done" and by["fast"].repeats == 5
     assert by["fast"].verdict == "faster than baseline"
     assert by["fast"].delta_pct == pytest.approx(20.0, abs=0.5)
-    assert "fast beats the baseline" in res.verdict["headline"]
+    assert "fast beats the baseline" in res.verdict.headline
+    assert res.verdict.measured_tok_s is not None  # the baseline's rate, as a number
     assert (tmp_path / "out" / "sweep.json").is_file()
     html = (tmp_path / "out" / "report.html").read_text()
     assert "<svg" in html and "Variant comparison" in html
@@ -237,7 +238,7 @@ def test_a_broken_variant_is_reported_broken_not_slow(tmp_path):
     assert by["fast"].status == "broken" and by["fast"].repeats == 0
     assert by["fast"].verdict == "broken output (not benchmarked)"
     assert by["fast"].error == "broken output: known answers: 1 of 5 right"
-    assert "broken output, not benchmarked (sanity gate): fast" in res.verdict["notes"]
+    assert "broken output, not benchmarked (sanity gate): fast" in res.verdict.notes
     assert by["base"].status == "done"
     # a finished state: resuming does not run it again
     again = run_sweep(plan, tmp_path / "out", resume=True, trial_fn=trial, preflight_fn=None)

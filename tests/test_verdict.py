@@ -5,80 +5,137 @@ from __future__ import annotations
 import pytest
 
 from ceiling.diagnose.attribute import attribute, attribute_levels
+from ceiling.diagnose.finding_types import Finding
+from ceiling.diagnose.hypotheses import FlagHypothesis, NcclHypothesis, StreamsHypothesis
 from ceiling.diagnose.verdict import VerdictInputs, build_verdict
+from ceiling.predict.api import Prediction, PredictRequest, WhatIf, predict
 
 
-def _gpu_inputs(**kw):
+def _what_if(change: str, tok_s: float, delta: float, fits: bool = True) -> WhatIf:
+    return WhatIf(
+        change=change,
+        decode_tok_s_per_stream=tok_s,
+        delta_pct=delta,
+        decode_ms_per_token=1000 / tok_s,
+        fits_in_memory=fits,
+        bound_tok_s_per_stream=2 * tok_s,
+    )
+
+
+@pytest.fixture(scope="module")
+def dsv3() -> Prediction:
+    """A real prediction (DeepSeek-V3 at TP=8: 14 KB allreduces), its figures set below."""
+    return predict(PredictRequest(model="deepseek-v3", gpu="h200", tp=8))
+
+
+def _gpu_inputs(pred: Prediction, **kw):
     a = attribute(
         12.3,
         {"weights": 7.0, "kv": 0.5, "collectives": 2.0, "launch": 0.3, "host": 0.2},
         basis="predict",
     )
-    pred = {
-        "decode_tok_s_per_stream": 1000 / 10.0,
-        "what_if": [
-            {
-                "change": "custom one-shot allreduce",
-                "decode_tok_s_per_stream": 108.0,
-                "delta_pct": 8.0,
-            },
-            {"change": "NCCL_PROTO=LL", "decode_tok_s_per_stream": 100.5, "delta_pct": 0.5},
-            {"change": "TP=4 + DP=2", "decode_tok_s_per_stream": 95.0, "delta_pct": -5.0},
-        ],
-    }
-    base = dict(
-        attribution=a,
-        measured_tok_s=81.4,
-        measured_ci=(80.9, 81.9),
-        prediction=pred,
-        hardware_kind="gpu",
-        tp=8,
-        hidden_size=7168,
+    assert pred.expected is not None and pred.bound is not None
+    pred = pred.model_copy(
+        update={
+            # expected 100 tok/s, bound 110 tok/s for this configuration
+            "expected": pred.expected.model_copy(update={"decode_tok_s_per_stream": 100.0}),
+            "bound": pred.bound.model_copy(update={"decode_tok_s_per_stream": 110.0}),
+            "what_if": [
+                _what_if("custom one-shot allreduce", 108.0, 8.0),
+                _what_if("NCCL_PROTO=LL", 100.5, 0.5),
+                _what_if("TP=4 + DP=2", 95.0, -5.0),
+            ],
+        }
     )
+    base = dict(attribution=a, measured_tok_s=81.4, measured_ci=(80.9, 81.9), prediction=pred)
     base.update(kw)
     return VerdictInputs(**base)
 
 
-def test_nccl_hypothesis_is_latency_bound_at_14_kb():
-    v = build_verdict(_gpu_inputs())
-    h = next(h for h in v.hypotheses if h.hypothesis.startswith("NCCL"))
-    assert "latency-bound at 14 KB" in h.answer
+def test_nccl_hypothesis_is_latency_bound_at_14_kb(dsv3):
+    v = build_verdict(_gpu_inputs(dsv3))
+    h = next(h for h in v.hypotheses if isinstance(h, NcclHypothesis))
+    assert h.message_bytes == 7168 * 2 and h.latency_bound  # one bf16 hidden vector
+    assert h.basis == "what-if" and h.change == "NCCL_PROTO=LL"
     assert h.predicted_gain_pct == pytest.approx(0.5)
+    assert "latency-bound at 14 KB" in h.answer  # the sentence renders the numbers
 
 
-def test_changes_ranked_by_gain_and_best_config():
+def test_changes_ranked_by_gain_and_best_config(dsv3):
     v = build_verdict(
         _gpu_inputs(
+            dsv3,
             findings=[
-                {
-                    "id": "B1",
-                    "kind": "configurable",
-                    "fix": "remove --enforce-eager",
-                    "title": "eager",
-                    "predicted_effect": "launch overhead",
-                    "evidence": ["enforce_eager=True"],
-                },
-                {"id": "A9", "kind": "fundamental", "fix": "new fabric", "title": "x"},
-            ]
+                Finding(
+                    id="B1",
+                    kind="configurable",
+                    fix="remove --enforce-eager",
+                    title="eager",
+                    predicted_effect="launch overhead",
+                    evidence=["enforce_eager=True"],
+                ),
+                Finding(id="A9", kind="fundamental", fix="new fabric", title="x"),
+            ],
         )
     )
     assert [c.change for c in v.changes][:2] == ["custom one-shot allreduce", "NCCL_PROTO=LL"]
     assert all(c.change != "TP=4 + DP=2" for c in v.changes)  # negative gain is not a change
     assert any(c.source == "finding B1" for c in v.changes)
     assert not any("new fabric" in c.change for c in v.changes)  # fundamental finding
-    assert v.best_config == {"change": "custom one-shot allreduce", "tok_s": 108.0}
+    assert v.best_config is not None
+    assert (v.best_config.change, v.best_config.tok_s) == ("custom one-shot allreduce", 108.0)
     assert v.pct_of_predicted == pytest.approx(81.4)
-    assert v.gap["unexplained_ms"] == pytest.approx(2.3)
+    assert v.expected_pct_of_bound == pytest.approx(100 * 100 / 110)
+    assert v.gap is not None and v.gap.unexplained_ms == pytest.approx(2.3)
+    top = v.changes[0]
+    assert (top.predicted_tok_s, top.base_tok_s, top.bound_tok_s) == (108.0, 100.0, 216.0)
 
 
-def test_target_met_missed_and_ci_caveat():
-    assert build_verdict(_gpu_inputs(target_tok_s=80.0)).target.met
-    t = build_verdict(_gpu_inputs(target_tok_s=81.0)).target
+def test_target_met_missed_and_ci_caveat(dsv3):
+    assert build_verdict(_gpu_inputs(dsv3, target_tok_s=80.0)).target.met
+    t = build_verdict(_gpu_inputs(dsv3, target_tok_s=81.0)).target
     assert t.met and "on the mean only" in t.text
-    t = build_verdict(_gpu_inputs(target_tok_s=120.0)).target
-    assert not t.met and t.margin_pct == pytest.approx(100 * (81.4 / 120 - 1))
-    assert "below the target" in t.text  # predicted 100 < 120: no setting reaches it
-    assert build_verdict(_gpu_inputs()).target is None
+    t = build_verdict(_gpu_inputs(dsv3, target_tok_s=105.0)).target
+    assert not t.met and t.margin_pct == pytest.approx(100 * (81.4 / 105 - 1))
+    assert t.reachable_in_layout  # expected 100 < 105 <= bound 110: better kernels could
+    assert t.best_change == "custom one-shot allreduce" and t.best_tok_s == 108.0
+    t = build_verdict(_gpu_inputs(dsv3, target_tok_s=120.0)).target
+    assert t.reachable_in_layout is False  # bound 110 < 120: no setting of the layout
+    assert t.best_change is None  # and no change is expected to reach it
+    assert build_verdict(_gpu_inputs(dsv3)).target is None
+
+
+def test_a_change_that_does_not_fit_in_memory_is_neither_listed_nor_best():
+    """Llama-3.1-70B FP8 on one H100 at context 4096: SGLang's what-if is faster but does not
+    fit (issue 14: the verdict listed "engine sglang" anyway)."""
+    p = predict(
+        PredictRequest(model="llama-3.1-70b-fp8", gpu="h100-sxm", context=4096, what_if=True)
+    )
+    assert p.fits_in_memory
+    sglang = next(w for w in p.what_if if w.change == "engine sglang")
+    assert sglang.delta_pct > 0 and not sglang.fits_in_memory
+    a = attribute(1000 / 25.0, p.components_ms, basis="predict")
+    v = build_verdict(VerdictInputs(attribution=a, measured_tok_s=25.0, prediction=p))
+    listed = [c.change for c in v.changes]
+    assert "engine sglang" not in listed
+    assert listed and all(
+        next(w for w in p.what_if if w.change == c).fits_in_memory
+        for c in listed
+        if c in {w.change for w in p.what_if}
+    )
+    # the fastest variant, once it does not fit either, is not the best configuration
+    assert v.best_config is not None
+    fastest = v.best_config.change
+    unfit = p.model_copy(
+        update={
+            "what_if": [
+                w.model_copy(update={"fits_in_memory": w.change != fastest}) for w in p.what_if
+            ]
+        }
+    )
+    v2 = build_verdict(VerdictInputs(attribution=a, measured_tok_s=25.0, prediction=unfit))
+    assert v2.best_config is None or v2.best_config.change != fastest
+    assert fastest not in [c.change for c in v2.changes]
 
 
 def test_cpu_host_bound_headline_and_flag_answer():
@@ -96,15 +153,21 @@ def test_cpu_host_bound_headline_and_flag_answer():
             },
         )
     )
+    b = v.bottleneck
+    assert (b.case, b.hardware_kind) == ("host-bound", "cpu")
+    assert b.unexplained_pct == pytest.approx(100 * (4.0 - 0.18) / 4.0)  # 95.5 %
     assert v.headline.startswith("Host / launch-overhead-bound, not bandwidth-bound")
-    assert "95.5 %" in v.headline
-    hyp = {h.hypothesis: h.answer for h in v.hypotheses}
-    assert hyp["`--num-scheduler-steps`"].startswith("not in the installed engine")
-    assert hyp["`--async-scheduling`"].startswith("accepted")
-    assert "not applicable" in next(a for k, a in hyp.items() if k.startswith("NCCL"))
-    streams = next(h for k, h in zip(hyp, v.hypotheses, strict=True) if "streams" in k)
+    assert "95.5 %" in v.headline  # the sentence states the field
+    flags = {h.flag: h for h in v.hypotheses if isinstance(h, FlagHypothesis)}
+    assert flags["--num-scheduler-steps"].rejected == "unrecognized argument"
+    assert flags["--num-scheduler-steps"].predicted_gain_pct == 0.0
+    assert flags["--async-scheduling"].rejected is None
+    nccl = next(h for h in v.hypotheses if isinstance(h, NcclHypothesis))
+    assert nccl.basis == "not-applicable" and nccl.predicted_gain_pct == 0.0
+    streams = next(h for h in v.hypotheses if isinstance(h, StreamsHypothesis))
     # decode rate summed over streams: 2 x 1000 / 4.1 ms vs 1000 / 4.0 ms
     assert streams.predicted_gain_pct == pytest.approx(100 * ((2000 / 4.1) / (1000 / 4.0) - 1))
+    assert streams.overhead_shared and streams.output_gain_pct is not None
     assert "per-step overhead is shared" in streams.answer
     assert "end-to-end output tok/s" in streams.answer  # the other measure is shown too
 

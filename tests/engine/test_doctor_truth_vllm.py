@@ -28,7 +28,10 @@ import yaml
 from ceiling.bench.compare import SAME, compare
 from ceiling.bench.results import RunResult
 from ceiling.diagnose.doctor import DoctorConfig, run_doctor
+from ceiling.diagnose.finding_types import Finding
+from ceiling.diagnose.measured import ServerView
 from ceiling.diagnose.runtime import batch_width
+from ceiling.diagnose.schema import DoctorResult
 
 pytestmark = pytest.mark.engine
 
@@ -70,12 +73,12 @@ def _doctor(out: Path, concurrency=(1, 8), max_tokens=32, repeat=2, **target):
     )
 
 
-def _by_id(res) -> dict:
-    return {f["id"]: f for f in res.findings}
+def _by_id(res: DoctorResult) -> dict[str, Finding]:
+    return {f.id: f for f in res.findings}
 
 
-def _conc(res) -> RunResult:
-    return RunResult.model_validate(res.bench["concurrency"])
+def _conc(res: DoctorResult) -> RunResult:
+    return res.bench["concurrency"]
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +89,7 @@ def baseline(vllm_server, tmp_path_factory):
 
 
 def test_baseline_names_none_of_the_changes(baseline):
-    assert baseline.sanity["verdict"] == "ok"
+    assert baseline.sanity is not None and baseline.sanity.verdict == "ok"
     assert not set(CHANGED) & set(_by_id(baseline))
 
 
@@ -95,22 +98,22 @@ def test_max_num_seqs_1_is_named_and_slower(baseline, cpu_tiny_variant, tmp_path
     res = _doctor(tmp_path / "out", variant=str(variant))
     by = _by_id(res)
     log = by["concurrency-cap"]  # from the start-up log: the cap is below the concurrency
-    assert log["component"] == "scheduler (running-sequence cap)" and log["direction"] == "slower"
-    assert "at most 1 sequences at once; 8 requested" in log["title"]
+    assert log.component == "scheduler (running-sequence cap)" and log.direction == "slower"
+    assert "at most 1 sequences at once; 8 requested" in log.title
 
     # the measured direction: the batching is gone. Read from the engine's own counters
     # (generated tokens / engine steps at 8 streams), not from throughput ratios: on this shared
     # 2-core box the unchanged server's 1->8 stream throughput gain measured anywhere from 1.0x
     # to 4x between runs (the API server shares a core with the busy engine core)
     narrow = by["narrow-batches"]
-    assert narrow["component"] == "scheduler (running-sequence cap)"
-    assert narrow["direction"] == "slower"
-    width = batch_width(_conc(res).level(8).model_dump(mode="json"))
-    base = batch_width(_conc(baseline).level(8).model_dump(mode="json"))
+    assert narrow.component == "scheduler (running-sequence cap)"
+    assert narrow.direction == "slower"
+    width = batch_width(_conc(res).level(8))
+    base = batch_width(_conc(baseline).level(8))
     assert width is not None and base is not None
     assert width <= 1.0 < base, (width, base)  # a cap of one: one token per step, exactly
     if "queueing" in by:
-        assert by["queueing"]["component"] == "scheduler (running-sequence cap)"
+        assert by["queueing"].component == "scheduler (running-sequence cap)"
 
 
 def test_a_tiny_kv_cache_is_named_by_its_preemptions(cpu_tiny_variant, tmp_path):
@@ -129,14 +132,16 @@ def test_a_tiny_kv_cache_is_named_by_its_preemptions(cpu_tiny_variant, tmp_path)
     assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
     res = _doctor(tmp_path / "out", concurrency=(8,), variant=str(variant))
     by = _by_id(res)
-    assert res.facts["kv_cache_tokens"] <= 384 and res.facts["max_concurrency"] < 8
-    assert by["kv-capacity"]["component"] == "KV cache"  # from the start-up log
+    facts = res.facts
+    assert facts is not None and facts.kv_cache_tokens is not None
+    assert facts.kv_cache_tokens <= 384 and (facts.max_concurrency or 0) < 8
+    assert by["kv-capacity"].component == "KV cache"  # from the start-up log
     pre = by["kv-preemption"]  # from the engine's counter during the bench
-    assert pre["component"] == "KV cache" and pre["direction"] == "slower"
-    assert "preemptions at concurrency 8 (vllm:num_preemptions_total)" in pre["evidence"][0]
-    assert "--kv-cache-memory-bytes" in pre["fix"]
+    assert pre.component == "KV cache" and pre.direction == "slower"
+    assert "preemptions at concurrency 8 (vllm:num_preemptions_total)" in pre.evidence[0]
+    assert pre.fix and "--kv-cache-memory-bytes" in pre.fix
     if "narrow-batches" in by:  # the batch the engine ran is blamed on the cache, not elsewhere
-        assert by["narrow-batches"]["component"] == "KV cache"
+        assert by["narrow-batches"].component == "KV cache"
 
 
 def test_compare_calls_a_no_op_change_no_significant_difference(vllm_server, tmp_path):
@@ -205,13 +210,14 @@ def test_a_starved_api_server_is_named(baseline, vllm_server, tmp_path):
         os.kill(api, signal.SIGCONT)
     single = res.bench["single"]
 
-    def late(bench) -> float:  # the client's wait beyond the engine's own time, as a share
-        q = bench["server_metrics"]["quantities"]
-        engine = sum(q[k]["server_mean_ms"] for k in ("queue", "prefill", "decode"))
-        return 1 - engine / q["e2el"]["client_mean_ms"]
+    def late(bench: RunResult) -> float:  # the client's wait beyond the engine's own time
+        q = ServerView.of(bench).quantity
+        engine = sum(q(k).server_mean_ms or 0.0 for k in ("queue", "prefill", "decode"))
+        return 1 - engine / (q("e2el").client_mean_ms or float("inf"))
 
-    assert "frontend-bound" in _by_id(res), (single.get("tokens_per_chunk"), late(single))
+    chunks = (single.model_extra or {}).get("tokens_per_chunk")
+    assert "frontend-bound" in _by_id(res), (chunks, late(single))
     f = _by_id(res)["frontend-bound"]
-    assert f["component"] == "API server / detokenizer / client" and f["direction"] == "slower"
+    assert f.component == "API server / detokenizer / client" and f.direction == "slower"
     # the direction: clients wait longer beyond the engine's time than on the unstarved server
     assert late(single) > late(baseline.bench["single"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from ceiling.diagnose.doctor import DoctorConfig, run_doctor
+from ceiling.report import render
 
 pytestmark = pytest.mark.engine
 
@@ -33,7 +34,8 @@ def _doctor(server, out, concurrency):
             measure_cpu=False,
             out_dir=str(out),
             progress=False,
-        )
+        ),
+        report=render,
     )
 
 
@@ -42,21 +44,22 @@ def test_doctor_on_vllm_cpu_is_host_bound_and_moves_with_streams(vllm_server, tm
     two = _doctor(vllm_server, tmp_path / "c2", [2])
     for res in (one, two):
         assert not res.server_died
-        assert res.hardware["kind"] == "cpu"
-        a = res.attribution
-        assert a["bound_by"] == "kernel inefficiency / host overhead"
-        assert a["unexplained_pct"] > 80
-        assert res.verdict["headline"].startswith("Host / launch-overhead-bound")
-        assert res.facts and res.facts.get("device") == "cpu"
+        assert res.hardware is not None and res.hardware.kind == "cpu"
+        a, v = res.attribution, res.verdict
+        assert a is not None and v is not None
+        assert a.bound_by == "kernel inefficiency / host overhead"
+        assert a.unexplained_pct > 80
+        assert v.bottleneck.case == "host-bound" and v.bottleneck.hardware_kind == "cpu"
+        assert res.facts is not None and res.facts.device == "cpu"
         assert "removed" in (res.flag_checks.get("--num-scheduler-steps") or "")
     l1, l2 = one.levels[0], two.levels[0]
-    assert (l1["concurrency"], l2["concurrency"]) == (1, 2)
+    assert (l1.concurrency, l2.concurrency) == (1, 2)
     # the floors per token halve: the weights are read once per step for both streams
-    assert l2["predicted_per_token_ms"] < l1["predicted_per_token_ms"]
+    assert l2.predicted_per_token_ms < l1.predicted_per_token_ms
     # the known effect: the per-step overhead is shared, so per token it falls ...
-    assert l2["unexplained_per_token_ms"] < l1["unexplained_per_token_ms"]
+    assert l2.unexplained_per_token_ms < l1.unexplained_per_token_ms
     # ... and a second stream raises the total decode rate (the step does not double)
-    assert l2["decode_tok_s_total"] > l1["decode_tok_s_total"]
-    assert l2["measured_step_ms"] < 2 * l1["measured_step_ms"]
+    assert l2.decode_tok_s_total > l1.decode_tok_s_total
+    assert l2.measured_step_ms < 2 * l1.measured_step_ms
     html = (tmp_path / "c2" / "report.html").read_text()
     assert "plot-waterfall" in html and "Throughput vs concurrency" in html

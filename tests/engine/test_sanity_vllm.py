@@ -102,5 +102,5 @@ def test_sweep_reports_wrongly_served_variants_broken(cpu_tiny_variant, tiny_fau
         assert by[name].status == "broken" and by[name].repeats == 0, by[name]
         assert by[name].error.startswith("broken output: broken: known answers:")
     assert "perplexity" in by["sibling-tokenizer"].error
-    assert res.verdict["headline"].startswith("The baseline swapped-v-heads gives broken output")
+    assert res.verdict.headline.startswith("The baseline swapped-v-heads gives broken output")
     assert load_variant(files["swapped-v-heads"]).model.endswith("swapped-v-heads")

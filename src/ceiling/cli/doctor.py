@@ -57,7 +57,7 @@ def doctor(
     out: Path = typer.Option(Path("ceiling-out"), "--out", help="Output directory."),
     json_out: bool = typer.Option(False, "--json", help="Print doctor.json on stdout."),
 ) -> None:
-    """Measure a deployment, set it against its predicted ceiling, and write a verdict + report.
+    """Measure a deployment, set it against its expected rate and bound, write a verdict + report.
 
     \b
     Examples:
@@ -71,11 +71,12 @@ def doctor(
     written), 2 bad option, 3 the engine did not start,
     4 server unreachable or refused, 130 interrupted (doctor.json written, interrupted: true).
     """
-    from ceiling.console import console, emit_json
-    from ceiling.console import out as stdout
+    from ceiling.console import console
     from ceiling.diagnose.doctor import DoctorConfig, run_doctor
     from ceiling.diagnose.doctor_checks import OPTION_NAMES, outcome
     from ceiling.inputs import model_from_options
+    from ceiling.render import doctor as show
+    from ceiling.report import render
 
     options = dict(
         url=url,
@@ -100,14 +101,9 @@ def doctor(
         progress=not json_out,
     )
     cfg = model_from_options(DoctorConfig, options, "doctor", OPTION_NAMES)
-    res = run_doctor(cfg)
+    res = run_doctor(cfg, report=render)
     code, why = outcome(res)
-    if json_out:
-        emit_json(res)
-    else:
-        v = res.verdict or {}
-        stdout().print(v.get("headline") or "no verdict")
-        stdout().print(f"report: {res.files.get('report_html')}  ({res.files.get('report_md')})")
+    show.doctor(res, json_out)
     if why:
         console().print(f"doctor: {why}; what was measured is in {res.files.get('doctor')}")
     raise typer.Exit(code)
@@ -128,8 +124,8 @@ def sweep(
     Ctrl-C stops the running trial (its engine too) and leaves the ledger resumable: rerun with
     --resume. Without a terminal, each launch prints its start-up phases as lines.
     """
-    from ceiling.console import console, emit_json
-    from ceiling.console import out as stdout
+    from ceiling.console import console
+    from ceiling.render import doctor as show
     from ceiling.sweep.runner import run_sweep
 
     def on_event(name: str, ev: dict) -> None:
@@ -138,26 +134,7 @@ def sweep(
         elif not json_out and ev.get("type") in ("stopped_early", "failed"):
             console().print(f"{name}: {ev['type']}: {ev.get('reason') or ev.get('error')}")
 
-    res = run_sweep(plan, out, resume=resume, on_event=on_event)
-    if json_out:
-        emit_json(res)
-        return
-    from rich.table import Table
-
-    t = Table("variant", "status", "repeats", "tok/s per stream", "vs baseline", "verdict")
-    for v in res.variants:
-        delta = f"{v.delta_pct:+.2f} %" if v.delta_pct is not None else "baseline"
-        t.add_row(
-            v.name,
-            v.status,
-            str(v.repeats),
-            f"{v.tok_s:.4g}" if v.tok_s is not None else "–",
-            delta,
-            v.verdict or "",
-        )
-    stdout().print(t)
-    stdout().print(res.verdict.get("headline"))
-    stdout().print(f"report: {out / 'report.html'}")
+    show.sweep(run_sweep(plan, out, resume=resume, on_event=on_event), out, json_out)
 
 
 def report(
@@ -171,16 +148,10 @@ def report(
     Example:
       ceiling report ceiling-out/doctor.json --out /tmp/report
     """
-    from ceiling.console import emit_json
-    from ceiling.console import out as stdout
+    from ceiling.render import doctor as show
     from ceiling.report import render_file
 
-    paths = render_file(result, out)
-    if json_out:
-        emit_json(paths)
-        return
-    for kind, path in paths.items():
-        stdout().print(f"{kind}: {path}")
+    show.report_paths(render_file(result, out), json_out)
 
 
 def register(app: typer.Typer) -> None:

@@ -105,11 +105,10 @@ def inspect_cmd(
     Example:
       ceiling inspect logs/cpu-tiny-20260101T000000-8000.log --concurrency 16
     """
-    from ceiling.diagnose.logs import run_inspect
+    from ceiling.diagnose.logs import inspect_with_gpu
+    from ceiling.render import engines as show
 
-    raise typer.Exit(
-        run_inspect(log, engine=engine, concurrency=concurrency, gpu=gpu, json_out=json_out)
-    )
+    show.inspect(inspect_with_gpu(log, engine, concurrency, gpu), json_out)
 
 
 def shm_cmd(

@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
         Example:
           ceiling predict --model llama-3.1-70b --gpu h100-sxm --tp 4 --what-if
         """
-        from ceiling.predict import render
+        from ceiling.render import predict as render
 
         if list_gpus or list_links or list_models:
             render.print_catalog(

@@ -44,8 +44,8 @@ def sanity(
     or suspect (the verdict says which), 1 broken, 2 bad option, 3 the engine did not start,
     4 server unreachable or refused.
     """
-    from ceiling.console import emit_json
-    from ceiling.sanity.run import SanityConfig, print_report, run_sanity
+    from ceiling.render import sanity as show
+    from ceiling.sanity.run import SanityConfig, run_sanity
 
     report = run_sanity(
         SanityConfig(
@@ -60,8 +60,5 @@ def sanity(
             progress=not json_out,
         )
     )
-    if json_out:
-        emit_json(report)
-    else:
-        print_report(report)
+    show.report(report, json_out)
     raise typer.Exit(EXIT[report.verdict])

@@ -1,55 +1,51 @@
 """The CPU as "hardware": what the doctor sets a CPU-served model against.
 
-Why: on a machine without an NVIDIA GPU the predict catalog has nothing to say (its entries are
-GPUs), yet the question "is this deployment bandwidth-bound?" still has a numeric answer: the
-bytes of weights and KV a decode step must read, divided by the memory bandwidth this CPU
-achieves, plus the matrix math at the FLOP rate it achieves. Both rates are measured here with
-numpy in well under a second (or taken from the labelled assumptions in
-``data/cpu_host.yaml``), so the floors rest on this box, not on a datasheet.
+Why: on a machine without an NVIDIA GPU, "is this deployment bandwidth-bound?" still has a
+numeric answer: predict's CPU backend (``ceiling.predict.cpu``) divides the bytes of weights
+and KV a decode step must read by the memory bandwidth this CPU achieves, and the matrix math
+by the FLOP rate it achieves. Both rates are measured here with numpy in well under a second
+(or taken from the labelled assumptions in ``data/cpu_host.yaml``), so the floors rest on this
+box, not on a datasheet; the result is a :class:`~ceiling.spec.hardware.CpuHardware`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, Field
+import numpy as np
 
-from ceiling.errors import CeilingError
-
-_DATA = Path(__file__).resolve().parent.parent / "data" / "cpu_host.yaml"
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "float8": 1}
+from ceiling.spec._data import load_yaml
+from ceiling.spec.hardware import CpuHardware
 
 
-@cache
-def _config() -> dict[str, Any]:
-    return yaml.safe_load(_DATA.read_text(encoding="utf-8"))
+def describe(
+    name: str, cores: int, bw: float, gflops: float, measured: bool, source: str, **kw: Any
+) -> CpuHardware:
+    """A CpuHardware with its one-line description."""
+    how = "measured with numpy" if measured else "ASSUMED (not measured)"
+    return CpuHardware(
+        name=name,
+        cores=cores,
+        mem_bw_GBps=bw,
+        gflops=gflops,
+        measured=measured,
+        source=source,
+        description=f"CPU only: {name}, {cores} cores; memory read {bw:.3g} GB/s, fp32 matmul "
+        f"{gflops:.3g} GFLOP/s ({how})",
+        **kw,
+    )
 
 
-class CpuHost(BaseModel):
-    """The CPU and the rates the floors use, with where each number came from."""
-
-    name: str
-    cores: int
-    mem_bw_GBps: float
-    gflops: float
-    measured: bool
-    source: str
-    llc_bytes: int | None = Field(None, description="last-level cache size (sysfs), if known")
-
-    @property
-    def description(self) -> str:
-        how = "measured with numpy" if self.measured else "ASSUMED (not measured)"
-        return (
-            f"CPU only: {self.name}, {self.cores} cores; memory read "
-            f"{self.mem_bw_GBps:.3g} GB/s, fp32 matmul {self.gflops:.3g} GFLOP/s ({how})"
-        )
+def memory_GiB() -> float | None:
+    """Physical memory of this machine (None when the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _cpu_name() -> str:
@@ -79,8 +75,6 @@ def last_level_cache_bytes(sys_root: str = "/sys") -> int | None:
 
 def measure_mem_bw_GBps(read_bytes: int, repeats: int) -> float:
     """Best-of-N streaming read bandwidth (GB/s) of a numpy reduction over a large array."""
-    import numpy as np
-
     a = np.ones(max(read_bytes // 8, 1), dtype=np.float64)
     best = float("inf")
     for _ in range(max(repeats, 1)):
@@ -92,8 +86,6 @@ def measure_mem_bw_GBps(read_bytes: int, repeats: int) -> float:
 
 def measure_gflops(n: int, repeats: int) -> float:
     """Best-of-N float32 matrix-multiply rate (GFLOP/s) through numpy's BLAS."""
-    import numpy as np
-
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, n), dtype=np.float32)
     y = rng.standard_normal((n, n), dtype=np.float32)
@@ -106,10 +98,16 @@ def measure_gflops(n: int, repeats: int) -> float:
     return 2.0 * n**3 / best / 1e9
 
 
-def describe_cpu(measure: bool = True) -> CpuHost:
-    """Describe this CPU, measuring its rates unless ``measure`` is False."""
-    cfg = _config()
+def describe_cpu(measure: bool = True, gpu_probe: str | None = None) -> CpuHardware:
+    """Describe this CPU, measuring its rates unless ``measure`` is False (``gpu_probe``: why
+    no GPU is used, kept with the description)."""
+    cfg = load_yaml("cpu_host.yaml")
     name, cores = _cpu_name(), os.cpu_count() or 1
+    extra: dict[str, Any] = {
+        "llc_bytes": last_level_cache_bytes(),
+        "memory_GiB": memory_GiB(),
+        "gpu_probe": gpu_probe,
+    }
     if measure:
         m = cfg["measure"]
         bw = measure_mem_bw_GBps(int(m["read_bytes"]), int(m["repeats"]))
@@ -118,94 +116,8 @@ def describe_cpu(measure: bool = True) -> CpuHost:
             f"measured now: numpy sum over {int(m['read_bytes']) >> 20} MiB (best of "
             f"{m['repeats']}), float32 {m['matmul_n']}^3 matmul (best of {m['matmul_repeats']})"
         )
-        return CpuHost(
-            name=name,
-            cores=cores,
-            mem_bw_GBps=bw,
-            gflops=fl,
-            measured=True,
-            source=src,
-            llc_bytes=last_level_cache_bytes(),
-        )
+        return describe(name, cores, bw, fl, True, src, **extra)
     a = cfg["assumed"]
-    return CpuHost(
-        name=name,
-        cores=cores,
-        mem_bw_GBps=float(a["mem_bw_GBps"]),
-        gflops=float(a["gflops"]),
-        measured=False,
-        source=str(a["source"]),
-        llc_bytes=last_level_cache_bytes(),
+    return describe(
+        name, cores, float(a["mem_bw_GBps"]), float(a["gflops"]), False, str(a["source"]), **extra
     )
-
-
-class ModelFootprint(BaseModel):
-    """What one decode step must read and compute, from a model directory."""
-
-    name: str
-    weight_bytes: int
-    params: int
-    layers: int
-    hidden_size: int
-    kv_bytes_per_token: int = Field(description="K and V, all layers, at the weights' dtype")
-    dtype: str
-    source: str
-
-    @property
-    def summary(self) -> str:
-        return (
-            f"{self.params / 1e6:.3g} M parameters, {self.layers} layers, hidden "
-            f"{self.hidden_size}, {self.dtype}; {self.weight_bytes / 1e6:.3g} MB of weights, "
-            f"{self.kv_bytes_per_token / 1024:.3g} KiB of KV per token"
-        )
-
-
-def model_footprint(model_dir: str | Path) -> ModelFootprint:
-    """Read ``config.json`` and the weight files' sizes of a local model directory."""
-    d = Path(model_dir)
-    cfg_path = d / "config.json"
-    if not cfg_path.is_file():
-        raise CeilingError(
-            f"no config.json in {d}", fix="pass the served model's local directory (--model-path)"
-        )
-    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    files = list(d.glob("*.safetensors")) or list(d.glob("*.bin"))
-    if not files:
-        raise CeilingError(
-            f"no weight files (*.safetensors, *.bin) in {d}",
-            fix="pass the served model's local directory (--model-path)",
-        )
-    wbytes = sum(f.stat().st_size for f in files)
-    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "float32").replace("torch.", "")
-    db = _DTYPE_BYTES.get(dtype, 4)
-    layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layer") or 0)
-    hidden = int(cfg.get("hidden_size") or cfg.get("n_embd") or 0)
-    heads = int(cfg.get("num_attention_heads") or 1)
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or (hidden // heads if heads else 0))
-    return ModelFootprint(
-        name=d.name,
-        weight_bytes=wbytes,
-        params=wbytes // db,
-        layers=layers,
-        hidden_size=hidden,
-        kv_bytes_per_token=2 * layers * kv_heads * head_dim * db,
-        dtype=dtype,
-        source=f"{cfg_path} and the sizes of {len(files)} weight file(s)",
-    )
-
-
-def cpu_floor_components(
-    fp: ModelFootprint, host: CpuHost, batch: int = 1, context: int = 0
-) -> dict[str, float]:
-    """The decode step's hardware floors on this CPU, in ms: weights, KV reads, compute.
-
-    Weights are read once per step whatever the batch; KV is read for every sequence's context;
-    the math is ~2 FLOPs per parameter per token.
-    """
-    bw = host.mem_bw_GBps * 1e9
-    return {
-        "weights": fp.weight_bytes / bw * 1e3,
-        "kv": batch * context * fp.kv_bytes_per_token / bw * 1e3,
-        "compute": batch * 2.0 * fp.params / (host.gflops * 1e9) * 1e3,
-    }

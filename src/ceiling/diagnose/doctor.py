@@ -4,124 +4,67 @@ Why one flow: the questions an engineer asks of a slow deployment (what could it
 it do, where does the difference go, what is worth changing) need all the other modules, in
 this order, with their evidence kept side by side. Every stage records what it did, how long it
 took and whether it failed; a stage that fails does not throw away what earlier stages measured
-(a server that dies mid-doctor leaves a report that says so and keeps every finished number).
+(a server that dies mid-doctor leaves a result that says so and keeps every finished number).
 
 Input: a running server (``url``, optionally its ``log`` file) or a ``variant`` file to launch.
 The model comes from ``--model-path``, the variant's model, or the path the server reports in
 ``/v1/models`` (``root``); the hardware from ``probe`` (GPUs) or, on a machine without NVIDIA
-GPUs, from a measured description of the CPU (``cpu_host``): the predict catalog describes
-GPUs, so on a CPU the predicted floors are computed from this CPU's measured bandwidth and
-FLOP rate, and the report says so.
+GPUs, from a measured description of the CPU (``cpu_host``): predict's CPU backend then gives
+the floors of this CPU's measured bandwidth and FLOP rate, and the report says so.
+
+The stages' work lives beside their nouns: ``expect`` (hardware and prediction), ``judge``
+(attribution and verdict), ``runtime`` (the log's and the run's findings), the sanity gate.
+This module sequences them and writes ``doctor.json``; the report is rendered by whoever
+asks for it (``report``: the CLI passes ``ceiling.report.render``): a diagnosis never imports
+its report.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import subprocess
 import time
-from collections.abc import Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import BaseModel, Field
+from typing import Any
 
 from ceiling import interrupts
-from ceiling.diagnose.expect import (
-    describe_hardware,
-    find_model_dir,
-    model_summary,
-    predict_cpu,
-    predict_gpu,
-)
-from ceiling.diagnose.judge import Measured, attribute_result, measured_step, verdict_result
+from ceiling.bench.config import BenchConfig
+from ceiling.bench.runner import run_bench
+from ceiling.console import console, dumps
+from ceiling.diagnose.doctor_checks import check_config
+from ceiling.diagnose.expect import describe_hardware, expect, find_model_dir
+from ceiling.diagnose.flags import flag_checks
+from ceiling.diagnose.judge import attribution, level_attributions, verdict
+from ceiling.diagnose.measured import measured_step
 from ceiling.diagnose.runtime import inspect_run
+from ceiling.diagnose.schema import (
+    BenchMode,
+    DoctorConfig,
+    DoctorResult,
+    Measured,
+    Preflight,
+    Stage,
+    Target,
+    Telemetry,
+)
 from ceiling.diagnose.target import served_models, server_alive
+from ceiling.diagnose.verdict import broken_output_verdict
+from ceiling.engines.preflight import preflight
+from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError
-from ceiling.redact import use_api_key
-from ceiling.sanity.run import doctor_stage
+from ceiling.probe.telemetry import TelemetrySampler
+from ceiling.redact import redact, use_api_key
+from ceiling.run.launcher import launch
+from ceiling.sanity.run import SanityBroken, doctor_gate
 
 __all__ = ["DoctorConfig", "DoctorResult", "Measured", "measured_step", "run_doctor"]
 
-SCHEMA_VERSION = 1
-FLAG_HYPOTHESES = ("--num-scheduler-steps",)
-
-
-class DoctorConfig(BaseModel):
-    """Options of one doctor run (see docs/doctor.md)."""
-
-    url: str | None = None
-    variant: str | None = None
-    log: str | None = None
-    model_path: str | None = Field(None, description="model dir / config.json / catalog name")
-    engine: str | None = None
-    gpu: str | None = Field(None, description="catalog GPU name (default: probed)")
-    tp: int | None = Field(None, ge=1)
-    cuda_graphs: bool | None = Field(
-        None, description="None: from the variant's flags or the engine log, else assumed on"
-    )
-    max_tokens: int = Field(512, ge=1)
-    input_len: int = Field(64, ge=1)
-    repeat: int = Field(3, ge=1)
-    warmup: int = Field(1, ge=0)
-    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 2, 4])
-    concurrency_max_tokens: int = Field(128, ge=1)
-    concurrency_requests: int | None = Field(None, ge=1)
-    target_tok_s: float | None = Field(None, gt=0, allow_inf_nan=False)
-    telemetry: bool = True
-    measure_cpu: bool = True
-    launch_timeout_s: float = Field(1800.0, gt=0, allow_inf_nan=False)
-    out_dir: str = "ceiling-out"
-    flag_hypotheses: list[str] = Field(default_factory=lambda: list(FLAG_HYPOTHESES))
-    sanity: bool = Field(True, description="gate on `ceiling sanity` before any measurement")
-    progress: bool = True
-
-
-class Stage(BaseModel):
-    name: str
-    status: str = "ok"  # ok | failed | skipped | interrupted
-    seconds: float = 0.0
-    message: str | None = None
-
-
-class DoctorResult(BaseModel):
-    """The doctor's result document (``doctor.json``); the report renders from it alone."""
-
-    schema_version: int = SCHEMA_VERSION
-    kind: str = "doctor"
-    title: str = "ceiling doctor"
-    created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
-    config: dict[str, Any] = Field(default_factory=dict)
-    target: dict[str, Any] = Field(default_factory=dict)
-    hardware: dict[str, Any] = Field(default_factory=dict)
-    model: dict[str, Any] | None = None
-    prediction: dict[str, Any] | None = None
-    prediction_note: str | None = None
-    preflight: dict[str, Any] | None = None
-    flag_checks: dict[str, str | None] = Field(default_factory=dict)
-    sanity: dict[str, Any] | None = Field(None, description="the sanity gate's SanityReport")
-    bench: dict[str, Any] = Field(default_factory=dict)
-    telemetry: dict[str, Any] | None = Field(
-        None, description="probe's TelemetrySeries during the single-stream bench (+ summary)"
-    )
-    facts: dict[str, Any] | None = None
-    findings: list[dict[str, Any]] = Field(default_factory=list)
-    measured: dict[str, Any] | None = Field(
-        None, description="the decode step used for the attribution and its source"
-    )
-    attribution: dict[str, Any] | None = None
-    levels: list[dict[str, Any]] = Field(default_factory=list)
-    verdict: dict[str, Any] | None = None
-    stages: list[Stage] = Field(default_factory=list)
-    server_died: bool = False
-    server_death: str | None = None
-    interrupted: bool = Field(False, description="Ctrl-C/SIGTERM stopped the run: partial")
-    assumptions: list[str] = Field(default_factory=list)
-    reproduce: list[str] = Field(default_factory=list)
-    files: dict[str, str] = Field(default_factory=dict)
-
-
-# ---------------------------------------------------------------------------- helpers
+#: What renders the report of a result into a directory (``ceiling.report.render``).
+Reporter = Callable[[DoctorResult, Path], object]
+# heuristic: how long a launched server's process may take to exit after its requests failed
+# (the engine died; its guard notices and exits within a poll interval)
+DEATH_GRACE_S = 3.0
 
 
 class _Recorder:
@@ -137,8 +80,6 @@ class _Recorder:
         self.result.stages.append(st)
         t0 = time.monotonic()
         if self.progress:
-            from ceiling.console import console
-
             console().print(f"[bold]doctor[/bold]: {name} ...")
         try:
             yield st
@@ -156,60 +97,24 @@ class _Recorder:
         self.result.stages.append(Stage(name=name, status="skipped", message=why))
 
 
-# ---------------------------------------------------------------------------- stages
-
-
-def _flag_checks(cfg: DoctorConfig, variant: Any, engine: str | None) -> dict[str, str | None]:
-    """For each flag hypothesis: why the installed engine rejects it (None: accepted)."""
-    out: dict[str, str | None] = {}
-    if not cfg.flag_hypotheses:
-        return out
-    if variant is not None:
-        from ceiling.engines.preflight import preflight
-        from ceiling.engines.variant import Arg
-
-        for flag in cfg.flag_hypotheses:
-            trial = variant.model_copy(deep=True)
-            trial.args.append(Arg(flag=flag, values=["8"]))
-            rep = preflight(trial)
-            probs = [p for p in rep.errors if flag.lstrip("-") in (p.subject + p.message)]
-            msg = probs[0].message if probs else None
-            if msg and rep.engine_version and rep.engine_version not in msg:
-                msg += f" (installed {rep.engine} {rep.engine_version})"
-            out[flag] = msg
-        return out
-    if engine:
-        from ceiling.engines import engine_names, get_engine
-
-        if engine.lower() not in engine_names():
-            return out
-
-        removed = get_engine(engine).removed_flags()
-        for flag in cfg.flag_hypotheses:
-            info = removed.get(flag.lstrip("-"))
-            if info:
-                out[flag] = (
-                    f"removed in {engine} {info.get('removed_in')}: {info.get('reason')}"
-                    + (f"; instead: {info['replacement']}" if info.get("replacement") else "")
-                )
-    return out
-
-
 def _flag_stage(
-    rec: _Recorder, res: DoctorResult, cfg: DoctorConfig, variant: Any, engine: str | None
+    rec: _Recorder,
+    res: DoctorResult,
+    cfg: DoctorConfig,
+    variant: Variant | None,
+    engine: str | None,
 ) -> None:
     with rec.stage("flag hypotheses") as st:
-        res.flag_checks = _flag_checks(cfg, variant, engine)
+        res.flag_checks = flag_checks(cfg.flag_hypotheses, variant, engine)
         answers = [f"{k}: {'rejected' if v else 'accepted'}" for k, v in res.flag_checks.items()]
         st.message = ", ".join(answers) or "engine unknown: none checked"
 
 
-def _bench(cfg: DoctorConfig, url: str, model: str, mode: str, out: Path) -> dict[str, Any]:
-    from ceiling.bench.config import BenchConfig
-    from ceiling.bench.runner import run_bench
-
+def _bench_config(
+    cfg: DoctorConfig, url: str, model: str, mode: BenchMode, out: Path
+) -> BenchConfig:
     if mode == "single":
-        bc = BenchConfig(
+        return BenchConfig(
             url=url,
             model=model,
             mode="single",
@@ -221,51 +126,82 @@ def _bench(cfg: DoctorConfig, url: str, model: str, mode: str, out: Path) -> dic
             save_detailed=True,
             out=out,
         )
-    else:
-        bc = BenchConfig(
-            url=url,
-            model=model,
-            mode="concurrency",
-            concurrency=cfg.concurrency,
-            max_tokens=cfg.concurrency_max_tokens,
-            input_len=cfg.input_len,
-            requests=cfg.concurrency_requests,
-            repeat=1,
-            warmup=0,
-            save_detailed=True,
-            out=out,
-        )
-    return run_bench(bc, progress=cfg.progress).model_dump(mode="json")
+    return BenchConfig(
+        url=url,
+        model=model,
+        mode="concurrency",
+        concurrency=cfg.concurrency,
+        max_tokens=cfg.concurrency_max_tokens,
+        input_len=cfg.input_len,
+        requests=cfg.concurrency_requests,
+        repeat=1,
+        warmup=0,
+        save_detailed=True,
+        out=out,
+    )
 
 
-# ---------------------------------------------------------------------------- the flow
-
-
-def run_doctor(cfg: DoctorConfig) -> DoctorResult:
-    """Run the whole flow; write ``doctor.json`` and the report into ``cfg.out_dir``.
+def run_doctor(cfg: DoctorConfig, report: Reporter | None = None) -> DoctorResult:
+    """Run the whole flow; write ``doctor.json`` (and, given ``report``, the report) into
+    ``cfg.out_dir``.
 
     Every input is checked first (``doctor_checks``). An interrupt stops the flow where it is:
     the launched server is stopped, what was measured is written with ``interrupted: true``,
-    and KeyboardInterrupt goes on up (the CLI exits 130).
+    and KeyboardInterrupt goes on up (the CLI exits 130). A refused preflight, a launch that
+    died or a broken output (sanity gate) also leave ``doctor.json`` and the report.
     """
-    from ceiling.diagnose.doctor_checks import check_config
-
     check_config(cfg)
     interrupts.reset()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    res = DoctorResult(config=cfg.model_dump(mode="json"))
+    res = DoctorResult(config=cfg.model_copy())
     try:
         _flow(cfg, res, _Recorder(res, cfg.progress), out)
     except CeilingError:
-        _finish(res, out)  # a refused preflight or a dead launch still leaves its report
+        _finish(res, out, report)
         raise
     except KeyboardInterrupt:
         res.interrupted = True
-        _finish(res, out)
+        _finish(res, out, report)
         raise
-    _finish(res, out)
+    _finish(res, out, report)
     return res
+
+
+def _preflight_stage(rec: _Recorder, res: DoctorResult, variant: Variant) -> None:
+    with rec.stage("preflight", fatal=True) as st:
+        rep = preflight(variant)
+        res.preflight = Preflight.model_validate(rep.model_dump())
+        if not rep.ok:
+            msgs = "; ".join(p.message for p in rep.errors)
+            raise CeilingError(
+                f"preflight refused {variant.name}: {msgs}",
+                fix="fix the variant (see preflight.problems in doctor.json)",
+            )
+        st.message = f"{rep.flags_checked} flags, {rep.env_checked} env checked"
+
+
+def _sanity_stage(
+    rec: _Recorder,
+    res: DoctorResult,
+    cfg: DoctorConfig,
+    url: str,
+    served: str | None,
+    variant: Variant | None,
+) -> None:
+    """The sanity gate: a server whose output is broken is reported as broken and the doctor
+    stops (SanityBroken) before any bench."""
+    if not cfg.sanity:
+        rec.skip("sanity", "turned off")
+        return
+    with rec.stage("sanity", fatal=True) as st:
+        dtype = res.facts.dtype if res.facts is not None else None
+        rep = doctor_gate(url, served, res.target.engine, cfg.model_path, variant, dtype)
+        res.sanity = rep
+        if rep.verdict == "broken":
+            res.verdict = broken_output_verdict(rep)
+            raise SanityBroken(rep)
+        st.message = rep.headline
 
 
 def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> None:
@@ -273,26 +209,12 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
     variant = None
     with contextlib.ExitStack() as stack:
         if cfg.variant:
-            from ceiling.engines.preflight import preflight
-            from ceiling.engines.variant import load_variant
-
             variant = load_variant(cfg.variant).with_overrides(log_dir=str(out / "logs"))
-            with rec.stage("preflight", fatal=True) as st:
-                rep = preflight(variant)
-                res.preflight = rep.summary()
-                if not rep.ok:
-                    msgs = "; ".join(p.message for p in rep.errors)
-                    raise CeilingError(
-                        f"preflight refused {variant.name}: {msgs}",
-                        fix="fix the variant (see preflight.problems in doctor.json)",
-                    )
-                st.message = f"{rep.flags_checked} flags, {rep.env_checked} env checked"
+            _preflight_stage(rec, res, variant)
             # before the launch: answering "would flag X help?" must not cost a model load
             _flag_stage(rec, res, cfg, variant, variant.engine)
         server = None
         if variant is not None:
-            from ceiling.run.launcher import launch
-
             try:
                 with rec.stage("launch", fatal=True) as st:
                     server = stack.enter_context(
@@ -310,13 +232,10 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
             except CeilingError as exc:
                 # the engine died before it was ready: the report says why, then we stop
                 res.server_died, res.server_death = True, f"at launch: {exc.message}"
-                res.target = {
-                    "variant": cfg.variant,
-                    "launched": False,
-                    "log_path": str(getattr(exc, "log_path", "") or "") or None,
-                }
+                log = str(getattr(exc, "log_path", "") or "") or None
+                res.target = Target(variant=cfg.variant, launched=False, log_path=log)
                 raise
-            url, log_path = server.url, Path(server.log_path)
+            url, log_path = server.url, Path(server.log_path) if server.log_path else None
         else:
             url, log_path = str(cfg.url).rstrip("/"), Path(cfg.log) if cfg.log else None
         models = served_models(url)
@@ -328,73 +247,77 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
             or (variant.engine if variant is not None else None)
             or (models[0].get("owned_by") if models else None)
         )
-        res.target = {
-            "url": url,
-            "model": served,
-            "variant": cfg.variant,
-            "log_path": str(log_path) if log_path else None,
-            "launched": server is not None,
-            "engine": engine,
-        }
+        res.target = Target(
+            url=url,
+            model=served,
+            variant=cfg.variant,
+            log_path=str(log_path) if log_path else None,
+            launched=server is not None,
+            engine=engine,
+        )
         if variant is None:
             _flag_stage(rec, res, cfg, None, engine)
-        if log_path is not None and log_path.exists():
+        readable_log = log_path if log_path is not None and log_path.exists() else None
+        if readable_log is not None:
             # start-up facts (TP, eager/CUDA graphs, dtype) describe the configuration to predict
-            with rec.stage("inspect log") as st:
-                _inspect(res, log_path, res.target.get("engine"), max(cfg.concurrency or [1]))
-                st.message = f"{len(res.findings)} findings"
+            _inspect_stage(rec, res, cfg, readable_log, "inspect log")
         else:
             rec.skip("inspect log", "no log file (pass --log with --url)")
-        with rec.stage("sanity", fatal=True) as st:  # a broken server is not benchmarked
-            st.message = doctor_stage(res, cfg, url, served, engine, variant, st)
+        _sanity_stage(rec, res, cfg, url, served, variant)
         with rec.stage("hardware") as st:
-            host = describe_hardware(cfg, res)
-            st.message = res.hardware.get("description")
-        model_dir = find_model_dir(cfg, variant, models)
-        footprint = None
+            res.hardware, notes = describe_hardware(cfg)
+            res.assumptions += notes
+            st.message = res.hardware.description
         with rec.stage("predict") as st:
-            if host is not None:
-                footprint = predict_cpu(cfg, res, host, model_dir, served)
-                st.message = "CPU floors (predict's GPU catalog not applicable)"
-            else:
-                if model_dir is None:
-                    raise CeilingError(
-                        "cannot find the model config",
-                        fix="pass --model-path (dir, config.json or catalog name)",
-                    )
-                res.prediction = predict_gpu(cfg, res, model_dir, variant)
-                res.model = {
-                    "name": served,
-                    "path": model_dir,
-                    "summary": model_summary(res.prediction.get("model") or {}),
-                }
-                res.assumptions += list(res.prediction.get("assumptions") or [])
-                st.message = (
-                    f"{res.prediction['decode_tok_s_per_stream']:.4g} tok/s per stream predicted"
-                )
-        for mode in ("single", "concurrency"):
+            exp = expect(
+                cfg, res.hardware, find_model_dir(cfg, variant, models), served, res.facts, variant
+            )
+            res.prediction, res.model, res.prediction_note = exp.prediction, exp.model, exp.note
+            res.assumptions += exp.assumptions
+            st.message = (
+                f"{exp.prediction.decode_tok_s_per_stream:.4g} tok/s per stream expected"
+                if exp.prediction.expected_tok_s is not None
+                else f"CPU floors: bound {exp.prediction.decode_tok_s_per_stream:.4g} tok/s "
+                "per stream (predict's GPU model does not apply)"
+            )
+        modes: tuple[BenchMode, ...] = ("single", "concurrency")
+        for mode in modes:
             _bench_stage(cfg, res, rec, mode, url, served, server, out)
-        if log_path is not None and log_path.exists():
-            with rec.stage("inspect log (after the bench)") as st:
-                _inspect(res, log_path, res.target.get("engine"), max(cfg.concurrency or [1]))
-                st.message = f"{len(res.findings)} findings"
+        if readable_log is not None:
+            _inspect_stage(rec, res, cfg, readable_log, "inspect log (after the bench)")
         with rec.stage("attribute") as st:
-            attribute_result(cfg, res, footprint, host, variant)
-            st.message = (res.attribution or {}).get("bound_by") or "no decode measurement"
+            res.levels = level_attributions(cfg, res)
+            res.measured = measured_step(res.bench.get("single"))
+            res.attribution = attribution(res, res.measured)
+            st.message = res.attribution.bound_by if res.attribution else "no decode measurement"
         with rec.stage("verdict"):
-            verdict_result(cfg, res, footprint, host)
-        res.title = (
-            f"ceiling doctor — {served or 'server'} on "
-            f"{'CPU ' + res.hardware.get('name', '') if host else res.hardware.get('name')}"
+            res.verdict = verdict(cfg, res)
+        where = res.hardware.name if res.hardware is not None else "?"
+        is_cpu = res.hardware is not None and res.hardware.kind == "cpu"
+        res.title = f"ceiling doctor — {served or 'server'} on {'CPU ' if is_cpu else ''}{where}"
+        res.reproduce = reproduce(cfg, url, served)
+
+
+def _inspect_stage(
+    rec: _Recorder, res: DoctorResult, cfg: DoctorConfig, log_path: Path, name: str
+) -> None:
+    with rec.stage(name) as st:
+        res.facts, res.findings = inspect_run(
+            log_path,
+            res.target.engine,
+            res.hardware,
+            res.bench,
+            concurrency=max(cfg.concurrency or [1]),
+            request_tokens=cfg.input_len + cfg.max_tokens,
         )
-        _reproduce(cfg, res, url, served)
+        st.message = f"{len(res.findings)} findings"
 
 
 def _bench_stage(
     cfg: DoctorConfig,
     res: DoctorResult,
     rec: _Recorder,
-    mode: str,
+    mode: BenchMode,
     url: str,
     served: str | None,
     server: Any,
@@ -407,42 +330,48 @@ def _bench_stage(
     if mode == "concurrency" and not cfg.concurrency:
         rec.skip("bench concurrency", "no concurrency levels asked")
         return
-    fname = f"bench-{mode}.json"
+    path = out / f"bench-{mode}.json"
     with rec.stage(f"bench {mode}") as st:
-        sampler = _start_telemetry() if (cfg.telemetry and mode == "single") else None
+        sampler = TelemetrySampler(interval_s=0.05) if cfg.telemetry and mode == "single" else None
+        if sampler is not None:
+            sampler.start()  # never raises: no NVML -> the series says unavailable
         try:
-            res.bench[mode] = b = _bench(cfg, url, served or "", mode, out / fname)
-            res.files[f"bench_{mode}"] = str(out / fname)
-            st.message = f"{b.get('completed')} requests, partial: {b.get('partial')}" + (
-                f" ({b.get('partial_reason')})" if b.get("partial") else ""
+            b = run_bench(_bench_config(cfg, url, served or "", mode, path), progress=cfg.progress)
+            res.bench[mode] = b
+            res.files[f"bench_{mode}"] = str(path)
+            st.message = f"{b.completed} requests, partial: {b.partial}" + (
+                f" ({b.partial_reason})" if b.partial else ""
             )
-            if b.get("partial"):
+            if b.partial:
                 st.status = "failed"
         finally:
             if sampler is not None:
-                res.telemetry = _stop_telemetry(sampler)
-            alive = server.alive() if server is not None else server_alive(url)
-            if not alive:
+                res.telemetry = _telemetry(sampler)
+            failed = mode in res.bench and res.bench[mode].failed > 0
+            if not _alive_after(server, url, failed):
                 res.server_died = True
                 res.server_death = _death_text(server, url, mode)
         if interrupts.requested() is not None:  # bench kept its partial; the doctor stops
             raise KeyboardInterrupt
 
 
-def _start_telemetry() -> Any:
-    """NVML sampling during the single-stream bench (never raises: no NVML -> unavailable)."""
-    from ceiling.probe.telemetry import TelemetrySampler
+def _alive_after(server: Any, url: str, failed: bool) -> bool:
+    """Whether the server still runs after a bench stage. A launched engine that died mid-stage
+    shows as failed requests at once, while the process doctor holds (a guard may sit between
+    it and the engine) exits a moment later: after failures it gets ``DEATH_GRACE_S`` to do so."""
+    if server is None:
+        return server_alive(url)
+    if failed:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.proc.wait(timeout=DEATH_GRACE_S)
+    return bool(server.alive())
 
-    sampler = TelemetrySampler(interval_s=0.05)
-    sampler.start()
-    return sampler
 
-
-def _stop_telemetry(sampler: Any) -> dict[str, Any]:
+def _telemetry(sampler: TelemetrySampler) -> Telemetry:
     series = sampler.stop()
-    data = series.model_dump(mode="json")
-    data["summary"] = series.summary(label="the single-stream bench")
-    return data
+    return Telemetry.model_validate(
+        series.model_dump() | {"summary": series.summary(label="the single-stream bench")}
+    )
 
 
 def _death_text(server: Any, url: str, stage: str) -> str:
@@ -453,11 +382,8 @@ def _death_text(server: Any, url: str, stage: str) -> str:
     return f"during bench {stage}: {url} stopped answering"
 
 
-def _inspect(res: DoctorResult, log_path: Path, engine: str | None, concurrency: int) -> None:
-    res.findings, res.facts = inspect_run(res, log_path, engine, concurrency)
-
-
-def _reproduce(cfg: DoctorConfig, res: DoctorResult, url: str, model: str | None) -> None:
+def reproduce(cfg: DoctorConfig, url: str, model: str | None) -> list[str]:
+    """The commands that re-run this doctor and its benches."""
     target = (
         f"--variant {cfg.variant}"
         if cfg.variant
@@ -466,35 +392,30 @@ def _reproduce(cfg: DoctorConfig, res: DoctorResult, url: str, model: str | None
         + (f" --model-path {cfg.model_path}" if cfg.model_path else "")
     )
     conc = ",".join(str(c) for c in cfg.concurrency)
-    res.reproduce = [
+    cmds = [
         f"ceiling doctor {target} --max-tokens {cfg.max_tokens} --repeat {cfg.repeat} "
         f"--concurrency {conc or 'none'} --out {cfg.out_dir}",
         f"ceiling bench --url {url} --model {model} --mode single --max-tokens {cfg.max_tokens} "
         f"--input-len {cfg.input_len} --repeat {cfg.repeat}",
     ]
     if conc:
-        res.reproduce.append(
+        cmds.append(
             f"ceiling bench --url {url} --model {model} --mode concurrency --concurrency {conc} "
             f"--max-tokens {cfg.concurrency_max_tokens} --input-len {cfg.input_len}"
         )
     if cfg.variant:
-        res.reproduce.insert(0, f"ceiling preflight {cfg.variant}")
+        cmds.insert(0, f"ceiling preflight {cfg.variant}")
+    return cmds
 
 
-def _finish(res: DoctorResult, out: Path) -> None:
-    from ceiling.console import dumps
-    from ceiling.report import render
-
+def _finish(res: DoctorResult, out: Path, report: Reporter | None) -> None:
     path = out / "doctor.json"
     res.files["doctor"] = str(path)
-    res.files.update(
-        {
-            f"report_{k}": v
-            for k, v in {"md": str(out / "report.md"), "html": str(out / "report.html")}.items()
-        }
-    )
-    from ceiling.redact import redact
-
+    if report is not None:
+        res.files["report_md"] = str(out / "report.md")
+        res.files["report_html"] = str(out / "report.html")
     text = redact(dumps(res))  # an API key never reaches the files a user keeps or shares
     path.write_text(text + "\n", encoding="utf-8")
-    render(json.loads(text), out)
+    if report is not None:
+        # rendered from the file's own content (redacted), read back as the nouns it holds
+        report(DoctorResult.model_validate_json(text), out)

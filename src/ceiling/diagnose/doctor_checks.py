@@ -10,9 +10,15 @@ whose server died, did not measure what it claims and must not exit 0.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from ceiling.bench.client import base_url
+from ceiling.diagnose.schema import DoctorConfig, DoctorResult
+from ceiling.engines import engine_names
+from ceiling.engines.variant import load_variant
 from ceiling.errors import EXIT_FAILED, CeilingError
+from ceiling.inputs import check_out_dir, check_server_url, read_text
+from ceiling.spec.hardware import load_gpu
+from ceiling.spec.model import catalog
 
 #: DoctorConfig field -> the CLI option that sets it, where the two names differ
 OPTION_NAMES = {
@@ -22,11 +28,9 @@ OPTION_NAMES = {
 }
 
 
-def check_config(cfg: Any) -> None:
+def check_config(cfg: DoctorConfig) -> None:
     """Every option that names something (server, files, catalog entries) is checked here,
     before the first launch or request; raises CeilingError (exit 2) for the first bad one."""
-    from ceiling.inputs import check_out_dir, check_server_url, read_text
-
     if not cfg.url and not cfg.variant:
         raise CeilingError(
             "doctor needs a server to examine",
@@ -38,8 +42,6 @@ def check_config(cfg: Any) -> None:
             fix="pass --url for a running server, or --variant to launch one (not both)",
         )
     if cfg.url:
-        from ceiling.bench.client import base_url
-
         cfg.url = base_url(cfg.url)  # as bench reads it: scheme added, a trailing /v1 dropped
         check_server_url(cfg.url)
     if cfg.log:
@@ -50,29 +52,20 @@ def check_config(cfg: Any) -> None:
             )
         read_text(cfg.log, "--log", fix="pass the running server's log file, or drop --log")
     if cfg.variant:
-        from ceiling.engines.variant import load_variant
-
         load_variant(cfg.variant)  # a malformed variant fails here, not after a probe
     if cfg.model_path:
         _check_model_path(cfg.model_path)
     if cfg.gpu:
-        from ceiling.spec.hardware import load_gpu
-
         load_gpu(cfg.gpu)
-    if cfg.engine:
-        from ceiling.engines import engine_names
-
-        if cfg.engine.lower() not in engine_names():
-            raise CeilingError(
-                f"--engine {cfg.engine!r} is not an engine ceiling knows",
-                fix="one of: " + ", ".join(engine_names()),
-            )
+    if cfg.engine and cfg.engine.lower() not in engine_names():
+        raise CeilingError(
+            f"--engine {cfg.engine!r} is not an engine ceiling knows",
+            fix="one of: " + ", ".join(engine_names()),
+        )
     check_out_dir(cfg.out_dir, "--out")
 
 
 def _check_model_path(value: str) -> None:
-    from ceiling.spec.model import catalog
-
     if value in catalog():
         return
     p = Path(value).expanduser()
@@ -88,27 +81,21 @@ def _check_model_path(value: str) -> None:
         )
 
 
-def completed_requests(res: Any) -> int | None:
+def completed_requests(res: DoctorResult) -> int | None:
     """Requests that completed over the bench stages that ran (None: no bench ran)."""
-    runs = [b for b in res.bench.values() if isinstance(b, dict)]
-    if not runs:
+    if not res.bench:
         return None
-    total = 0
-    for b in runs:
-        levels = b.get("levels") or [b]
-        total += sum(int(lv.get("completed") or 0) for lv in levels)
-    return total
+    return sum(lv.completed for b in res.bench.values() for lv in (b.levels or [b]))
 
 
-def outcome(res: Any) -> tuple[int, str | None]:
+def outcome(res: DoctorResult) -> tuple[int, str | None]:
     """(exit code, why it is not 0): 1 when the server died or no request completed."""
     if res.server_died:
         return EXIT_FAILED, f"the server died {res.server_death}"
-    done = completed_requests(res)
-    if done == 0:
+    if completed_requests(res) == 0:
         errors: dict[str, int] = {}
         for b in res.bench.values():
-            for k, v in (b.get("errors") or {}).items():
+            for k, v in b.errors.items():
                 errors[k] = errors.get(k, 0) + int(v)
         return EXIT_FAILED, f"no request completed (errors: {errors or 'none recorded'})"
     return 0, None

@@ -62,6 +62,10 @@ class Finding(BaseModel):
     fix: str | None = None
     kind: Literal["fundamental", "configurable"] = "configurable"
     predicted_effect: str | None = None
+    figures: dict[str, float] = Field(
+        default_factory=dict,
+        description="the numbers the finding states, by name (its title and evidence word them)",
+    )
     doc: str | None = Field(None, description="the cause's page: docs/causes/<cause>.md")
     preconditions: list[Precondition] = Field(default_factory=list)
     withheld: str | None = Field(

@@ -15,8 +15,7 @@ one whose preconditions are unknown says which facts are missing and how to get 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.finding_types import (
     COMPONENTS,
     DOCS,
@@ -26,9 +25,10 @@ from ceiling.diagnose.finding_types import (
     decide,
     doc_path,
 )
-
-if TYPE_CHECKING:
-    from ceiling.diagnose.facts import EngineFacts
+from ceiling.diagnose.rules_compile import RULES_COMPUTE
+from ceiling.diagnose.rules_serving import RULES_SERVING
+from ceiling.errors import CeilingError
+from ceiling.spec.hardware import GpuHardware, Hardware
 
 __all__ = [
     "COMPONENTS",
@@ -43,30 +43,25 @@ __all__ = [
 ]
 
 
-def context_for(hardware: dict[str, object] | None, **kw: object) -> FindingContext:
-    """A context from doctor's hardware description (a catalog GPU, the probed link and P2P)
-    plus explicit values."""
+def context_for(hardware: Hardware | None, **kw: object) -> FindingContext:
+    """A context from the hardware (a catalog GPU, the probed link and P2P) plus explicit
+    values."""
     ctx = FindingContext(**{k: v for k, v in kw.items() if v is not None})
-    hw = hardware or {}
-    name = str(hw.get("name") or "") if hw.get("kind") == "gpu" else ""
-    link = str(hw.get("link") or "")
-    if link and ctx.interconnect is None:
-        ctx.interconnect = "nvlink" if link.startswith("nvlink") else "pcie"
-    if isinstance(hw.get("p2p"), bool) and ctx.p2p is None:
-        ctx.p2p = bool(hw["p2p"])
-    if name:
-        from ceiling.errors import CeilingError
-        from ceiling.spec.hardware import load_gpu
-
-        try:
-            gpu = load_gpu(name)
-        except CeilingError:
-            return ctx
-        ctx.gpu = gpu.name
-        if gpu.sm and not ctx.compute_capability:  # the catalog's compute capability x10
-            ctx.compute_capability = f"{gpu.sm // 10}.{gpu.sm % 10}"
-        if ctx.interconnect is None:
-            ctx.interconnect = "nvlink" if gpu.nvlink else "pcie"
+    if not isinstance(hardware, GpuHardware):
+        return ctx
+    if hardware.link and ctx.interconnect is None:
+        ctx.interconnect = "nvlink" if hardware.link.startswith("nvlink") else "pcie"
+    if hardware.p2p is not None and ctx.p2p is None:
+        ctx.p2p = hardware.p2p
+    try:
+        gpu = hardware.gpu()
+    except CeilingError:
+        return ctx
+    ctx.gpu = gpu.name
+    if gpu.sm and not ctx.compute_capability:  # the catalog's compute capability x10
+        ctx.compute_capability = f"{gpu.sm // 10}.{gpu.sm % 10}"
+    if ctx.interconnect is None:
+        ctx.interconnect = "nvlink" if gpu.nvlink else "pcie"
     return ctx
 
 
@@ -78,9 +73,6 @@ def derive_findings(
 ) -> list[Finding]:
     """All findings the facts support (``concurrency``: the load the user intends to serve;
     ``fixes``: the engine adapter's ``finding_fixes``, else engine-neutral advice)."""
-    from ceiling.diagnose.rules_compile import RULES_COMPUTE
-    from ceiling.diagnose.rules_serving import RULES_SERVING
-
     ctx = context.model_copy() if context else FindingContext()
     if concurrency is not None:
         ctx.concurrency = concurrency

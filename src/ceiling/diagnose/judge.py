@@ -1,221 +1,112 @@
-"""The measured side of the doctor and its judgement: decode step, attribution, verdict.
+"""The doctor's judgement: the measured step against the expectation, and the verdict.
 
-Why a module of its own: it turns the bench results and the expectation (``expect.py``) into
-the attribution (measured step against predicted components, per concurrency level too) and the
-verdict, without knowing how the flow obtained them.
+Why a module of its own: it turns the bench results and the prediction (``expect.py``) into the
+attribution (measured step against predicted components, per concurrency level too) and the
+verdict, without knowing how the flow obtained them. Pure functions: each takes the nouns it
+reads and returns a new one; nothing is written into a result in place.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
-from ceiling.diagnose.expect import predict_gpu
+from ceiling.diagnose.attribute import Attribution, LevelAttribution, attribute, attribute_levels
+from ceiling.diagnose.expect import at_concurrency
+from ceiling.diagnose.measured import ServerView, levels, measured_step
+from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Measured
+from ceiling.diagnose.verdict import VerdictInputs, build_verdict
+from ceiling.diagnose.verdict_model import CpuReadNote, Verdict
 from ceiling.errors import CeilingError
-
-if TYPE_CHECKING:
-    from ceiling.diagnose.doctor import DoctorConfig, DoctorResult
-
-
-class Measured(BaseModel):
-    """The decode step as measured, and where the number comes from."""
-
-    step_ms: float
-    step_ci_ms: tuple[float, float] | None = None
-    tok_s: float
-    tok_s_ci: tuple[float, float] | None = None
-    source: str
+from ceiling.predict.schema import Prediction
+from ceiling.spec.hardware import CpuHardware, Hardware, load_link
 
 
-def measured_step(run: dict[str, Any] | None) -> Measured | None:
-    """The decode step of a bench result (or one level of it).
-
-    The client's per-stream rate (with its CI across repeats) is the default. When the engine
-    reports its own inter-token latency (bench's ``server_metrics``, from /metrics) and the two
-    disagree by more than CLIENT_AGREEMENT_PCT, the engine's number is the decode step: a
-    starved client or frontend delivers tokens in bursts, and then the client's timing
-    describes the delivery, not the step (throughput-killers.md H1).
-    """
-    from ceiling.diagnose.verdict import CLIENT_AGREEMENT_PCT
-    from ceiling.report.extract import decode_stat
-
-    if not run:
-        return None
-    mean, lo, hi = decode_stat(run)
-    if mean is None and run.get("mean_tpot_ms"):
-        mean = 1000.0 / float(run["mean_tpot_ms"])
-    itl = ((run.get("server_metrics") or {}).get("quantities") or {}).get("itl") or {}
-    srv = itl.get("server_mean_ms")
-    client_step = 1000.0 / mean if mean else None
-    if srv and (client_step is None or abs(client_step - srv) > CLIENT_AGREEMENT_PCT / 100 * srv):
-        seen = (
-            f"; the client's decode rate implies {client_step:.3g} ms per token"
-            if client_step
-            else ""
-        )
-        return Measured(
-            step_ms=float(srv),
-            tok_s=1000.0 / float(srv),
-            source=(
-                f"the engine's own inter-token latency ({itl.get('metric')}, "
-                f"{int(itl.get('count') or 0)} tokens, /metrics){seen}: the client's timing "
-                "is not the decode step here"
-            ),
-        )
-    if client_step is None:
-        return None
-    ci = (lo, hi) if lo is not None and hi is not None else None
-    step_ci = (1000.0 / hi, 1000.0 / lo) if ci and lo > 0 and hi > 0 else None
-    return Measured(
-        step_ms=client_step,
-        step_ci_ms=step_ci,
-        tok_s=mean,
-        tok_s_ci=ci,
-        source="client-measured decode rate (ceiling bench, per stream)"
-        + (f"; the engine's own inter-token latency agrees ({srv:.3g} ms)" if srv else ""),
-    )
-
-
-def level_attributions(
-    cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any, variant: Any
-) -> list[Any]:
-    from ceiling.diagnose.attribute import attribute_levels
-    from ceiling.report.extract import concurrency_points
-
-    pts = concurrency_points(res.bench.get("concurrency"))
+def level_attributions(cfg: DoctorConfig, res: DoctorResult) -> list[LevelAttribution]:
+    """Per concurrency level: the measured step against the prediction at that batch."""
     rows = []
     outcomes = []
-    for p in pts:
-        m = measured_step(p)
-        if m is None:
+    for lv in levels(res.bench.get("concurrency")):
+        m = measured_step(lv)
+        if m is None or lv.concurrency is None:
             continue
-        outcomes.append(
-            {"completed": p.get("completed"), "failed": p.get("failed"), "errors": p.get("errors")}
-        )
-        c = int(p["concurrency"])
-        if host is not None and footprint is not None:
-            from ceiling.diagnose.cpu_host import cpu_floor_components
-
-            ctx = cfg.input_len + cfg.concurrency_max_tokens // 2
-            comps = cpu_floor_components(footprint, host, batch=c, context=ctx)
-        elif res.prediction and res.model:
-            try:
-                comps = predict_gpu(cfg, res, res.model["path"], variant, batch=c, what_if=False)[
-                    "components_ms"
-                ]
-            except CeilingError:
-                comps = {}
-        else:
-            comps = {}
-        rows.append((c, m.step_ms, comps, p.get("output_throughput")))
+        outcomes.append({"completed": lv.completed, "failed": lv.failed, "errors": lv.errors})
+        c = lv.concurrency
+        at_c = at_concurrency(cfg, res.prediction, c) if res.prediction is not None else None
+        comps = at_c.components_ms if at_c is not None else {}
+        rows.append((c, m.step_ms, comps, lv.output_throughput))
     return attribute_levels(rows, outcomes)
 
 
-def attribute_result(
-    cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any, variant: Any
-) -> None:
-    from ceiling.diagnose.attribute import attribute
+def basis(pred: Prediction, hardware: Hardware | None) -> str:
+    """Where the predicted components come from, in one line."""
+    if isinstance(hardware, CpuHardware):
+        w = pred.details.get("weight_bytes_read_per_gpu") or pred.model.weight_bytes
+        flops = pred.details.get("flops_per_gpu") or 0.0
+        return (
+            f"CPU floors: weights {w / 1e6:.3g} MB and KV at {hardware.mem_bw_GBps:.3g} GB/s, "
+            f"{flops / 1e6:.3g} MFLOP per token at {hardware.gflops:.3g} GFLOP/s "
+            f"({'measured' if hardware.measured else 'assumed'})"
+        )
+    return f"predict for {pred.hardware.gpu} (TP={pred.deployment.tp})"
 
-    m = measured_step(res.bench.get("single"))
-    levels = level_attributions(cfg, res, footprint, host, variant)
-    res.levels = [lv.model_dump() for lv in levels]
-    if m is None or not res.prediction:
-        return
-    res.measured = m.model_dump()
-    comps = res.prediction.get("components_ms") or {}
-    if host is not None:
-        basis = (
-            f"CPU floors: weights {footprint.weight_bytes / 1e6:.3g} MB and KV at "
-            f"{host.mem_bw_GBps:.3g} GB/s, {2 * footprint.params / 1e6:.3g} MFLOP per token "
-            f"at {host.gflops:.3g} GFLOP/s ({'measured' if host.measured else 'assumed'})"
-        )
-    else:
-        basis = (
-            f"predict for {res.hardware.get('name')} "
-            f"(TP={res.prediction.get('deployment', {}).get('tp', '?')})"
-        )
-    a = attribute(
+
+def attribution(res: DoctorResult, m: Measured | None) -> Attribution | None:
+    """The single-stream step split into the predicted components and the remainder."""
+    if m is None or res.prediction is None:
+        return None
+    pred = res.prediction
+    return attribute(
         m.step_ms,
-        comps,
-        basis=f"{basis}; measured step: {m.source}",
+        pred.components_ms,
+        basis=f"{basis(pred, res.hardware)}; measured step: {m.source}",
         measured_ci_ms=m.step_ci_ms,
-        kinds=res.prediction.get("component_kind"),
+        kinds=pred.component_kind,  # type: ignore[arg-type]
     )
-    res.attribution = a.model_dump()
 
 
-def verdict_result(cfg: DoctorConfig, res: DoctorResult, footprint: Any, host: Any) -> None:
-    from ceiling.diagnose.attribute import Attribution, LevelAttribution
-    from ceiling.diagnose.verdict import VerdictInputs, build_verdict
+def _link_bw(pred: Prediction | None) -> float | None:
+    if pred is None or not pred.hardware.link:
+        return None
+    with contextlib.suppress(CeilingError):
+        return load_link(pred.hardware.link).bw_GBps
+    return None
 
-    m = measured_step(res.bench.get("single"))
-    mean, ci = (m.tok_s, m.tok_s_ci) if m else (None, None)
-    pred = res.prediction if (res.prediction or {}).get("kind") != "cpu-floors" else None
-    floors = None
-    if host is not None and footprint is not None:
-        floors = (
-            f"{footprint.weight_bytes / 1e6:.3g} MB of weights per step at "
-            f"{host.mem_bw_GBps:.3g} GB/s"
+
+def verdict(cfg: DoctorConfig, res: DoctorResult) -> Verdict:
+    """The verdict on what ``res`` holds (its measurement, prediction, findings, levels)."""
+    single = res.bench.get("single")
+    m = measured_step(single)
+    hw = res.hardware
+    pred = res.prediction
+    floors = cpu_read = None
+    if isinstance(hw, CpuHardware) and pred is not None:
+        w = int(pred.details.get("weight_bytes_read_per_gpu") or pred.model.weight_bytes)
+        floors = f"{w / 1e6:.3g} MB of weights per step at {hw.mem_bw_GBps:.3g} GB/s"
+        if res.attribution is not None:
+            cpu_read = CpuReadNote(
+                weight_bytes=w,
+                mem_bw_GBps=hw.mem_bw_GBps,
+                step_ms=res.attribution.measured_step_ms,
+                llc_bytes=hw.llc_bytes,
+            )
+    itl = ServerView.of(single).quantity("itl")
+    return build_verdict(
+        VerdictInputs(
+            attribution=res.attribution,
+            measured_tok_s=m.tok_s if m else None,
+            measured_ci=m.tok_s_ci if m else None,
+            prediction=pred,
+            prediction_note=res.prediction_note,
+            hardware_kind="cpu" if isinstance(hw, CpuHardware) else "gpu",
+            link_bw_GBps=_link_bw(pred),
+            findings=res.findings,
+            flag_checks=res.flag_checks,
+            levels=res.levels,
+            server_itl_ms=itl.server_mean_ms,
+            client_itl_ms=itl.client_mean_ms,
+            target_tok_s=cfg.target_tok_s,
+            floors_detail=floors,
+            server_death=res.server_death if res.server_died else None,
+            cpu_read=cpu_read,
         )
-    hidden = (
-        footprint.hidden_size
-        if footprint
-        else ((res.prediction or {}).get("model", {}).get("hidden_size"))
     )
-    tp = int(((res.prediction or {}).get("deployment") or {}).get("tp") or cfg.tp or 1)
-    details = (pred or {}).get("details") or {}
-    link_bw = None
-    link_name = ((pred or {}).get("hardware") or {}).get("link")
-    if link_name:
-        from ceiling.spec.hardware import load_link
-
-        with contextlib.suppress(CeilingError):
-            link_bw = load_link(link_name).bw_GBps
-    itl = (
-        (((res.bench.get("single") or {}).get("server_metrics") or {}).get("quantities")) or {}
-    ).get("itl") or {}
-    inp = VerdictInputs(
-        server_itl_ms=itl.get("server_mean_ms"),
-        client_itl_ms=itl.get("client_mean_ms"),
-        allreduce_bytes=details.get("allreduce_bytes"),
-        allreduces_per_step=details.get("allreduces"),
-        link_bw_GBps=link_bw,
-        attribution=Attribution(**res.attribution) if res.attribution else None,
-        measured_tok_s=mean,
-        measured_ci=ci,
-        prediction=pred,
-        prediction_note=res.prediction_note,
-        hardware_kind="cpu" if host is not None else "gpu",
-        tp=tp,
-        hidden_size=hidden,
-        findings=res.findings,
-        flag_checks=res.flag_checks,
-        levels=[LevelAttribution(**lv) for lv in res.levels],
-        target_tok_s=cfg.target_tok_s,
-        floors_detail=floors,
-    )
-    v = build_verdict(inp)
-    if host is not None and footprint is not None and res.attribution:
-        w_ms = footprint.weight_bytes / (host.mem_bw_GBps * 1e9) * 1e3
-        m_ms = res.attribution["measured_step_ms"]
-        v.notes.insert(
-            0,
-            f"The numbers that decide it: reading {footprint.weight_bytes / 1e6:.3g} MB of "
-            f"weights at this CPU's {host.mem_bw_GBps:.3g} GB/s takes {w_ms * 1000:.3g} us, "
-            f"while a measured decode step takes {m_ms:.3g} ms ({m_ms / w_ms:.0f}x longer): "
-            "the time goes to the framework (Python, scheduling, per-operator dispatch), "
-            "not to memory traffic."
-            + (
-                f" The weights even fit in this CPU's {host.llc_bytes / 2**20:.0f} MiB "
-                "last-level cache, so the DRAM-speed figure is an upper bound of the read time."
-                if host.llc_bytes and footprint.weight_bytes < host.llc_bytes
-                else ""
-            ),
-        )
-    if res.server_died:
-        v.notes.insert(
-            0, f"The server died {res.server_death}; the verdict uses what was measured before."
-        )
-    res.verdict = v.model_dump()

@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ceiling.diagnose.facts import EngineFacts
-from ceiling.diagnose.findings import FindingContext, derive_findings
+from ceiling.diagnose.findings import FindingContext, context_for, derive_findings
 from ceiling.engines import all_engines
 from ceiling.engines.logparse import MAX_MESSAGES, parse_config_repr
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_text
+from ceiling.redact import MASK, is_secret_name
+from ceiling.spec.hardware import GpuHardware, load_gpu
 
 if TYPE_CHECKING:
     from ceiling.engines.base import Engine
@@ -31,9 +34,9 @@ __all__ = [
     "EngineFacts",
     "detect_engine",
     "inspect_log",
+    "inspect_with_gpu",
     "parse_config_repr",
     "parse_lines",
-    "run_inspect",
 ]
 
 # ---- entry points ------------------------------------------------------------------------
@@ -71,8 +74,6 @@ def parse_lines(
     facts = EngineFacts(engine=engine)
     reader.parse_log(clean, facts)
     # an engine prints its arguments, keys included ('api_key': [...]): never repeat those
-    from ceiling.redact import MASK, is_secret_name
-
     facts.non_default_args = {
         k: (MASK if is_secret_name(k) else v) for k, v in facts.non_default_args.items()
     }
@@ -89,8 +90,6 @@ def inspect_log(
     context: FindingContext | None = None,
 ) -> EngineFacts:
     """Parse an engine log file into EngineFacts with findings."""
-    from ceiling.inputs import read_text
-
     p = Path(path)
     text = read_text(p, "log file", fix="pass the path of an engine's text log (stdout/stderr)")
     facts = parse_lines(text.splitlines(), engine=engine, concurrency=concurrency, context=context)
@@ -103,47 +102,16 @@ def inspect_log(
     return facts
 
 
-def run_inspect(
+def inspect_with_gpu(
     path: Path,
     engine: str | None = None,
     concurrency: int | None = None,
     gpu: str | None = None,
-    json_out: bool = False,
-) -> int:
-    """``ceiling inspect``: print the facts and findings (``gpu``: the catalog GPU it ran on)."""
-    from rich.markup import escape
-
-    from ceiling.console import emit_json, out
-    from ceiling.diagnose.findings import context_for
-
+) -> EngineFacts:
+    """``ceiling inspect``: the facts and findings of a log (``gpu``: the catalog GPU it ran on,
+    whose compute capability and link the rules check their advice against)."""
     ctx = None
     if gpu:
-        from ceiling.spec.hardware import load_gpu
-
         load_gpu(gpu)  # an unknown name is an error with its fix, not a silent "unknown"
-        ctx = context_for({"kind": "gpu", "name": gpu})
-    facts = inspect_log(path, engine=engine, concurrency=concurrency, context=ctx)
-    if json_out:
-        emit_json(facts)
-        return 0
-    o = out()
-    skip = {"findings", "evidence", "warnings", "errors", "non_default_args", "schema_version"}
-    for key, value in facts.model_dump().items():
-        if key in skip or value in (None, [], {}):
-            continue
-        o.print(f"{key:>32}: {escape(str(value))}", soft_wrap=True)
-    if facts.non_default_args:
-        o.print(f"{'non_default_args':>32}: {escape(str(facts.non_default_args))}", soft_wrap=True)
-    o.print(f"{'warnings/errors':>32}: {len(facts.warnings)} / {len(facts.errors)}")
-    for f in facts.findings:
-        colour = {"critical": "red", "warning": "yellow"}.get(f.severity, "cyan")
-        o.print(f"[{colour}]{f.severity}[/{colour}] {escape(f.title)} ({f.kind})")
-        for line in f.evidence[:3]:
-            o.print(f"    | {escape(line)}", soft_wrap=True)
-        if f.fix:
-            o.print(f"    fix: {escape(f.fix)}", soft_wrap=True)
-        elif f.withheld:
-            o.print(f"    {escape(f.withheld)}", soft_wrap=True)
-        if f.doc:
-            o.print(f"    why and what to do: {f.doc}", soft_wrap=True)
-    return 0
+        ctx = context_for(GpuHardware(name=gpu))
+    return inspect_log(path, engine=engine, concurrency=concurrency, context=ctx)

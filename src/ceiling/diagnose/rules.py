@@ -15,13 +15,11 @@ rules (B), ``rules_serving.py`` memory, scheduling, kernels and hygiene (C, E, F
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.finding_types import Finding, FindingContext, Precondition, decide, doc_path
-
-if TYPE_CHECKING:
-    from ceiling.diagnose.facts import EngineFacts
 
 Rule = Callable[["EngineFacts", FindingContext], "Finding | None"]
 
@@ -34,16 +32,16 @@ SPEC_MIN_ACCEPTANCE = 1.5
 PROBE_HINT = "Run doctor on the GPU host (it probes the GPU and the links), or pass --gpu."
 
 
-def _fixes(ctx: FindingContext) -> dict[str, str]:
+def engine_fixes(ctx: FindingContext) -> dict[str, str]:
     """The engine adapter's fixes in its own flags (finding id or id.option -> text)."""
     return ctx.fixes
 
 
-def _fix(ctx: FindingContext, key: str, neutral: str) -> str:
+def engine_fix(ctx: FindingContext, key: str, neutral: str) -> str:
     return ctx.fixes.get(key, neutral)
 
 
-def _gpu(facts: EngineFacts) -> Precondition:
+def on_gpu(facts: EngineFacts) -> Precondition:
     """CUDA graphs, compiled kernels, fusions: GPU things."""
     dev = facts.device
     if dev in ("cuda", "rocm"):
@@ -57,8 +55,6 @@ def _gpu(facts: EngineFacts) -> Precondition:
 
 def _vllm_at_least(facts: EngineFacts, version: tuple[int, int], what: str) -> Precondition:
     """vLLM is ``version`` or later (what ceiling read the source of); older: unknown."""
-    import re
-
     want = ".".join(map(str, version))
     m = re.match(r"(\d+)\.(\d+)", facts.version or "")
     if not m:
@@ -74,7 +70,7 @@ def _vllm_at_least(facts: EngineFacts, version: tuple[int, int], what: str) -> P
     )
 
 
-def _capability(ctx: FindingContext) -> tuple[float | None, str]:
+def capability(ctx: FindingContext) -> tuple[float | None, str]:
     if ctx.compute_capability:
         return float(ctx.compute_capability), f"compute capability {ctx.compute_capability}" + (
             f" ({ctx.gpu})" if ctx.gpu else ""
@@ -141,6 +137,7 @@ def custom_allreduce_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
     f = Finding(
         id="custom-allreduce-off",
         title=f"Custom allreduce is off at TP={tp}: every decode allreduce goes through NCCL",
+        figures={"tp": tp},
         severity="critical" if (pcie or no_p2p) and tp > 2 else "warning",
         evidence=facts.evidence.get("custom_allreduce", []),
         kind="fundamental" if world else "configurable",
@@ -148,7 +145,7 @@ def custom_allreduce_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
         "~13-25 us against 6-16 us for a one-shot kernel at <=32 KB on PCIe",
         doc=doc_path("custom-allreduce-off"),
     )
-    pre = [_gpu(facts)]
+    pre = [on_gpu(facts)]
     if world:
         pre.append(
             Precondition(
@@ -163,7 +160,7 @@ def custom_allreduce_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
     if no_p2p:
         pre.append(Precondition(fact="GPU peer-to-peer works", holds=False, because=reason))
         f.preconditions = pre
-        f.fix = _fix(
+        f.fix = engine_fix(
             ctx,
             "custom-allreduce-off.p2p",
             "restore GPU peer-to-peer first (driver P2P support, IOMMU/ACS settings; "
@@ -200,7 +197,7 @@ def custom_allreduce_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
         return decide(
             f,
             pre,
-            _fix(
+            engine_fix(
                 ctx,
                 "custom-allreduce-off.pcie",
                 "use a PCIe one-shot allreduce for small messages if the engine has one",
@@ -218,7 +215,7 @@ def custom_allreduce_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
     return decide(
         f,
         pre,
-        _fix(ctx, "custom-allreduce-off.user", "re-enable the engine's custom allreduce"),
+        engine_fix(ctx, "custom-allreduce-off.user", "re-enable the engine's custom allreduce"),
         PROBE_HINT,
     )
 

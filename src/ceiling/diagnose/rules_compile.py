@@ -5,23 +5,18 @@ engines' source.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.finding_types import Finding, FindingContext, Precondition, decide, doc_path
 from ceiling.diagnose.rules import (
     PROBE_HINT,
     Rule,
-    _capability,
-    _fix,
-    _gpu,
     activation_quant,
+    capability,
     custom_allreduce_off,
+    engine_fix,
     flashinfer_in_use,
+    on_gpu,
 )
-
-if TYPE_CHECKING:
-    from ceiling.diagnose.facts import EngineFacts
-
 
 # ---- B3: torch.compile and fusion passes ---------------------------------------------------
 
@@ -48,8 +43,8 @@ def compile_off(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     )
     return decide(
         f,
-        [_gpu(facts)],
-        _fix(ctx, "compile-off", "turn compilation back on (optimization level 2 or 3)"),
+        [on_gpu(facts)],
+        engine_fix(ctx, "compile-off", "turn compilation back on (optimization level 2 or 3)"),
     )
 
 
@@ -96,7 +91,7 @@ def quant_fusion_off(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
             because=f"custom_ops {ops}" if ops is not None else "custom_ops not in the log",
         )
 
-    cap, cap_why = _capability(ctx)
+    cap, cap_why = capability(ctx)
     per_pass: dict[str, list[Precondition]] = {}
     if "fuse_norm_quant" in off:
         if act == "nvfp4":
@@ -141,10 +136,10 @@ def quant_fusion_off(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
         doc=doc_path("quant-fusion-off"),
     )
     ready = [k for k, v in live.items() if all(p.holds for p in v)]
-    pre = [_gpu(facts), quant] + [p for v in live.values() for p in v]
+    pre = [on_gpu(facts), quant] + [p for v in live.values() for p in v]
     if ready:  # advise the passes whose preconditions all hold, list the others' unknowns
-        pre = [_gpu(facts), quant] + [p for k in ready for p in live[k]]
-    fix = "; ".join(_fix(ctx, f"quant-fusion-off.{k}", f"turn {k} on") for k in ready)
+        pre = [on_gpu(facts), quant] + [p for k in ready for p in live[k]]
+    fix = "; ".join(engine_fix(ctx, f"quant-fusion-off.{k}", f"turn {k} on") for k in ready)
     return decide(f, pre, fix or None, "The page says where each fact can be read.")
 
 
@@ -168,10 +163,11 @@ def allreduce_fusion_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
         return None
     if passes.get("fuse_allreduce_rms") is not False and not logged:
         return None
-    cap, why = _capability(ctx)
+    cap, why = capability(ctx)
     f = Finding(
         id="allreduce-fusion-off",
         title=f"AllReduce + RMSNorm fusion is off at TP={tp}",
+        figures={"tp": tp},
         severity="warning",
         evidence=logged + facts.evidence.get("compilation", [])[:1],
         predicted_effect="each layer's allreduce and the RMSNorm after it run as separate "
@@ -179,7 +175,7 @@ def allreduce_fusion_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
         doc=doc_path("allreduce-fusion-off"),
     )
     pre = [
-        _gpu(facts),
+        on_gpu(facts),
         Precondition(fact="TP is 2, 4, 8 or 16", holds=tp in (2, 4, 8, 16), because=f"TP={tp}"),
         Precondition(
             fact="compute capability 9.0 or 10.x (where the fused kernel exists)",
@@ -201,7 +197,7 @@ def allreduce_fusion_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
     return decide(
         f,
         pre,
-        _fix(ctx, "allreduce-fusion-off", "turn the allreduce + RMSNorm fusion pass on"),
+        engine_fix(ctx, "allreduce-fusion-off", "turn the allreduce + RMSNorm fusion pass on"),
         PROBE_HINT + " Check that flashinfer imports in the engine's environment.",
     )
 
@@ -225,7 +221,7 @@ def eager_mode(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     eager = facts.enforce_eager or facts.cudagraph_mode in ("NONE", "0")
     if not eager:
         return None
-    gpu = _gpu(facts)
+    gpu = on_gpu(facts)
     f = Finding(
         id="eager-mode",
         title="CUDA graphs are off (eager mode / cudagraph_mode NONE)"
@@ -254,13 +250,13 @@ def eager_mode(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
                     "noise of a shared 2-core box: see the page)",
                 )
             ],
-            _fix(ctx, "eager-mode.cpu", "drop the eager-mode flag to compile the model"),
+            engine_fix(ctx, "eager-mode.cpu", "drop the eager-mode flag to compile the model"),
             "Measure both with `ceiling compare` before choosing.",
         )
     return decide(
         f,
         [gpu],
-        _fix(ctx, "eager-mode", "turn CUDA graphs on (drop the engine's eager-mode flag)"),
+        engine_fix(ctx, "eager-mode", "turn CUDA graphs on (drop the engine's eager-mode flag)"),
     )
 
 
@@ -293,7 +289,7 @@ def partial_cudagraphs(facts: EngineFacts, ctx: FindingContext) -> Finding | Non
         "largest captured size run eager: up to 4.3x at 30k context in one report",
         doc=doc_path("partial-cudagraphs"),
     )
-    pre = [_gpu(facts)]
+    pre = [on_gpu(facts)]
     if to is not None:
         pre.append(
             Precondition(
@@ -313,7 +309,9 @@ def partial_cudagraphs(facts: EngineFacts, ctx: FindingContext) -> Finding | Non
         return decide(
             f,
             pre,
-            _fix(ctx, "partial-cudagraphs", "use an attention backend with full-graph support"),
+            engine_fix(
+                ctx, "partial-cudagraphs", "use an attention backend with full-graph support"
+            ),
             "The page lists how to see which backends support full graphs.",
         )
     if truncated:
@@ -328,7 +326,7 @@ def partial_cudagraphs(facts: EngineFacts, ctx: FindingContext) -> Finding | Non
         return decide(
             f,
             pre,
-            _fix(ctx, "partial-cudagraphs.size", "capture graphs up to the batch you serve"),
+            engine_fix(ctx, "partial-cudagraphs.size", "capture graphs up to the batch you serve"),
             "Pass the intended concurrency (--concurrency).",
         )
     return None

@@ -5,8 +5,7 @@ rule says what its advice needs, what rules it out, and what was read in the eng
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.finding_types import Finding, FindingContext, Precondition, decide, doc_path
 from ceiling.diagnose.rules import (
     LOAD_SHARE,
@@ -14,12 +13,9 @@ from ceiling.diagnose.rules import (
     SLOW_START_S,
     SPEC_MIN_ACCEPTANCE,
     Rule,
-    _fix,
-    _fixes,
+    engine_fix,
+    engine_fixes,
 )
-
-if TYPE_CHECKING:
-    from ceiling.diagnose.facts import EngineFacts
 
 # vLLM 0.32 engine/arg_utils.py (``get_batch_defaults``): max_num_seqs when not set
 VLLM_DEFAULT_MAX_NUM_SEQS = {"cpu": 128, "gpu": 256}
@@ -49,6 +45,7 @@ def kv_capacity(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     f = Finding(
         id="kv-capacity",
         title=f"KV cache holds {facts.max_concurrency:.2f} full-length requests; {want} requested",
+        figures={"requests_held": facts.max_concurrency, "concurrency": want},
         severity="critical",
         evidence=facts.evidence.get("kv", []),
         predicted_effect="requests beyond capacity are preempted and recomputed: throughput "
@@ -61,7 +58,7 @@ def kv_capacity(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
 
 def kv_remedies(facts: EngineFacts, ctx: FindingContext) -> tuple[str, list[Precondition]]:
     """The KV remedies that can help here, in the engine's flags, and what each rests on."""
-    fixes = _fixes(ctx)
+    fixes = engine_fixes(ctx)
     if "kv-capacity" in fixes:  # the engine says it in one sentence (llama.cpp: --n_ctx)
         return fixes["kv-capacity"], []
     pres: list[Precondition] = []
@@ -138,6 +135,7 @@ def concurrency_cap(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     f = Finding(
         id="concurrency-cap",
         title=f"The engine runs at most {cap} sequences at once; {want} requested",
+        figures={"cap": cap, "concurrency": want},
         severity="critical" if cap * 2 <= want else "warning",
         evidence=facts.evidence.get("non_default", [])[:1],
         predicted_effect=f"requests beyond {cap} queue: total throughput stays at what {cap} "
@@ -165,7 +163,9 @@ def concurrency_cap(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
         )
     ]
     return decide(
-        f, pre, _fix(ctx, "concurrency-cap", f"raise the running-sequence cap to at least {want}")
+        f,
+        pre,
+        engine_fix(ctx, "concurrency-cap", f"raise the running-sequence cap to at least {want}"),
     )
 
 
@@ -224,7 +224,7 @@ def quant_emulation(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
         title="NVFP4 GEMMs run in the slow emulation backend",
         severity="critical",
         evidence=lines,
-        fix=_fix(
+        fix=engine_fix(
             ctx,
             "quant-emulation",
             "make an optimized NVFP4 kernel available (the evidence lists why each was not)",
@@ -243,7 +243,7 @@ def _from_line(key: str, finding: Finding, fix_key: str, neutral: str) -> Rule:
             return None
         f = finding.model_copy(deep=True)
         f.evidence = lines
-        f.fix = _fix(ctx, fix_key, neutral)
+        f.fix = engine_fix(ctx, fix_key, neutral)
         return f
 
     rule.__name__ = finding.id.replace("-", "_")
@@ -332,7 +332,7 @@ def expert_parallel_pcie(facts: EngineFacts, ctx: FindingContext) -> Finding | N
     return decide(
         f,
         pre,
-        _fix(ctx, "expert-parallel-pcie", "shard the experts with TP instead of EP"),
+        engine_fix(ctx, "expert-parallel-pcie", "shard the experts with TP instead of EP"),
         PROBE_HINT,
     )
 
@@ -352,9 +352,10 @@ def spec_decode_acceptance(facts: EngineFacts, ctx: FindingContext) -> Finding |
     return Finding(
         id="spec-decode-acceptance",
         title=f"Speculative decoding accepts little: mean acceptance length {mean:.2f}",
+        figures={"mean_acceptance": mean},
         severity="warning",
         evidence=facts.evidence.get("spec_decode", [])[-2:],
-        fix=_fix(
+        fix=engine_fix(
             ctx,
             "spec-decode-acceptance",
             "fewer speculative tokens, or speculation off (it costs most at high concurrency)",
@@ -379,6 +380,7 @@ def slow_restart(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     return Finding(
         id="slow-restart",
         title=f"Each restart costs {start / 60:.1f} min{share}",
+        figures={"startup_s": start} | ({"weights_load_s": load} if load else {}),
         severity="info",
         evidence=facts.evidence.get("load", []) + facts.evidence.get("init", []),
         fix="preflight every variant first and batch changes per relaunch; keep the server up "

@@ -19,9 +19,10 @@ Thresholds are heuristics, stated next to each.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from ceiling.bench.results import LevelResult, RunResult
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.finding_types import (
     COMPONENTS,
@@ -31,6 +32,14 @@ from ceiling.diagnose.finding_types import (
     decide,
     doc_path,
 )
+from ceiling.diagnose.findings import context_for
+from ceiling.diagnose.logs import inspect_log
+from ceiling.diagnose.measured import ServerView
+from ceiling.diagnose.rules import engine_fix
+from ceiling.diagnose.rules_serving import kv_remedies
+from ceiling.diagnose.schema import BenchMode
+from ceiling.engines import get_engine
+from ceiling.spec.hardware import Hardware
 
 # heuristic: tokens per streamed chunk above this (the engine streams one per step) = the API
 # server merged steps that waited for it (more than one chunk in ten carried two steps); on the
@@ -49,44 +58,30 @@ BATCH_STREAMS = 4
 NARROW_BATCH = 1.5
 
 
-def _levels(bench: dict[str, Any] | None) -> list[dict[str, Any]]:
-    if not bench:
+def _levels(bench: RunResult | None) -> list[LevelResult]:
+    if bench is None:
         return []
-    levels = bench.get("levels") or []
-    return levels if levels else [bench]
+    return list(bench.levels) if bench.levels else [bench]
 
 
-def _q(level: dict[str, Any], name: str) -> dict[str, Any]:
-    return (((level.get("server_metrics") or {}).get("quantities")) or {}).get(name) or {}
-
-
-def _counter(level: dict[str, Any], name: str) -> dict[str, Any]:
-    return (((level.get("server_metrics") or {}).get("counters")) or {}).get(name) or {}
-
-
-def preemption(
-    facts: EngineFacts, bench: dict[str, Any] | None, ctx: FindingContext
-) -> Finding | None:
+def preemption(facts: EngineFacts, bench: RunResult | None, ctx: FindingContext) -> Finding | None:
     """Any preemption during the concurrency bench (the counter's increase over the run)."""
-    from ceiling.diagnose.rules_serving import kv_remedies
-
     hits = [
-        (lv.get("concurrency"), _counter(lv, "preemptions"))
+        (lv.concurrency, ServerView.of(lv).counter("preemptions"))
         for lv in _levels(bench)
-        if (_counter(lv, "preemptions").get("delta") or 0) > 0
+        if ServerView.of(lv).counter("preemptions").delta > 0
     ]
     if not hits:
         return None
-    total = sum(int(c["delta"]) for _, c in hits)
-    metric = hits[0][1].get("metric")
+    total = sum(int(c.delta) for _, c in hits)
+    metric = hits[0][1].metric
     f = Finding(
         id="kv-preemption",
         title=f"The KV cache ran out: {total} preemptions during the bench",
         component=COMPONENTS["kv-preemption"],
         severity="critical",
-        evidence=[
-            f"{int(c['delta'])} preemptions at concurrency {lvl} ({metric})" for lvl, c in hits
-        ],
+        figures={"preemptions": total},
+        evidence=[f"{int(c.delta)} preemptions at concurrency {lvl} ({metric})" for lvl, c in hits],
         predicted_effect="preempted requests drop their KV cache and are recomputed: the work "
         "is done twice and the batch shrinks",
         doc=doc_path("kv-capacity"),
@@ -95,24 +90,22 @@ def preemption(
     return f
 
 
-def queueing(
-    facts: EngineFacts, bench: dict[str, Any] | None, ctx: FindingContext
-) -> Finding | None:
+def queueing(facts: EngineFacts, bench: RunResult | None, ctx: FindingContext) -> Finding | None:
     """Requests waited in the engine's queue at concurrency > 1 while throughput stayed flat."""
-    from ceiling.diagnose.rules_serving import kv_remedies
-
-    rows = [lv for lv in _levels(bench) if (lv.get("concurrency") or 1) > 1]
+    rows = [lv for lv in _levels(bench) if (lv.concurrency or 1) > 1]
     if not rows:
         return None
-    top = max(rows, key=lambda lv: lv.get("concurrency") or 0)
-    queue, e2e = _q(top, "queue").get("server_mean_ms"), _q(top, "e2el").get("server_mean_ms")
+    top = max(rows, key=lambda lv: lv.concurrency or 0)
+    view = ServerView.of(top)
+    queue, e2e = view.quantity("queue").server_mean_ms, view.quantity("e2el").server_mean_ms
     if not queue or not e2e or queue / e2e < QUEUE_SHARE:
         return None
-    c = int(top["concurrency"])
-    by = {int(lv.get("concurrency") or 1): lv for lv in _levels(bench) if not lv.get("failed")}
+    c = int(top.concurrency or 1)
+    by = {lv.concurrency or 1: lv for lv in _levels(bench) if not lv.failed}
     gain = None
-    if 1 in by and c in by and by[1].get("output_throughput"):
-        gain = by[c]["output_throughput"] / by[1]["output_throughput"] - 1.0
+    low, high = by.get(1), by.get(c)
+    if low is not None and high is not None and low.output_throughput and high.output_throughput:
+        gain = high.output_throughput / low.output_throughput - 1.0
     cap = facts.non_default_args.get(
         "max_num_seqs", facts.non_default_args.get("max_running_requests")
     )
@@ -122,9 +115,11 @@ def queueing(
         "time in the engine's queue",
         component=COMPONENTS["concurrency-cap"],
         severity="critical",
+        figures={"concurrency": c, "queue_ms": queue, "request_ms": e2e}
+        | ({"throughput_gain_pct": 100 * gain} if gain is not None else {}),
         evidence=[
             f"mean queue time {queue:.4g} ms of a {e2e:.4g} ms request at concurrency {c} "
-            f"({_q(top, 'queue').get('metric')})"
+            f"({view.quantity('queue').metric})"
         ]
         + (
             [f"total output throughput {100 * gain:+.3g} % from 1 to {c} streams"]
@@ -136,8 +131,7 @@ def queueing(
         doc=doc_path("concurrency-cap"),
     )
     if isinstance(cap, int) and cap < c:
-        from ceiling.diagnose.rules import _fix
-
+        f.figures["cap"] = cap
         f.title += f" (running-sequence cap {cap})"
         f.evidence += facts.evidence.get("non_default", [])[:1]
         return decide(
@@ -149,7 +143,7 @@ def queueing(
                     because=f"cap {cap}, concurrency {c}",
                 )
             ],
-            _fix(ctx, "concurrency-cap", f"raise the running-sequence cap to at least {c}"),
+            engine_fix(ctx, "concurrency-cap", f"raise the running-sequence cap to at least {c}"),
         )
     if facts.max_concurrency is not None and facts.max_concurrency < c:
         f.fix, f.preconditions = kv_remedies(facts, ctx)
@@ -169,18 +163,19 @@ def queueing(
     )
 
 
-def batch_width(level: dict[str, Any]) -> float | None:
+def batch_width(level: LevelResult | None) -> float | None:
     """Sequences the engine ran per step during ``level``: tokens it generated / steps it ran
     (both its own counters), or None without them (another engine, no /metrics)."""
-    steps = _counter(level, "engine_steps").get("delta")
-    tokens = _counter(level, "generated_tokens").get("delta")
-    if not steps or tokens is None or steps <= 0:
+    view = ServerView.of(level)
+    steps = view.counters.get("engine_steps")
+    tokens = view.counters.get("generated_tokens")
+    if steps is None or tokens is None or steps.delta <= 0:
         return None
-    return float(tokens) / float(steps)
+    return tokens.delta / steps.delta
 
 
 def narrow_batches(
-    facts: EngineFacts, bench: dict[str, Any] | None, ctx: FindingContext
+    facts: EngineFacts, bench: RunResult | None, ctx: FindingContext
 ) -> Finding | None:
     """Many streams sent, about one sequence per engine step run: the batching gain is gone.
 
@@ -191,9 +186,9 @@ def narrow_batches(
     (it passed the requests on one at a time).
     """
     rows = [
-        (int(lv["concurrency"]), w)
+        (int(lv.concurrency or 1), w)
         for lv in _levels(bench)
-        if (lv.get("concurrency") or 1) >= BATCH_STREAMS and not lv.get("failed")
+        if (lv.concurrency or 1) >= BATCH_STREAMS and not lv.failed
         if (w := batch_width(lv)) is not None
     ]
     if not rows:
@@ -201,14 +196,12 @@ def narrow_batches(
     c, width = max(rows)
     if width >= NARROW_BATCH:
         return None
-    from ceiling.diagnose.rules import _fix
-    from ceiling.diagnose.rules_serving import kv_remedies
-
     f = Finding(
         id="narrow-batches",
         title=f"At {c} concurrent streams the engine ran {width:.2f} sequences per step",
         component=COMPONENTS["frontend-bound"],
         severity="critical",
+        figures={"concurrency": c, "sequences_per_step": width},
         evidence=[
             f"{width:.3f} generated tokens per engine step at concurrency {c} "
             "(vllm:generation_tokens_total / vllm:iteration_tokens_total count)"
@@ -222,11 +215,14 @@ def narrow_batches(
     )
     if isinstance(cap, int) and cap < c:
         f.component = COMPONENTS["concurrency-cap"]
+        f.figures["cap"] = cap
         f.title += f" (running-sequence cap {cap})"
-        f.fix = _fix(ctx, "concurrency-cap", f"raise the running-sequence cap to at least {c}")
+        f.fix = engine_fix(
+            ctx, "concurrency-cap", f"raise the running-sequence cap to at least {c}"
+        )
         return f
     kv = facts.max_concurrency
-    preempted = any((_counter(lv, "preemptions").get("delta") or 0) > 0 for lv in _levels(bench))
+    preempted = any(ServerView.of(lv).counter("preemptions").delta > 0 for lv in _levels(bench))
     if kv is not None and kv < c and (preempted or kv < 2):
         # the cache holds fewer sequences than were sent, and it bit: preemptions, or room for
         # under two full-length requests
@@ -234,20 +230,18 @@ def narrow_batches(
         f.fix, f.preconditions = kv_remedies(facts, ctx)
         return f
     f.component = COMPONENTS["frontend-bound"]
-    known = facts.max_concurrency is not None
     return decide(
         f,
         [
             Precondition(
                 fact="neither a running-sequence cap nor the KV cache holds the batch to one",
-                holds=True if known else None,
-                because=f"no cap below {c} in the log; KV cache for "
-                f"{facts.max_concurrency:.3g} sequences"
-                if known
+                holds=True if kv is not None else None,
+                because=f"no cap below {c} in the log; KV cache for {kv:.3g} sequences"
+                if kv is not None
                 else "the start-up log was not read",
             )
         ],
-        _fix(
+        engine_fix(
             ctx,
             "frontend-bound",
             "give the API server CPU time: the engine had room to batch, so the requests "
@@ -257,20 +251,19 @@ def narrow_batches(
     )
 
 
-def _delivery_share(bench: dict[str, Any]) -> tuple[float, float] | None:
+def _delivery_share(bench: RunResult) -> tuple[float, float] | None:
     """(ms, share of the client's request time) the client waited beyond what the engine spent
     on the request (queue + prefill + decode, timestamped in the engine core)."""
-    client = _q(bench, "e2el").get("client_mean_ms")
-    engine = [_q(bench, k).get("server_mean_ms") for k in ("queue", "prefill", "decode")]
+    view = ServerView.of(bench)
+    client = view.quantity("e2el").client_mean_ms
+    engine = [view.quantity(k).server_mean_ms for k in ("queue", "prefill", "decode")]
     if not client or any(v is None for v in engine):
         return None
     extra = client - sum(v for v in engine if v is not None)
     return extra, extra / client
 
 
-def frontend(
-    facts: EngineFacts, bench: dict[str, Any] | None, ctx: FindingContext
-) -> Finding | None:
+def frontend(facts: EngineFacts, bench: RunResult | None, ctx: FindingContext) -> Finding | None:
     """The API server fell behind the engine: the client waited clearly longer than the engine
     worked on its requests, or several tokens came per streamed chunk where the engine streams
     one per step (vLLM merges outputs that waited for the API server).
@@ -282,11 +275,11 @@ def frontend(
     timestamps), config/scheduler.py (``stream_interval`` default 1), v1/engine/
     output_processor.py (``RequestOutputCollector``: outputs that wait are merged).
     """
-    if not bench or facts.engine != "vllm":
+    if bench is None or facts.engine != "vllm":
         return None
     if facts.non_default_args.get("stream_interval", 1) != 1:
         return None
-    tpc = bench.get("tokens_per_chunk") or 0.0
+    tpc = float((bench.model_extra or {}).get("tokens_per_chunk") or 0.0)
     late = _delivery_share(bench)
     merged = tpc > CHUNK_TOKENS
     waited = late is not None and late[1] >= DELIVERY_SHARE
@@ -299,7 +292,7 @@ def frontend(
         else f"The API server fell behind the engine: {tpc:.3g} tokens per streamed chunk"
     )
     evidence = [f"mean {tpc:.3g} tokens per streamed chunk in the single-stream bench"]
-    client = _q(bench, "e2el").get("client_mean_ms")
+    client = ServerView.of(bench).quantity("e2el").client_mean_ms
     if late is not None and client:
         evidence.append(
             f"client request time {client:.4g} ms; the engine spent {client - late[0]:.4g} ms "
@@ -314,10 +307,10 @@ def frontend(
         predicted_effect="tokens reach clients late and in bursts: time to first token and "
         "streaming smoothness suffer although the engine is as fast as before",
         doc=doc_path("frontend-bound"),
+        figures={"tokens_per_chunk": tpc}
+        | ({"late_ms": late[0], "late_share_pct": 100 * late[1]} if late is not None else {}),
     )
-    from ceiling.diagnose.rules import _fix
-
-    f.fix = _fix(
+    f.fix = engine_fix(
         ctx,
         "frontend-bound",
         "give the API server CPU time (other load off its cores); if it is busy with its own "
@@ -327,7 +320,7 @@ def frontend(
 
 
 def runtime_findings(
-    facts: EngineFacts, bench: dict[str, Any], ctx: FindingContext
+    facts: EngineFacts, bench: Mapping[BenchMode, RunResult], ctx: FindingContext
 ) -> list[Finding]:
     """The measured findings of one doctor run (``bench``: doctor's bench results by mode)."""
     found = [
@@ -340,20 +333,20 @@ def runtime_findings(
 
 
 def inspect_run(
-    res: Any, log_path: str | Path, engine: str | None, concurrency: int
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """doctor's inspection of ``res`` (a DoctorResult): the start-up log's findings checked
-    against the probed hardware, the intended concurrency and request length, plus the findings
-    of what the run measured. Returns (findings, facts) as JSON-ready dicts."""
-    from ceiling.diagnose.findings import context_for
-    from ceiling.diagnose.logs import inspect_log
-    from ceiling.engines import get_engine
-
-    tokens = (res.config.get("input_len") or 0) + (res.config.get("max_tokens") or 0)
-    ctx = context_for(res.hardware, concurrency=concurrency, request_tokens=tokens or None)
+    log_path: str | Path,
+    engine: str | None,
+    hardware: Hardware | None,
+    bench: Mapping[BenchMode, RunResult],
+    concurrency: int,
+    request_tokens: int | None,
+) -> tuple[EngineFacts, list[Finding]]:
+    """doctor's inspection: the start-up log's facts and findings, checked against the
+    hardware, the intended concurrency and request length, plus the findings of what the run
+    measured (``bench``: doctor's bench results by mode)."""
+    ctx = context_for(hardware, concurrency=concurrency, request_tokens=request_tokens)
     facts = inspect_log(log_path, engine=engine, concurrency=concurrency, context=ctx)
-    if res.bench:
+    findings = list(facts.findings)
+    if bench:
         ctx.fixes = dict(get_engine(facts.engine).finding_fixes) if facts.engine else {}
-        facts.findings += runtime_findings(facts, res.bench, ctx)
-    data = facts.model_dump(mode="json")
-    return list(data.pop("findings", []) or []), data
+        findings += runtime_findings(facts, bench, ctx)
+    return facts, findings

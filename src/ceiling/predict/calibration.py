@@ -230,7 +230,7 @@ def predict_row(row: dict[str, str]) -> tuple[tuple[float, float] | None, str]:
     if metric == "decode_tok_s_per_stream":
         return (p.decode_tok_s_per_stream, b.decode_tok_s_per_stream), ""
     if metric == "aggregate_output_tok_s":
-        k = req.batch * p.deployment["dp"]
+        k = req.batch * p.deployment.dp
         return (p.aggregate_tok_s, b.decode_tok_s_per_stream * k), ""
     if metric == "tpot_ms":
         return (p.decode_ms_per_token, b.decode_ms_per_token), ""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ceiling.predict.api import Prediction, PredictRequest, WhatIf, variant
+from ceiling.predict.core import load_spec, variant
+from ceiling.predict.schema import Prediction, PredictRequest, WhatIf
 from ceiling.spec.hardware import list_links, load_gpu, load_link
 
 
@@ -28,16 +29,14 @@ def _p2p_twin(link_name: str) -> str | None:
 
 
 def _format_bytes(req: PredictRequest, fmt: str) -> float:
-    from ceiling.predict.api import _model
-
-    return float(_model(req.model, fmt).weight_bytes())
+    return float(load_spec(req.model, fmt).weight_bytes())
 
 
 def _variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str, Any], str]]:
     out: list[tuple[str, dict[str, Any], str]] = []
-    gpu = load_gpu(req.gpu)
-    link = load_link(pred.hardware["link"])
-    impl = pred.deployment["allreduce_impl"]
+    gpu = load_gpu(req.gpu_name())
+    link = load_link(pred.hardware.link or "")
+    impl = pred.deployment.allreduce_impl
     if req.tp > 1:
         if impl == "nccl" and link.oneshot is not None:
             out.append(("one-shot custom allreduce instead of NCCL", {"allreduce": "oneshot"}, ""))
@@ -58,7 +57,7 @@ def _variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str
             "",
         )
     )
-    is_moe = pred.model["experts"] > 0
+    is_moe = pred.model.experts > 0
     if is_moe and req.tp > 1 and req.ep == 1:
         out.append((f"EP={req.tp} for experts (instead of TP-sharded experts)", {"ep": req.tp}, ""))
     if is_moe and req.ep > 1:
@@ -66,7 +65,7 @@ def _variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str
     current = req.weight_format or "native"
     for f in ("fp8", "nvfp4" if "fp4" in gpu.tflops else "int4-g128"):
         # only formats that shrink the weights: a bigger format is never a what-if worth showing
-        if f != current and _format_bytes(req, f) < pred.model["weight_GB"] * 1e9:
+        if f != current and _format_bytes(req, f) < pred.model.weight_bytes:
             out.append((f"all linear weights {f}", {"weight_format": f}, ""))
     if req.kv_dtype in ("auto", "bf16", "fp16"):
         out.append(("KV cache fp8", {"kv_dtype": "fp8"}, ""))

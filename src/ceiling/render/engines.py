@@ -1,8 +1,9 @@
-"""What the engine commands print: preflight, launch, shm, stop."""
+"""What the engine commands print: preflight, launch, shm, stop, inspect."""
 
 from __future__ import annotations
 
 from ceiling.console import say
+from ceiling.diagnose.facts import EngineFacts
 from ceiling.engines.preflight import PreflightRun
 from ceiling.render import console, emit_json, esc, out
 from ceiling.run.guard import StopReport
@@ -112,3 +113,31 @@ def stop(report: StopReport, json_out: bool = False) -> None:
             f"{len(report.left_running)} server(s) belong to a running ceiling "
             f"(pids {[r.pid for r in report.left_running]}): `ceiling stop --all` stops them too"
         )
+
+
+def inspect(facts: EngineFacts, json_out: bool = False) -> None:
+    """A start-up log's facts, then each finding with its evidence, advice (or why it is
+    withheld) and its page."""
+    if json_out:
+        emit_json(facts)
+        return
+    o = out()
+    skip = {"findings", "evidence", "warnings", "errors", "non_default_args", "schema_version"}
+    for key, value in facts.model_dump().items():
+        if key in skip or value in (None, [], {}):
+            continue
+        o.print(f"{key:>32}: {esc(value)}", soft_wrap=True)
+    if facts.non_default_args:
+        o.print(f"{'non_default_args':>32}: {esc(facts.non_default_args)}", soft_wrap=True)
+    o.print(f"{'warnings/errors':>32}: {len(facts.warnings)} / {len(facts.errors)}")
+    for f in facts.findings:
+        colour = {"critical": "red", "warning": "yellow"}.get(f.severity, "cyan")
+        o.print(f"[{colour}]{f.severity}[/{colour}] {esc(f.title)} ({f.kind})")
+        for line in f.evidence[:3]:
+            o.print(f"    | {esc(line)}", soft_wrap=True)
+        if f.fix:
+            o.print(f"    fix: {esc(f.fix)}", soft_wrap=True)
+        elif f.withheld:
+            o.print(f"    {esc(f.withheld)}", soft_wrap=True)
+        if f.doc:
+            o.print(f"    why and what to do: {f.doc}", soft_wrap=True)

@@ -1,29 +1,42 @@
-"""Read the numbers a report needs out of saved result documents (plain dicts).
+"""Formatting and the samples a report needs, read out of the result nouns.
 
-Reports render from the JSON files a user keeps (``doctor.json``, ``sweep.json``), not from live
-objects, so that ``ceiling report FILE`` reproduces a report years later. These helpers tolerate
-missing pieces (a doctor whose server died has no concurrency sweep): they return None or empty
-lists and the renderers say what is missing instead of failing.
+Reports render from the JSON files a user keeps (``doctor.json``, ``sweep.json``), read back
+into their nouns (``ceiling.report.load_doc``), so that ``ceiling report FILE`` reproduces a
+report years later and a file that no longer matches the nouns fails loudly. Pieces may be
+missing (a doctor whose server died has no concurrency sweep): these helpers return None or
+empty lists and the renderers say what is missing instead of failing.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
-Doc = dict[str, Any]
+from ceiling.bench.results import LevelResult, RunResult
+from ceiling.diagnose.measured import decode_stat, levels
+from ceiling.probe.telemetry import TelemetrySeries
+
+__all__ = [
+    "ci_text",
+    "decode_stat",
+    "fmt",
+    "itl_samples_ms",
+    "levels",
+    "num",
+    "telemetry_points",
+    "ttft_samples_ms",
+]
 
 
-def num(value: Any) -> float | None:
+def num(value: object) -> float | None:
     """A finite float, or None."""
     try:
-        f = float(value)
+        f = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
 
 
-def fmt(value: Any, digits: int = 2, unit: str = "") -> str:
+def fmt(value: object, digits: int = 2, unit: str = "") -> str:
     """Human formatting with a dash for unknown values."""
     f = num(value)
     if f is None:
@@ -39,7 +52,7 @@ def fmt(value: Any, digits: int = 2, unit: str = "") -> str:
     return f"{s} {unit}".strip() if unit else s
 
 
-def ci_text(mean: Any, low: Any, high: Any, unit: str = "", digits: int = 2) -> str:
+def ci_text(mean: object, low: object, high: object, unit: str = "", digits: int = 2) -> str:
     """'123.4 tok/s (95 % CI 120.1-126.0)' or just the mean when no interval exists."""
     if num(mean) is None:
         return "–"
@@ -48,90 +61,49 @@ def ci_text(mean: Any, low: Any, high: Any, unit: str = "", digits: int = 2) -> 
     return f"{fmt(mean, digits, unit)} (95 % CI {fmt(low, digits)}–{fmt(high, digits)})"
 
 
-def decode_stat(run: Doc | None) -> tuple[float | None, float | None, float | None]:
-    """Single-stream decode tok/s per stream with its CI across repeats (bench's ``ci``)."""
-    if not run:
-        return None, None, None
-    mean = num(run.get("decode_tok_s_per_stream"))
-    ci = (run.get("ci") or {}).get("decode_tok_s_per_stream") or {}
-    if num(ci.get("mean")) is not None:
-        mean = num(ci.get("mean"))
-    return mean, num(ci.get("low")), num(ci.get("high"))
+def _sources(run: RunResult) -> list[LevelResult]:
+    """Where a run's per-request values live: its levels when present (the top level of a
+    result mirrors its first level), else the run itself."""
+    return list(run.levels) or [run]
 
 
-def concurrency_points(run: Doc | None) -> list[Doc]:
-    """Per-level summaries of a concurrency sweep, sorted by concurrency."""
-    if not run:
-        return []
-    levels = run.get("levels") or []
-    out = []
-    for lv in levels:
-        c = num(lv.get("concurrency") or lv.get("max_concurrency"))
-        if c is None:
-            continue
-        out.append({**lv, "concurrency": c})
-    return sorted(out, key=lambda d: d["concurrency"])
-
-
-def _request_lists(run: Doc) -> list[Doc]:
-    """Per-request records (bench ``--save-detailed``): from the levels when present, since
-    the top level of a result mirrors its first level."""
-    levels = [lv for lv in run.get("levels") or [] if isinstance(lv, dict)]
-    sources = levels or [run]
-    return [r for src in sources for r in (src.get("requests") or []) if isinstance(r, dict)]
-
-
-def ttft_samples_ms(*runs: Doc | None) -> list[float]:
-    """Every TTFT (ms) recorded in the runs' per-request records or vllm-style arrays."""
+def ttft_samples_ms(*runs: RunResult | None) -> list[float]:
+    """Every TTFT (ms) recorded in the runs' per-request values (or detailed records)."""
     out: list[float] = []
     for run in runs:
-        if not run:
+        if run is None:
             continue
-        if isinstance(run.get("ttfts"), list):  # vllm bench serve --save-detailed: seconds
-            out += [v * 1000.0 for v in map(num, run["ttfts"]) if v is not None]
+        compact = [v for lv in _sources(run) for v in lv.per_request.ttft_ms if v is not None]
+        if compact:
+            out += compact
             continue
-        levels = run.get("levels") or [run]
-        pr = [lv.get("per_request") or {} for lv in levels]
-        if any(p.get("ttft_ms") for p in pr):  # ceiling bench: compact per-request values
-            out += [v for p in pr for v in map(num, p.get("ttft_ms") or []) if v is not None]
-            continue
-        for r in _request_lists(run):
-            v = num(r.get("ttft_ms"))
-            if v is None and num(r.get("ttft")) is not None:
-                v = num(r.get("ttft")) * 1000.0  # type: ignore[operator]
-            if v is not None:
-                out.append(v)
+        out += [
+            r.ttft_ms for lv in _sources(run) for r in lv.requests or [] if r.ttft_ms is not None
+        ]
     return out
 
 
-def itl_samples_ms(*runs: Doc | None) -> list[float]:
-    """Every inter-token latency (ms) recorded in the runs."""
-    out: list[float] = []
-    for run in runs:
-        if not run:
-            continue
-        if isinstance(run.get("itls"), list):  # seconds, one list per request
-            for lst in run["itls"]:
-                out += [v * 1000.0 for v in map(num, lst or []) if v is not None]
-            continue
-        for r in _request_lists(run):
-            if isinstance(r.get("itl_ms"), list):
-                out += [v for v in map(num, r["itl_ms"]) if v is not None]
-            elif isinstance(r.get("itl"), list):
-                out += [v * 1000.0 for v in map(num, r["itl"]) if v is not None]
-    return out
+def itl_samples_ms(*runs: RunResult | None) -> list[float]:
+    """Every inter-token latency (ms) recorded in the runs' detailed records."""
+    return [
+        v
+        for run in runs
+        if run is not None
+        for lv in _sources(run)
+        for r in lv.requests or []
+        for v in r.itl_ms
+    ]
 
 
-def telemetry_points(tel: Doc | None, key: str) -> dict[str, list[tuple[float, float]]]:
+def telemetry_points(tel: TelemetrySeries | None, key: str) -> dict[str, list[tuple[float, float]]]:
     """Per-GPU (seconds since start, value) points of one TelemetrySample field, e.g.
     ``sm_util_pct`` or ``pcie_tx_GBps``; empty when telemetry was unavailable."""
-    if not tel or not tel.get("available") or not tel.get("samples"):
+    if tel is None or not tel.available or not tel.samples:
         return {}
-    samples = tel["samples"]
-    t0 = min(num(s.get("t")) or 0.0 for s in samples)
+    t0 = min(s.t for s in tel.samples)
     out: dict[str, list[tuple[float, float]]] = {}
-    for s in samples:
-        v, t = num(s.get(key)), num(s.get("t"))
-        if v is not None and t is not None:
-            out.setdefault(f"gpu{s.get('gpu', 0)}", []).append((t - t0, v))
+    for s in tel.samples:
+        v = num(getattr(s, key, None))
+        if v is not None:
+            out.setdefault(f"gpu{s.gpu}", []).append((s.t - t0, v))
     return out

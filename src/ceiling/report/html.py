@@ -17,15 +17,16 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 import ceiling.report.plots as plots
+from ceiling.diagnose.schema import DoctorResult
 from ceiling.report.extract import (
-    Doc,
-    concurrency_points,
     itl_samples_ms,
+    levels,
     num,
     telemetry_points,
     ttft_samples_ms,
 )
-from ceiling.report.markdown import render_markdown
+from ceiling.report.markdown import Doc, render_markdown
+from ceiling.sweep.schema import SweepResult
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:980px;margin:2em auto;
@@ -85,37 +86,39 @@ def markdown_to_html(md: str, after_heading: dict[str, list[str]] | None = None)
 
 def build_plots(doc: Doc) -> dict[str, list[str]]:
     """SVG plots keyed by the Markdown section heading they belong under."""
+    if isinstance(doc, SweepResult):
+        items = [(c.label, c.tok_s, c.low, c.high) for c in doc.comparison if c.tok_s is not None]
+        return {
+            "Variant comparison": [
+                plots.bars_ci(items, "Decode tok/s per stream, 95 % CI", "tok/s per stream")
+            ]
+        }
+    return _doctor_plots(doc)
+
+
+def _doctor_plots(doc: DoctorResult) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    a = doc.get("attribution")
-    if a:
-        comps = [
-            (c["name"], num(c.get("predicted_ms")) or 0.0, c.get("kind", "fundamental"))
-            for c in a.get("components", [])
-        ]
-        out["Where the step time goes"] = [plots.waterfall(comps, num(a.get("measured_step_ms")))]
-    bench = doc.get("bench") or {}
-    pts = concurrency_points(bench.get("concurrency"))
+    a = doc.attribution
+    if a is not None:
+        comps = [(c.name, c.predicted_ms, c.kind) for c in a.components]
+        out["Where the step time goes"] = [plots.waterfall(comps, a.measured_step_ms)]
+    pts = levels(doc.bench.get("concurrency"))
     if pts:
         series = {
             "output tok/s, end to end": [
-                (p["concurrency"], v) for p in pts if (v := num(p.get("output_throughput")))
+                (float(p.concurrency or 0), v) for p in pts if (v := num(p.output_throughput))
             ]
         }
-        levels = doc.get("levels") or []
-        if levels:  # from the decode step (the engine's own when the client saw bursts)
+        if doc.levels:  # from the decode step (the engine's own when the client saw bursts)
             series["decode tok/s, all streams"] = [
-                (float(lv["concurrency"]), v)
-                for lv in levels
-                if (v := num(lv.get("decode_tok_s_total")))
+                (float(lv.concurrency), lv.decode_tok_s_total) for lv in doc.levels
             ]
             series["decode tok/s per stream"] = [
-                (float(lv["concurrency"]), v / lv["concurrency"])
-                for lv in levels
-                if (v := num(lv.get("decode_tok_s_total")))
+                (float(lv.concurrency), lv.decode_tok_s_total / lv.concurrency) for lv in doc.levels
             ]
         else:
             series["decode tok/s per stream (client)"] = [
-                (p["concurrency"], v) for p in pts if (v := num(p.get("decode_tok_s_per_stream")))
+                (float(p.concurrency or 0), v) for p in pts if (v := num(p.decode_tok_s_per_stream))
             ]
         out["Throughput vs concurrency"] = [
             plots.lines(
@@ -125,31 +128,20 @@ def build_plots(doc: Doc) -> dict[str, list[str]]:
                 "tok/s",
             )
         ]
-    runs = (bench.get("single"), bench.get("concurrency"))
+    runs = (doc.bench.get("single"), doc.bench.get("concurrency"))
     ttft, itl = ttft_samples_ms(*runs), itl_samples_ms(*runs)
     if ttft or itl:
         out["Latency distributions (ms)"] = [
             plots.histogram(ttft, "Time to first token"),
             plots.histogram(itl, "Inter-token latency"),
         ]
-    comp = doc.get("comparison") or []
-    if comp:
-        items = [
-            (c.get("label", "?"), num(c.get("tok_s")) or 0.0, num(c.get("low")), num(c.get("high")))
-            for c in comp
-            if num(c.get("tok_s")) is not None
-        ]
-        out["Variant comparison"] = [
-            plots.bars_ci(items, "Decode tok/s per stream, 95 % CI", "tok/s per stream")
-        ]
-    tel = doc.get("telemetry")
     tel_svgs = []
     for key, label, unit in (
         ("sm_util_pct", "SM utilisation", "%"),
         ("pcie_tx_GBps", "PCIe transmit", "GB/s"),
         ("pcie_rx_GBps", "PCIe receive", "GB/s"),
     ):
-        per_gpu = telemetry_points(tel, key)
+        per_gpu = telemetry_points(doc.telemetry, key)
         if per_gpu:
             tel_svgs.append(
                 plots.lines(
@@ -157,7 +149,7 @@ def build_plots(doc: Doc) -> dict[str, list[str]]:
                 )
             )
     if not tel_svgs:
-        reason = (tel or {}).get("reason") or "telemetry not recorded"
+        reason = (doc.telemetry.reason if doc.telemetry else None) or "telemetry not recorded"
         tel_svgs = [plots.empty_plot("Telemetry", f"no telemetry: {reason}")]
     out.setdefault("Deployment", []).extend(tel_svgs)
     return out
@@ -167,7 +159,7 @@ def render_html(doc: Doc) -> str:
     """One self-contained HTML page for a doctor or sweep result document."""
     md = render_markdown(doc)
     body = markdown_to_html(md, build_plots(doc))
-    title = escape(doc.get("title") or "ceiling report")
+    title = escape(doc.title or "ceiling report")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'

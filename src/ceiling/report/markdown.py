@@ -8,16 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from ceiling.diagnose.measured import ServerView
+from ceiling.diagnose.schema import DoctorResult
+from ceiling.diagnose.verdict_model import Verdict
 from ceiling.report.extract import (
-    Doc,
     ci_text,
-    concurrency_points,
     decode_stat,
     fmt,
     itl_samples_ms,
+    levels,
     num,
     ttft_samples_ms,
 )
+from ceiling.sweep.schema import SweepResult
+
+Doc = DoctorResult | SweepResult
 
 # Facts that are bookkeeping or raw log text (shown under the findings that use them).
 _HIDDEN_FACTS = {"findings", "evidence", "source", "schema_version", "warnings"}
@@ -39,8 +46,6 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def _quantiles(vals: list[float]) -> list[str]:
-    import numpy as np
-
     if not vals:
         return ["–"] * 4
     a = np.asarray(vals)
@@ -48,46 +53,28 @@ def _quantiles(vals: list[float]) -> list[str]:
 
 
 def verdict_lines(doc: Doc) -> list[str]:
-    """The verdict section (shared by doctor and sweep reports)."""
-    v = doc.get("verdict") or {}
+    """The verdict section (doctor and sweep reports)."""
+    if isinstance(doc, SweepResult):
+        sv = doc.verdict
+        out = ["## Verdict", "", f"**{sv.headline}**", ""]
+        ci = ci_text(sv.measured_tok_s, sv.measured_ci_low, sv.measured_ci_high, "tok/s")
+        out.append(f"- Baseline single-stream decode: {ci}")
+        out += [f"- {note}" for note in sv.notes]
+        return [*out, ""]
+    v = doc.verdict
     out = ["## Verdict", ""]
-    if v.get("headline"):
-        out += [f"**{v['headline']}**", ""]
-    mean, lo, hi = v.get("measured_tok_s"), v.get("measured_ci_low"), v.get("measured_ci_high")
+    if v is not None:
+        out += [f"**{v.headline}**", ""]
+    mean, lo, hi = (v.measured_tok_s, v.measured_ci_low, v.measured_ci_high) if v else (None,) * 3
     if num(mean) is None:
-        mean, lo, hi = decode_stat((doc.get("bench") or {}).get("single"))
-    what = "Baseline" if doc.get("kind") == "sweep" else "Measured"
-    out.append(f"- {what} single-stream decode: {ci_text(mean, lo, hi, 'tok/s')}")
-    source = (doc.get("measured") or {}).get("source")
-    if source:
-        out.append(f"- Decode step from: {source}")
-    if num(v.get("predicted_tok_s")) is not None:
-        out.append(
-            f"- Predicted ceiling for this exact configuration: {fmt(v['predicted_tok_s'])} tok/s"
-        )
-    elif v.get("prediction_note"):
-        out.append(f"- Predicted ceiling: not available ({v['prediction_note']})")
-    if v.get("best_config"):
-        b = v["best_config"]
-        out.append(
-            f"- Best predicted configuration on this hardware: {b.get('change')} -> "
-            f"{fmt(b.get('tok_s'))} tok/s"
-        )
-    gap = v.get("gap") or {}
-    if gap:
-        out.append(
-            f"- Step time split: fundamental {fmt(gap.get('fundamental_ms'), 3)} ms, "
-            f"configurable (predicted) {fmt(gap.get('configurable_ms'), 3)} ms, "
-            f"unexplained (kernel inefficiency / host overhead) "
-            f"{fmt(gap.get('unexplained_ms'), 3)} ms"
-        )
-    t = v.get("target")
-    if t:
-        out.append(f"- Target {fmt(t.get('target_tok_s'))} tok/s: {t.get('text')}")
-    for note in v.get("notes") or []:
-        out.append(f"- {note}")
-    if doc.get("server_died"):
-        death = " ".join(part.strip() for part in str(doc.get("server_death")).splitlines())
+        mean, lo, hi = decode_stat(doc.bench.get("single"))
+    out.append(f"- Measured single-stream decode: {ci_text(mean, lo, hi, 'tok/s')}")
+    if doc.measured is not None:
+        out.append(f"- Decode step from: {doc.measured.source}")
+    if v is not None:
+        out += _expected_lines(doc, v)
+    if doc.server_died:
+        death = " ".join(part.strip() for part in str(doc.server_death).splitlines())
         out += [
             "",
             f"> **The server died during the doctor run**: {death}. "
@@ -96,115 +83,132 @@ def verdict_lines(doc: Doc) -> list[str]:
     return [*out, ""]
 
 
+def _expected_lines(doc: DoctorResult, v: Verdict) -> list[str]:
+    out = []
+    if v.predicted_tok_s is not None:
+        out.append(
+            f"- Expected for this exact configuration (this engine's kernels): "
+            f"{fmt(v.predicted_tok_s)} tok/s"
+        )
+    elif v.prediction_note:
+        out.append(f"- Expected rate: not predicted ({v.prediction_note})")
+    if v.bound_tok_s is not None:
+        what = "hardware floors" if v.predicted_tok_s is None else "best kernels, no host time"
+        out.append(f"- Bound of this layout ({what}): {fmt(v.bound_tok_s)} tok/s")
+    if v.best_config is not None:
+        out.append(
+            f"- Best expected configuration on this hardware: {v.best_config.change} -> "
+            f"{fmt(v.best_config.tok_s)} tok/s"
+        )
+    if v.gap is not None:
+        out.append(
+            f"- Step time split: fundamental {fmt(v.gap.fundamental_ms, 3)} ms, "
+            f"configurable (predicted) {fmt(v.gap.configurable_ms, 3)} ms, "
+            f"unexplained (kernel inefficiency / host overhead) "
+            f"{fmt(v.gap.unexplained_ms, 3)} ms"
+        )
+    if v.target is not None:
+        out.append(f"- Target {fmt(v.target.target_tok_s)} tok/s: {v.target.text}")
+    out += [f"- {note}" for note in v.notes]
+    return out
+
+
 def _sanity(doc: Doc) -> list[str]:
     """The sanity gate: is the output right? (doctor's first stage; docs/sanity.md)"""
-    s = doc.get("sanity") or {}
-    if not s:
+    s = doc.sanity if isinstance(doc, DoctorResult) else None
+    if s is None:
         return []
     out = [
         "## Output sanity",
         "",
-        f"**{s.get('verdict')}** ({fmt(s.get('seconds'), 2)} s; model `{s.get('model')}`, "
-        f"family {s.get('family')}: {s.get('family_reason')})",
+        f"**{s.verdict}** ({fmt(s.seconds, 2)} s; model `{s.model}`, "
+        f"family {s.family}: {s.family_reason})",
         "",
     ]
-    rows = [[c.get("status"), c.get("name"), c.get("summary")] for c in s.get("checks") or []]
+    rows = [[c.status, c.name, c.summary] for c in s.checks]
     out += [table(["status", "check", "what it found"], rows), ""]
-    for c in s.get("checks") or []:
-        for line in (c.get("evidence") or [])[:3]:
-            if c.get("status") in ("suspect", "broken"):
-                out.append(f"- {c.get('name')}: `{_clip(str(line), 200).replace('`', chr(39))}`")
+    for c in s.checks:
+        for line in c.evidence[:3]:
+            if c.status in ("suspect", "broken"):
+                out.append(f"- {c.name}: `{_clip(str(line), 200).replace('`', chr(39))}`")
     return [*out, ""]
 
 
 def _attribution(doc: Doc) -> list[str]:
-    a = doc.get("attribution")
-    if not a and doc.get("kind") == "sweep":
+    if not isinstance(doc, DoctorResult):
         return []
-    if not a:
+    a = doc.attribution
+    if a is None:
         return ["## Where the step time goes", "", "_No attribution: no decode measurement._", ""]
-    rows = [
-        [
-            c["name"],
-            fmt(c.get("predicted_ms"), 4),
-            fmt(c.get("share_pct"), 2, "%"),
-            c.get("kind"),
-            c.get("note") or "",
-        ]
-        for c in a.get("components", [])
+    rows: list[list[Any]] = [
+        [c.name, fmt(c.predicted_ms, 4), fmt(c.share_pct, 2, "%"), c.kind, c.note or ""]
+        for c in a.components
     ]
     rows.append(
         [
-            a.get("unexplained_label"),
-            fmt(a.get("unexplained_ms"), 4),
-            fmt(a.get("unexplained_pct"), 2, "%"),
+            a.unexplained_label,
+            fmt(a.unexplained_ms, 4),
+            fmt(a.unexplained_pct, 2, "%"),
             "unexplained",
-            a.get("unexplained_note") or "",
+            a.unexplained_note or "",
         ]
     )
-    rows.append(["**measured step**", fmt(a.get("measured_step_ms"), 4), "100 %", "", ""])
+    rows.append(["**measured step**", fmt(a.measured_step_ms, 4), "100 %", "", ""])
     return [
         "## Where the step time goes",
         "",
-        f"Basis: {a.get('basis', '')}",
+        f"Basis: {a.basis}",
         "",
         table(["component", "ms per step", "share of measured", "kind", "note"], rows),
         "",
-        f"Bound by: **{a.get('bound_by')}**",
+        f"Bound by: **{a.bound_by}**",
         "",
     ]
 
 
 def _changes(doc: Doc) -> list[str]:
-    v = doc.get("verdict") or {}
-    out = ["## Configurable changes, ranked by predicted gain", ""]
-    ch = v.get("changes") or []
-    if not ch and doc.get("kind") == "sweep":
+    if not isinstance(doc, DoctorResult):
         return []
+    out = ["## Configurable changes, ranked by expected gain", ""]
+    ch = doc.verdict.changes if doc.verdict is not None else []
     if not ch:
-        return [*out, "_No configurable change with a predicted gain was found._", ""]
+        return [*out, "_No configurable change with an expected gain was found._", ""]
     rows = [
-        [
-            i + 1,
-            c.get("change"),
-            fmt(c.get("predicted_gain_pct"), 1, "%"),
-            c.get("source"),
-            c.get("evidence") or "",
-        ]
+        [i + 1, c.change, fmt(c.predicted_gain_pct, 1, "%"), c.source, c.evidence or ""]
         for i, c in enumerate(ch)
     ]
-    return [*out, table(["#", "change", "predicted gain", "source", "evidence"], rows), ""]
+    return [*out, table(["#", "change", "expected gain", "source", "evidence"], rows), ""]
 
 
 def _hypotheses(doc: Doc) -> list[str]:
-    hs = (doc.get("verdict") or {}).get("hypotheses") or []
-    if not hs:
+    if not isinstance(doc, DoctorResult) or doc.verdict is None or not doc.verdict.hypotheses:
         return []
     out = ["## The usual hypotheses", ""]
-    out += [f"- **{h.get('hypothesis')}**: {h.get('answer')}" for h in hs]
+    out += [f"- **{h.hypothesis}**: {h.answer}" for h in doc.verdict.hypotheses]
     return [*out, ""]
 
 
 def _concurrency(doc: Doc) -> list[str]:
-    pts = concurrency_points((doc.get("bench") or {}).get("concurrency"))
+    if not isinstance(doc, DoctorResult):
+        return []
+    pts = levels(doc.bench.get("concurrency"))
     if not pts:
         return []
-    lv = {int(x["concurrency"]): x for x in doc.get("levels") or []}
+    lv = {x.concurrency: x for x in doc.levels}
     rows = []
     for p in pts:
-        c = int(p["concurrency"])
-        a = lv.get(c, {})
+        a = lv.get(p.concurrency or 0)
         rows.append(
             [
-                c,
-                f"{p.get('completed', '–')}/{p.get('failed', 0)}",
-                fmt(p.get("output_throughput")),
-                fmt(p.get("mean_tpot_ms"), 3),
-                fmt(a.get("measured_step_ms"), 3),
-                fmt(a.get("decode_tok_s_total")),
-                fmt(p.get("mean_ttft_ms"), 3),
-                fmt(a.get("predicted_step_ms"), 4),
-                fmt(a.get("unexplained_per_token_ms"), 4),
+                p.concurrency,
+                f"{p.completed}/{p.failed}",
+                fmt(p.output_throughput),
+                fmt(p.mean_tpot_ms, 3),
+                fmt(a.measured_step_ms if a else None, 3),
+                fmt(a.decode_tok_s_total if a else None),
+                fmt(p.mean_ttft_ms, 3),
+                fmt(a.predicted_step_ms if a else None, 4),
+                fmt(a.unexplained_per_token_ms if a else None, 4),
             ]
         )
     out = [
@@ -238,19 +242,19 @@ def _concurrency(doc: Doc) -> list[str]:
 
 
 def _server_view(doc: Doc) -> list[str]:
-    sm = ((doc.get("bench") or {}).get("single") or {}).get("server_metrics") or {}
-    q = sm.get("quantities") or {}
-    if not sm.get("available") or not q:
+    single = doc.bench.get("single") if isinstance(doc, DoctorResult) else None
+    view = ServerView.of(single)
+    if not view.available or not view.quantities:
         return []
     rows = [
         [
             name,
-            f"`{v.get('metric')}`",
-            fmt(v.get("server_mean_ms"), 3),
-            fmt(v.get("client_mean_ms"), 3),
-            fmt(v.get("overhead_ms"), 3),
+            f"`{q.metric}`",
+            fmt(q.server_mean_ms, 3),
+            fmt(q.client_mean_ms, 3),
+            fmt(q.overhead_ms, 3),
         ]
-        for name, v in q.items()
+        for name, q in view.quantities.items()
     ]
     return [
         "## Server view (/metrics) vs client, single-stream run",
@@ -264,8 +268,9 @@ def _server_view(doc: Doc) -> list[str]:
 
 
 def _latency(doc: Doc) -> list[str]:
-    b = doc.get("bench") or {}
-    runs = (b.get("single"), b.get("concurrency"))
+    if not isinstance(doc, DoctorResult):
+        return []
+    runs = (doc.bench.get("single"), doc.bench.get("concurrency"))
     ttft, itl = ttft_samples_ms(*runs), itl_samples_ms(*runs)
     if not ttft and not itl:
         return []
@@ -279,19 +284,18 @@ def _latency(doc: Doc) -> list[str]:
 
 
 def _comparison(doc: Doc) -> list[str]:
-    comp = doc.get("comparison") or []
-    if not comp:
+    if not isinstance(doc, SweepResult) or not doc.comparison:
         return []
     rows = [
         [
-            c.get("label"),
-            ci_text(c.get("tok_s"), c.get("low"), c.get("high")),
-            fmt(c.get("delta_pct"), 1, "%") if c.get("delta_pct") is not None else "baseline",
-            c.get("verdict") or "",
-            c.get("status") or "",
-            c.get("repeats") or "",
+            c.label,
+            ci_text(c.tok_s, c.low, c.high),
+            fmt(c.delta_pct, 1, "%") if c.delta_pct is not None else "baseline",
+            c.verdict or "",
+            c.status or "",
+            c.repeats if c.repeats is not None else "",
         ]
-        for c in comp
+        for c in doc.comparison
     ]
     return [
         "## Variant comparison",
@@ -302,25 +306,23 @@ def _comparison(doc: Doc) -> list[str]:
 
 
 def _sweep_trials(doc: Doc) -> list[str]:
-    vs = doc.get("variants") if doc.get("kind") == "sweep" else None
-    if not vs:
+    if not isinstance(doc, SweepResult) or not doc.variants:
         return []
     rows = [
         [
-            v.get("name"),
-            v.get("status"),
-            v.get("fingerprint"),
-            v.get("repeats"),
-            v.get("stop_reason") or v.get("error") or "",
-            v.get("log_path") or "",
+            v.name,
+            v.status,
+            v.fingerprint,
+            v.repeats,
+            v.stop_reason or v.error or "",
+            v.log_path or "",
         ]
-        for v in vs
+        for v in doc.variants
     ]
-    ledger = f"Ledger: `{doc.get('ledger')}`" if doc.get("ledger") else ""
     return [
         "## Trials",
         "",
-        ledger,
+        f"Ledger: `{doc.ledger}`" if doc.ledger else "",
         "",
         table(["variant", "status", "fingerprint", "repeats", "why it stopped", "log"], rows),
         "",
@@ -328,99 +330,95 @@ def _sweep_trials(doc: Doc) -> list[str]:
 
 
 def _findings(doc: Doc) -> list[str]:
+    if not isinstance(doc, DoctorResult):
+        return []
     out: list[str] = []
-    facts = doc.get("facts") or {}
+    facts = doc.facts.model_dump(mode="json") if doc.facts is not None else {}
     shown = {
         k: v for k, v in facts.items() if k not in _HIDDEN_FACTS and v not in (None, [], {}, "")
     }
     if shown:
         rows = [[k, _clip(str(v), 200)] for k, v in sorted(shown.items())]
         out += ["## Engine facts", "", table(["fact", "value"], rows), ""]
-    warns = facts.get("warnings") or []
+    warns = doc.facts.warnings if doc.facts is not None else []
     if warns:
         out += ["Warnings in the engine log:", ""]
         out += [f"- {_clip(str(w), 240)}" for w in warns]
         out.append("")
-    fs = doc.get("findings") or []
-    if fs:
+    if doc.findings:
         out += ["## Findings", ""]
-        for f in fs:
-            part = f" [{f['component']}]" if f.get("component") else ""
+        for f in doc.findings:
+            part = f" [{f.component}]" if f.component else ""
             out.append(
-                f"- **{f.get('title')}**{part} ({f.get('severity')}, {f.get('kind')}): "
-                f"{f.get('predicted_effect') or ''}"
+                f"- **{f.title}**{part} ({f.severity}, {f.kind}): {f.predicted_effect or ''}"
             )
-            for line in (f.get("evidence") or [])[:3]:
+            for line in f.evidence[:3]:
                 out.append(f"  - `{_clip(str(line), 200).replace('`', chr(39))}`")
-            if f.get("fix"):
-                out.append(f"  - fix: {f['fix']}")
-            elif f.get("withheld"):
-                out.append(f"  - {f['withheld']}")
-            if f.get("doc"):
-                out.append(f"  - why and what to do: {f['doc']}")
+            if f.fix:
+                out.append(f"  - fix: {f.fix}")
+            elif f.withheld:
+                out.append(f"  - {f.withheld}")
+            if f.doc:
+                out.append(f"  - why and what to do: {f.doc}")
         out.append("")
     return out
 
 
 def _stages(doc: Doc) -> list[str]:
-    st = doc.get("stages") or []
-    if not st:
+    if not isinstance(doc, DoctorResult) or not doc.stages:
         return []
-    rows = [
-        [s.get("name"), s.get("status"), fmt(s.get("seconds"), 1), s.get("message") or ""]
-        for s in st
-    ]
+    rows = [[s.name, s.status, fmt(s.seconds, 1), s.message or ""] for s in doc.stages]
     return ["## What ran", "", table(["stage", "status", "seconds", "message"], rows), ""]
 
 
 def _hardware(doc: Doc) -> list[str]:
-    hw = doc.get("hardware") or {}
-    model = doc.get("model") or {}
+    if not isinstance(doc, DoctorResult):
+        return []
     out = ["## Deployment", ""]
-    tgt = doc.get("target") or {}
-    if tgt:
+    tgt = doc.target
+    if tgt.url or tgt.variant:
         out.append(
-            f"- Server: {tgt.get('url')} (model `{tgt.get('model')}`)"
-            + (f", launched from `{tgt.get('variant')}`" if tgt.get("variant") else "")
+            f"- Server: {tgt.url} (model `{tgt.model}`)"
+            + (f", launched from `{tgt.variant}`" if tgt.variant else "")
         )
-    if hw:
-        out.append(f"- Hardware: {hw.get('description') or hw.get('name')}")
-    if model:
-        out.append(f"- Model: {model.get('name')} — {model.get('summary') or ''}")
-    tel = doc.get("telemetry") or {}
-    if tel:
-        verdict = (tel.get("summary") or {}).get("verdict") or tel.get("reason")
+    if doc.hardware is not None:
+        out.append(f"- Hardware: {doc.hardware.description or doc.hardware.name}")
+    if doc.model is not None:
+        out.append(f"- Model: {doc.model.name} — {doc.model.summary}")
+    tel = doc.telemetry
+    if tel is not None:
+        verdict = tel.overview.get("verdict") or tel.reason
         out.append(f"- Telemetry (NVML): {verdict or 'recorded'}")
-    for a in doc.get("assumptions") or []:
-        out.append(f"- Assumption: {a}")
+    out += [f"- Assumption: {a}" for a in doc.assumptions]
     if len(out) == 2:
         return []
     return [*out, ""]
 
 
 def _reproduce(doc: Doc) -> list[str]:
-    cmds = doc.get("reproduce") or []
-    if not cmds:
+    if not doc.reproduce:
         return []
-    return ["## Reproduce", "", "```sh", *cmds, "```", ""]
+    return ["## Reproduce", "", "```sh", *doc.reproduce, "```", ""]
 
 
 def render_markdown(doc: Doc) -> str:
-    """The full Markdown report of a doctor or sweep result document."""
-    title = doc.get("title") or "ceiling report"
-    parts = [f"# {title}", ""]
-    parts += verdict_lines(doc)
-    parts += _sanity(doc)
-    parts += _attribution(doc)
-    parts += _changes(doc)
-    parts += _hypotheses(doc)
-    parts += _comparison(doc)
-    parts += _concurrency(doc)
-    parts += _latency(doc)
-    parts += _server_view(doc)
-    parts += _hardware(doc)
-    parts += _findings(doc)
-    parts += _stages(doc)
-    parts += _sweep_trials(doc)
-    parts += _reproduce(doc)
+    """The full Markdown report of a doctor or sweep result."""
+    parts = [f"# {doc.title or 'ceiling report'}", ""]
+    for section in (
+        verdict_lines,
+        _sanity,
+        _attribution,
+        _changes,
+        _hypotheses,
+        _comparison,
+        _concurrency,
+        _latency,
+        _server_view,
+        _hardware,
+        _findings,
+        _stages,
+        _sweep_trials,
+        _reproduce,
+    ):
+        parts += section(doc)
     return "\n".join(parts).rstrip() + "\n"

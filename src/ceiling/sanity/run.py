@@ -12,7 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ceiling.console import console
+from ceiling.engines.variant import load_variant
 from ceiling.errors import EXIT_FAILED, CeilingError
+from ceiling.run.launcher import launch
 from ceiling.sanity.checks import SanityReport, _Server, check_server
 
 
@@ -56,11 +59,11 @@ def doctor_gate(
     engine: str | None,
     model_path: str | None,
     variant: Any,
-    facts: dict[str, Any] | None = None,
+    dtype: str | None = None,
 ) -> SanityReport:
     """The gate as ``doctor``'s and ``sweep``'s first stage (the verdict is the caller's to act
     on): the model directory from ``--model-path`` (a directory, or a config.json in one) or the
-    variant's model; the dtype from the variant's flags or the engine log's facts."""
+    variant's model; the dtype from the variant's flags, else ``dtype`` (the engine log's)."""
     model_dir = None
     for cand in (model_path, getattr(variant, "model", None)):
         if cand and Path(cand).is_dir():
@@ -75,40 +78,7 @@ def doctor_gate(
     if model_dir is None and models:
         root = models[0].get("root")
         model_dir = root if root and Path(root).is_dir() else None
-    dtype = variant_dtype(variant) or (facts or {}).get("dtype")
-    return check_server(url, model, engine, model_dir, dtype)
-
-
-def doctor_stage(
-    res: Any, cfg: Any, url: str, served: str | None, engine: str | None, variant: Any, stage: Any
-) -> str | None:
-    """doctor's ``sanity`` stage: fills ``res.sanity`` (a DoctorResult) and returns the stage
-    message; on a broken verdict also ``res.verdict``, then raises :class:`SanityBroken` (doctor
-    writes its report and stops: nothing is benchmarked). ``cfg.sanity`` False: the stage is
-    marked skipped."""
-    if not cfg.sanity:
-        stage.status = "skipped"
-        return "turned off"
-    rep = doctor_gate(url, served, engine, cfg.model_path, variant, res.facts)
-    res.sanity = rep.model_dump(mode="json")
-    if rep.verdict == "broken":
-        res.verdict = broken_verdict(rep)
-        raise SanityBroken(rep)
-    return rep.headline
-
-
-def broken_verdict(report: SanityReport) -> dict[str, Any]:
-    """The verdict of a run stopped by the gate (the report renders it like any verdict)."""
-    return {
-        "headline": f"Broken output: {report.headline.removeprefix('broken: ')}. Not "
-        "benchmarked: speed figures of a server that computes the wrong thing mean nothing.",
-        "bound_by": "broken output",
-        "measured_tok_s": None,
-        "notes": [
-            "Fix the deployment first (config, weights and tokenizer against the checkpoint's); "
-            "the sanity checks below say what was wrong."
-        ],
-    }
+    return check_server(url, model, engine, model_dir, variant_dtype(variant) or dtype)
 
 
 def run_sanity(cfg: SanityConfig) -> SanityReport:
@@ -121,9 +91,6 @@ def run_sanity(cfg: SanityConfig) -> SanityReport:
     with contextlib.ExitStack() as stack:
         engine, model_dir, dtype, model = cfg.engine, cfg.model_path, cfg.dtype, cfg.model
         if cfg.variant:
-            from ceiling.engines.variant import load_variant
-            from ceiling.run.launcher import launch
-
             variant = load_variant(cfg.variant)
             server = stack.enter_context(
                 launch(variant, timeout_s=cfg.launch_timeout_s, progress=cfg.progress)
@@ -147,29 +114,7 @@ def run_sanity(cfg: SanityConfig) -> SanityReport:
         if model_dir is None and root and Path(root).is_dir():
             model_dir = root
         if cfg.progress:
-            from ceiling.console import console
-
             console().print(f"[bold]sanity[/bold]: asking {model} at {url} ...")
         return check_server(
             url, model, engine, model_dir, dtype, reference=cfg.reference, timeout_s=cfg.timeout_s
         )
-
-
-def print_report(report: SanityReport) -> None:
-    """The human-readable report (stdout)."""
-    from rich.markup import escape
-
-    from ceiling.console import out
-
-    o = out()
-    colour = {"ok": "green", "suspect": "yellow", "broken": "red"}[report.verdict]
-    o.print(f"[bold {colour}]{escape(report.headline)}[/bold {colour}]", soft_wrap=True)
-    o.print(
-        f"model {escape(report.model)} at {escape(report.url)}; family {report.family} "
-        f"({escape(report.family_reason)}); {report.seconds:.1f} s"
-    )
-    for c in report.checks:
-        cc = {"ok": "green", "suspect": "yellow", "broken": "red"}.get(c.status, "dim")
-        o.print(f"  [{cc}]{c.status:>7}[/{cc}] {c.name}: {escape(c.summary)}", soft_wrap=True)
-        for line in c.evidence[:5]:
-            o.print(f"          | {escape(line)}", soft_wrap=True)

@@ -1,17 +1,19 @@
-"""Hardware: the GPU and the link between GPUs, from the catalog data files.
+"""Hardware: the GPU and the link between GPUs, from the catalog data files; and
+:data:`Hardware`, the one noun ``predict`` takes for "what runs the model": GPUs of one box
+(:class:`GpuHardware`) or a CPU (:class:`CpuHardware`).
 
 Numbers come from ``data/gpus.yaml`` and ``data/links.yaml`` (datasheets, published
 measurements, each with its source). A measured :class:`~ceiling.spec.profile.HardwareProfile`
-overrides any of them through :func:`apply_profile`.
+(``predict --profile``) overrides any of them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ceiling.errors import CeilingError
 from ceiling.spec._data import load_yaml
@@ -212,6 +214,43 @@ def list_links() -> list[Link]:
     return [Link.model_validate(e) for e in _catalog("links.yaml").values()]
 
 
-def nvlink_for(gpu: GPU) -> str | None:
-    """The NVLink kind a GPU can use, for the 'NVLink instead of PCIe' what-if."""
-    return gpu.nvlink
+class GpuHardware(BaseModel):
+    """GPUs of one box: a catalog GPU (or a ``--gpu FILE.yaml``), how many, and the link kind
+    between them, as ``probe`` found them or the user named them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["gpu"] = "gpu"
+    name: str = Field(description="catalog name (else what the driver calls the GPU)")
+    gpus: int = Field(1, ge=1)
+    link: str | None = Field(None, description="catalog link kind (None: the GPU's default)")
+    p2p: bool | None = Field(None, description="peer-to-peer on every pair (None: not probed)")
+    description: str = ""
+
+    def gpu(self) -> GPU:
+        """The catalog entry (CeilingError when the name is not in the catalog)."""
+        return load_gpu(self.name)
+
+
+class CpuHardware(BaseModel):
+    """A CPU as a decode engine sees it: the memory-read bandwidth and the matrix-multiply rate
+    it achieves, measured on the spot (``ceiling.diagnose.cpu_host``) or assumed, and said
+    which."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["cpu"] = "cpu"
+    name: str
+    cores: int = Field(ge=1)
+    mem_bw_GBps: float = Field(gt=0, description="streaming read bandwidth")
+    gflops: float = Field(gt=0, description="fp32 matrix-multiply rate")
+    measured: bool
+    source: str = Field(description="how the two rates were obtained")
+    memory_GiB: float | None = Field(None, description="physical memory, if known")
+    llc_bytes: int | None = Field(None, description="last-level cache size (sysfs), if known")
+    description: str = ""
+    gpu_probe: str | None = Field(None, description="why no GPU was used (the GPU probe's answer)")
+
+
+#: What runs the model: ``kind`` tells which.
+Hardware = Annotated[GpuHardware | CpuHardware, Field(discriminator="kind")]

@@ -30,7 +30,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
+from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_text
 
 SCHEMA_VERSION = 1
 
@@ -81,8 +83,6 @@ class Plan(BaseModel):
 
 def load_plan(path: str | Path) -> Plan:
     """Read and validate a plan file."""
-    from ceiling.inputs import read_text
-
     p = Path(path)
     text = read_text(p, "plan file", fix="pass a plan YAML file (see examples/plans/)")
     try:
@@ -134,8 +134,6 @@ def materialize(plan: Plan, work_dir: str | Path) -> dict[str, Path]:
     ``extends`` made absolute and the model path resolved from the parent, so the written file
     means the same thing wherever it lives.
     """
-    from ceiling.engines.variant import load_variant
-
     base = Path(plan.source).parent if plan.source else Path.cwd()
     out = Path(work_dir) / "variants"
     out.mkdir(parents=True, exist_ok=True)

@@ -14,14 +14,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import ValidationError
 
+from ceiling.bench.config import BenchConfig
+from ceiling.bench.stats import mean_ci
+from ceiling.console import dumps
+from ceiling.engines.preflight import preflight
+from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError
+from ceiling.inputs import check_out_dir
+from ceiling.report import render
 from ceiling.sweep.early_stop import decide, gain_interval
 from ceiling.sweep.ledger import FINISHED, Ledger
 from ceiling.sweep.plan import Plan, fingerprint, load_plan, materialize
+from ceiling.sweep.schema import ComparisonRow, SweepResult, SweepVerdict, VariantSummary
 from ceiling.sweep.trial import (
     Event,
     Executor,
@@ -43,42 +50,8 @@ __all__ = [
     "run_sweep",
 ]
 
-SCHEMA_VERSION = 1
-
-
-class VariantSummary(BaseModel):
-    name: str
-    fingerprint: str
-    status: str
-    repeats: int
-    tok_s: float | None = None
-    low: float | None = None
-    high: float | None = None
-    delta_pct: float | None = None
-    delta_low_pct: float | None = None
-    delta_high_pct: float | None = None
-    verdict: str | None = None
-    log_path: str | None = None
-    stop_reason: str | None = None
-    error: str | None = None
-
-
-class SweepResult(BaseModel):
-    schema_version: int = SCHEMA_VERSION
-    kind: str = "sweep"
-    title: str
-    plan: str | None
-    ledger: str
-    baseline: str
-    variants: list[VariantSummary]
-    comparison: list[dict[str, Any]]
-    verdict: dict[str, Any]
-    reproduce: list[str] = Field(default_factory=list)
-
 
 def _summaries(plan: Plan, ledger: Ledger, fps: dict[str, str]) -> list[VariantSummary]:
-    from ceiling.bench.stats import mean_ci
-
     base = ledger.samples(fps[plan.baseline_name])
     out = []
     for v in plan.variants:
@@ -126,7 +99,7 @@ def _summaries(plan: Plan, ledger: Ledger, fps: dict[str, str]) -> list[VariantS
     return out
 
 
-def _sweep_verdict(plan: Plan, rows: list[VariantSummary]) -> dict[str, Any]:
+def _sweep_verdict(plan: Plan, rows: list[VariantSummary]) -> SweepVerdict:
     base = next((r for r in rows if r.name == plan.baseline_name), None)
     winners = [r for r in rows if r.verdict == "faster than baseline"]
     failed = [r.name for r in rows if r.status == "failed"]
@@ -155,20 +128,17 @@ def _sweep_verdict(plan: Plan, rows: list[VariantSummary]) -> dict[str, Any]:
     stopped = [r.name for r in rows if r.status == "stopped_early"]
     if stopped:
         notes.append(f"stopped early (cannot beat the baseline): {', '.join(stopped)}")
-    return {
-        "headline": head,
-        "measured_tok_s": base.tok_s if base else None,
-        "measured_ci_low": base.low if base else None,
-        "measured_ci_high": base.high if base else None,
-        "notes": notes,
-    }
+    return SweepVerdict(
+        headline=head,
+        measured_tok_s=base.tok_s if base else None,
+        measured_ci_low=base.low if base else None,
+        measured_ci_high=base.high if base else None,
+        notes=notes,
+    )
 
 
 def _preflight_all(paths: dict[str, Path]) -> dict[str, str]:
     """name -> problem text for every variant the installed engine would refuse."""
-    from ceiling.engines.preflight import preflight
-    from ceiling.engines.variant import load_variant
-
     bad: dict[str, str] = {}
     for name, path in paths.items():
         report = preflight(load_variant(path))
@@ -180,10 +150,6 @@ def _preflight_all(paths: dict[str, Path]) -> dict[str, str]:
 
 def _check_bench(plan: Plan) -> None:
     """The plan's ``bench:`` settings are valid before the first (long) launch."""
-    from pydantic import ValidationError
-
-    from ceiling.bench.config import BenchConfig
-
     try:
         BenchConfig(**{**plan.bench, "url": "http://127.0.0.1:1", "repeat": 1})
     except ValidationError as err:
@@ -207,10 +173,6 @@ def run_sweep(
     on_event: Callable[[str, Event], None] | None = None,
 ) -> SweepResult:
     """Run (or resume) a sweep; write ``sweep.json`` and the report into ``out_dir``."""
-    from ceiling.console import dumps
-    from ceiling.engines.variant import load_variant
-    from ceiling.inputs import check_out_dir
-
     plan = load_plan(plan_path)
     _check_bench(plan)
     out = Path(out_dir)
@@ -320,16 +282,16 @@ def run_sweep(
             executor.close()
         rows = _summaries(plan, ledger, fps)
     comparison = [
-        {
-            "label": r.name,
-            "tok_s": r.tok_s,
-            "low": r.low,
-            "high": r.high,
-            "delta_pct": r.delta_pct,
-            "verdict": r.verdict or ("baseline" if r.name == plan.baseline_name else r.error),
-            "status": r.status,
-            "repeats": r.repeats,
-        }
+        ComparisonRow(
+            label=r.name,
+            tok_s=r.tok_s,
+            low=r.low,
+            high=r.high,
+            delta_pct=r.delta_pct,
+            verdict=r.verdict or ("baseline" if r.name == plan.baseline_name else r.error),
+            status=r.status,
+            repeats=r.repeats,
+        )
         for r in rows
     ]
     result = SweepResult(
@@ -343,7 +305,5 @@ def run_sweep(
         reproduce=[f"ceiling sweep {plan.source} --out {out} --resume"],
     )
     (out / "sweep.json").write_text(dumps(result) + "\n", encoding="utf-8")
-    from ceiling.report import render
-
     render(result, out)
     return result

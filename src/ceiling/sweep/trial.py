@@ -18,7 +18,13 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from ceiling.bench.config import BenchConfig
+from ceiling.bench.runner import run_bench
+from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError
+from ceiling.redact import use_api_key
+from ceiling.run.launcher import launch
+from ceiling.sanity.run import doctor_gate
 from ceiling.sweep.early_stop import decide
 from ceiling.sweep.plan import EarlyStop
 
@@ -53,12 +59,6 @@ def execute_trial(spec: TrialSpec) -> Iterator[Event]:
     Failures to launch (preflight passed but the engine died) become a ``failed`` event with the
     engine's classified cause and its log path; the sweep goes on with the next variant.
     """
-    from ceiling.bench.config import BenchConfig
-    from ceiling.bench.runner import run_bench
-    from ceiling.engines.variant import load_variant
-    from ceiling.redact import use_api_key
-    from ceiling.run.launcher import launch
-
     variant = load_variant(spec.variant_path).with_overrides(log_dir=spec.log_dir)
     samples = list(spec.samples_done)
     try:
@@ -73,8 +73,6 @@ def execute_trial(spec: TrialSpec) -> Iterator[Event]:
         ):
             yield {"type": "launched", "log_path": str(server.log_path), "url": server.url}
             if spec.sanity and spec.repeats_done == 0:
-                from ceiling.sanity.run import doctor_gate
-
                 report = doctor_gate(server.url, server.model, variant.engine, None, variant)
                 event = {"sanity": report.model_dump(mode="json"), "log_path": str(server.log_path)}
                 if report.verdict == "broken":

@@ -1,4 +1,4 @@
-"""Human output of ``ceiling predict``: Rich tables (breakdown, batch curve, what-if, catalogs)."""
+"""What ``ceiling predict`` prints: Rich tables (breakdown, batch curve, what-if, catalogs)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ def print_prediction(p: Prediction) -> None:
 
     con = out()
     m, h, d = p.model, p.hardware, p.deployment
+    where = f"{h.gpus} x {h.gpu} over {h.link}" if h.kind == "gpu" else f"CPU {h.cpu}"
     con.print(
-        f"[bold]{m['name']}[/bold] on {h['gpus']} x {h['gpu']} over {h['link']} "
-        f"(tp={d['tp']} pp={d['pp']} ep={d['ep']} dp={d['dp']}, {d['engine']}, "
-        f"allreduce {d['allreduce_impl']}, graphs {'on' if d['cuda_graphs'] else 'off'})"
+        f"[bold]{m.name}[/bold] on {where} "
+        f"(tp={d.tp} pp={d.pp} ep={d.ep} dp={d.dp}, {d.engine}, "
+        f"allreduce {d.allreduce_impl}, graphs {'on' if d.cuda_graphs else 'off'})"
     )
     b = p.bound
     con.print(
@@ -28,7 +29,7 @@ def print_prediction(p: Prediction) -> None:
             if b and b.decode_tok_s_per_stream
             else ""
         )
-        + (f", {p.aggregate_tok_s:.0f} tok/s aggregate" if p.batch > 1 or d["dp"] > 1 else "")
+        + (f", {p.aggregate_tok_s:.0f} tok/s aggregate" if p.batch > 1 or d.dp > 1 else "")
     )
     t = Table(title="decode step breakdown (ms per token)", title_justify="left")
     t.add_column("component")
@@ -56,11 +57,13 @@ def print_prediction(p: Prediction) -> None:
     if p.expected is not None:
         _op_table(p)
     mem = p.memory_GiB_per_gpu
-    con.print(
-        f"memory per GPU: weights {mem['weights']:.1f} GiB + KV {mem['kv']:.2f} GiB of {mem['usable']:.1f} usable "
-        f"({'fits' if p.fits_in_memory else 'DOES NOT FIT'}); KV capacity {p.kv_capacity_tokens:,} tokens "
-        f"= {p.max_batch_at_context} sequences at context {p.context}"
-    )
+    if p.kv_capacity_tokens is not None:
+        con.print(
+            f"memory per GPU: weights {mem['weights']:.1f} GiB + KV {mem['kv']:.2f} GiB of "
+            f"{mem['usable']:.1f} usable ({'fits' if p.fits_in_memory else 'DOES NOT FIT'}); "
+            f"KV capacity {p.kv_capacity_tokens:,} tokens = {p.max_batch_at_context} sequences "
+            f"at context {p.context}"
+        )
     if p.prefill:
         con.print(
             f"prefill of {int(p.prefill['prompt_len'])} tokens: {p.prefill['prefill_ms']:.1f} ms "
@@ -70,12 +73,12 @@ def print_prediction(p: Prediction) -> None:
         bt = Table(title="batch curve (up to KV capacity)", title_justify="left")
         for col in ("batch", "ms/step", "tok/s per stream", "tok/s aggregate"):
             bt.add_column(col, justify="right")
-        for b in p.batch_curve:
+        for pt in p.batch_curve:
             bt.add_row(
-                str(b.batch),
-                f"{b.step_ms:.2f}",
-                f"{b.tok_s_per_stream:.1f}",
-                f"{b.aggregate_tok_s:.0f}",
+                str(pt.batch),
+                f"{pt.step_ms:.2f}",
+                f"{pt.tok_s_per_stream:.1f}",
+                f"{pt.aggregate_tok_s:.0f}",
             )
         con.print(bt)
     if p.what_if:
@@ -110,7 +113,7 @@ def _op_table(p: Prediction) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    bound = {}
+    bound: dict[str, float] = {}
     for o in p.bound.ops if p.bound else []:
         bound[o.name] = bound.get(o.name, 0.0) + o.ms
     rows: dict[str, list] = {}

@@ -1,0 +1,112 @@
+"""The measured side of a doctor run, read from bench's ``RunResult``: the decode step.
+
+The client's per-stream rate (with its CI across repeats) is the default decode rate. When the
+engine reports its own inter-token latency (bench's ``server_metrics``, from ``/metrics``) and
+the two disagree by more than ``CLIENT_AGREEMENT_PCT``, the engine's number is the decode step:
+a starved client or frontend delivers tokens in bursts, and then the client's timing describes
+the delivery, not the step (docs/causes/frontend-bound.md).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ceiling.bench.results import LevelResult, RunResult
+from ceiling.diagnose.hypotheses import CLIENT_AGREEMENT_PCT
+from ceiling.diagnose.schema import Measured
+
+
+class ServerQuantity(BaseModel):
+    """One latency quantity of ``server_metrics``: the engine's mean beside the client's."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    metric: str | None = None
+    count: float | None = None
+    server_mean_ms: float | None = None
+    client_mean_ms: float | None = None
+    overhead_ms: float | None = None
+
+
+class ServerCounter(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    metric: str | None = None
+    delta: float = 0.0
+
+
+class ServerView(BaseModel):
+    """bench's ``server_metrics`` of one level (``/metrics`` deltas over the run), typed."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    available: bool = False
+    reason: str | None = None
+    engine: str | None = None
+    quantities: dict[str, ServerQuantity] = Field(default_factory=dict)
+    counters: dict[str, ServerCounter] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, run: LevelResult | None) -> ServerView:
+        return cls.model_validate(run.server_metrics or {}) if run is not None else cls()
+
+    def quantity(self, name: str) -> ServerQuantity:
+        return self.quantities.get(name) or ServerQuantity()
+
+    def counter(self, name: str) -> ServerCounter:
+        return self.counters.get(name) or ServerCounter()
+
+
+def decode_stat(run: LevelResult | None) -> tuple[float | None, float | None, float | None]:
+    """Decode tok/s per stream with its CI across repeats: (mean, low, high)."""
+    if run is None:
+        return None, None, None
+    ci = run.ci.get("decode_tok_s_per_stream")
+    if ci is not None and ci.mean is not None:
+        return ci.mean, ci.low, ci.high
+    return run.decode_tok_s_per_stream, None, None
+
+
+def levels(run: RunResult | None) -> list[LevelResult]:
+    """The levels of a concurrency sweep that have a concurrency, sorted by it."""
+    if run is None:
+        return []
+    return sorted((lv for lv in run.levels if lv.concurrency), key=lambda lv: lv.concurrency or 0)
+
+
+def measured_step(run: LevelResult | None) -> Measured | None:
+    """The decode step of a bench result (or one level of it), and where it comes from."""
+    if run is None:
+        return None
+    mean, lo, hi = decode_stat(run)
+    if mean is None and run.mean_tpot_ms:
+        mean = 1000.0 / run.mean_tpot_ms
+    itl = ServerView.of(run).quantity("itl")
+    srv = itl.server_mean_ms
+    client_step = 1000.0 / mean if mean else None
+    if srv and (client_step is None or abs(client_step - srv) > CLIENT_AGREEMENT_PCT / 100 * srv):
+        seen = (
+            f"; the client's decode rate implies {client_step:.3g} ms per token"
+            if client_step
+            else ""
+        )
+        return Measured(
+            step_ms=srv,
+            tok_s=1000.0 / srv,
+            source=(
+                f"the engine's own inter-token latency ({itl.metric}, {int(itl.count or 0)} "
+                f"tokens, /metrics){seen}: the client's timing is not the decode step here"
+            ),
+        )
+    if client_step is None or mean is None:
+        return None
+    ci = (lo, hi) if lo is not None and hi is not None else None
+    step_ci = (1000.0 / hi, 1000.0 / lo) if lo is not None and hi is not None and lo > 0 else None
+    return Measured(
+        step_ms=client_step,
+        step_ci_ms=step_ci,
+        tok_s=mean,
+        tok_s_ci=ci,
+        source="client-measured decode rate (ceiling bench, per stream)"
+        + (f"; the engine's own inter-token latency agrees ({srv:.3g} ms)" if srv else ""),
+    )

@@ -1,0 +1,131 @@
+"""predict's CPU backend: the decode step's hardware floors on a CPU.
+
+Why floors only: the GPU model's ``expected`` rests on kernel tables and engine rules measured
+on GPUs; on a CPU nothing of the kind exists, yet "is this deployment bandwidth-bound?" still
+has a numeric answer. A decode step must read the weights (once per step, whatever the batch)
+and every sequence's KV cache, at the memory bandwidth this CPU achieves, and do ~2 FLOPs per
+active parameter per token at the matrix-multiply rate it achieves. Those three floors are the
+bound; launch, dispatch and host time are not predicted (no ``expected``), so whatever a
+measurement adds to them is the unexplained remainder. The model is read once, by
+``spec.model`` (the same ModelSpec the GPU model reads), and the rates come from the
+:class:`~ceiling.spec.hardware.CpuHardware` the caller measured or assumed.
+"""
+
+from __future__ import annotations
+
+from ceiling.predict.core import load_spec, summary_of
+from ceiling.predict.schema import (
+    DeploymentUsed,
+    HardwareUsed,
+    Prediction,
+    PredictRequest,
+    StepBlock,
+)
+from ceiling.spec.hardware import CpuHardware
+from ceiling.spec.model import ModelSpec
+from ceiling.spec.quant import dense
+
+GiB = 2**30
+
+KINDS = {
+    "weights": "fundamental (weight bytes at this CPU's read bandwidth)",
+    "kv": "fundamental (KV-cache bytes at this CPU's read bandwidth)",
+    "compute": "fundamental (matrix math at this CPU's fp32 rate)",
+}
+
+
+def weight_bytes_per_step(spec: ModelSpec, tokens: int) -> float:
+    """Weight bytes one decode step reads: every module once, the embedding one row per token
+    (a lookup, as on a GPU)."""
+    total = 0.0
+    for m in spec.modules:
+        total += tokens * m.nbytes / max(m.rows, 1) if m.kind == "embed" else m.nbytes
+    return total
+
+
+def kv_bytes_per_token(spec: ModelSpec) -> float:
+    """KV bytes one token of context adds, all layers, at the model's dtype (as served)."""
+    return spec.kv_bytes_per_token(dense(spec.dtype).bits / 8)
+
+
+def floors_ms(
+    spec: ModelSpec, cpu: CpuHardware, batch: int = 1, context: int = 0
+) -> dict[str, float]:
+    """The decode step's floors on this CPU, in ms: weights, KV reads, compute."""
+    bw = cpu.mem_bw_GBps * 1e9
+    flops = 2.0 * batch * spec.active_params()
+    return {
+        "weights": weight_bytes_per_step(spec, batch) / bw * 1e3,
+        "kv": batch * context * kv_bytes_per_token(spec) / bw * 1e3,
+        "compute": flops / (cpu.gflops * 1e9) * 1e3,
+    }
+
+
+def predict_cpu(req: PredictRequest, cpu: CpuHardware) -> Prediction:
+    """The floors of ``req.model`` on ``cpu`` at ``req.batch`` x ``req.context``."""
+    spec = load_spec(req.model, req.weight_format)
+    comps = floors_ms(spec, cpu, req.batch, req.context)
+    ms = sum(comps.values())
+    tok_s = 1e3 / ms
+    w_bytes = weight_bytes_per_step(spec, req.batch)
+    kv_bytes = req.batch * req.context * kv_bytes_per_token(spec)
+    resident = (spec.weight_bytes() + kv_bytes) / GiB
+    rates = "measured" if cpu.measured else "ASSUMED (not measured)"
+    bound = StepBlock(
+        decode_ms_per_token=round(ms, 6),
+        decode_tok_s_per_stream=round(tok_s, 2),
+        components_ms={k: round(v, 6) for k, v in comps.items()},
+        ops=[],
+    )
+    return Prediction(
+        kind="cpu-floors",
+        request=req,
+        model=summary_of(spec),
+        hardware=HardwareUsed(
+            kind="cpu",
+            cpu=cpu.name,
+            gpus=0,
+            link=None,
+            p2p=None,
+            bw_GBps_achieved=round(cpu.mem_bw_GBps, 3),
+            memory_GiB=cpu.memory_GiB,
+            gflops=round(cpu.gflops, 3),
+        ),
+        deployment=DeploymentUsed(engine=req.engine, cuda_graphs=False, allreduce_impl="none"),
+        batch=req.batch,
+        context=req.context,
+        decode_ms_per_token=bound.decode_ms_per_token,
+        decode_tok_s_per_stream=bound.decode_tok_s_per_stream,
+        aggregate_tok_s=round(req.batch * tok_s, 2),
+        components_ms=bound.components_ms,
+        component_share={k: round(v / ms, 4) for k, v in comps.items()},
+        component_kind=dict(KINDS),
+        fits_in_memory=cpu.memory_GiB is None or resident <= cpu.memory_GiB,
+        memory_GiB_per_gpu={
+            "weights": round(spec.weight_bytes() / GiB, 4),
+            "kv": round(kv_bytes / GiB, 4),
+        }
+        | ({"total": round(cpu.memory_GiB, 2)} if cpu.memory_GiB else {}),
+        kv_capacity_tokens=None,
+        max_batch_at_context=None,
+        batch_curve=[],
+        prefill={},
+        details={
+            "weight_bytes_read_per_gpu": int(w_bytes),
+            "kv_bytes_read_per_gpu": int(kv_bytes),
+            "flops_per_gpu": 2.0 * req.batch * spec.active_params(),
+        },
+        assumptions=[
+            f"CPU floors only, at this CPU's {rates} rates ({cpu.source}): "
+            f"{cpu.mem_bw_GBps:.3g} GB/s read, {cpu.gflops:.3g} GFLOP/s",
+            f"weights are read once per decode step: {w_bytes / 1e6:.3g} MB ({spec.dtype}; the "
+            "embedding is a lookup)",
+            f"KV cache at the model's dtype: {kv_bytes_per_token(spec) / 1024:.3g} KiB per "
+            "token of context",
+            "launch, dispatch and host time are not predicted: they are the unexplained "
+            "remainder of a measurement",
+            f"decode at context {req.context} tokens; batch {req.batch}",
+        ],
+        expected=None,
+        bound=bound,
+    )

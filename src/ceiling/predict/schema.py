@@ -1,0 +1,216 @@
+"""predict's nouns: what to predict (``PredictRequest``) and the answer (``Prediction``).
+
+Their own module so that the computation (``core``), the what-if variants (``whatif``), the CPU
+backend (``cpu``) and every reader (doctor, reports, renderers) name them without importing
+each other. Component names in ``components_ms`` are stable: ``weights``, ``kv``,
+``collectives``, ``launch``, ``host`` and, when the roofline says so, ``compute``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from ceiling.spec.deployment import Deployment
+from ceiling.spec.hardware import Hardware
+
+SCHEMA_VERSION = 1
+
+COMPONENTS = ("weights", "kv", "collectives", "launch", "host", "compute")
+
+
+class PredictRequest(BaseModel):
+    """What to predict. ``gpus`` defaults to tp x pp x dp; extra GPUs become DP replicas.
+
+    ``hardware``: the hardware itself (a probed box of GPUs, or a measured CPU); when absent,
+    ``gpu``/``link`` name catalog entries. A CPU is predicted by its floors only (``cpu.py``).
+    """
+
+    model: str
+    gpu: str = ""
+    hardware: Hardware | None = None
+    gpus: int | None = Field(None, ge=1)
+    link: str | None = None
+    tp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    dp: int | None = Field(None, ge=1)
+    engine: Literal["vllm", "sglang", "trtllm", "generic"] = "vllm"
+    allreduce: Literal["auto", "nccl", "oneshot"] = "auto"
+    cuda_graphs: bool = True
+    batch: int = Field(1, ge=1)
+    context: int = Field(1024, ge=1, description="KV length per sequence during decode")
+    prompt_len: int = Field(1024, ge=1)
+    kv_dtype: str = "auto"
+    weight_format: str | None = Field(None, description="override: bf16, fp8, nvfp4, int4-g32, ...")
+    profile: str | None = None
+    power_limit: float | None = Field(None, gt=0, description="board power cap, W")
+    mem_clock: float | None = Field(None, gt=0, description="memory clock, MHz (nvidia-smi)")
+    attention_backend: str | None = Field(None, description="engine's attention backend flag")
+    moe_backend: str | None = Field(None, description="engine's MoE runner backend")
+    async_scheduling: bool | None = Field(None, description="None: the engine's default")
+    what_if: bool = False
+
+    @model_validator(mode="after")
+    def _has_hardware(self) -> PredictRequest:
+        if not self.gpu and self.hardware is None:
+            raise ValueError("name a GPU (gpu) or pass the hardware")
+        return self
+
+    def gpu_name(self) -> str:
+        """The catalog GPU (or GPU file) to predict on: the hardware's, else ``gpu``."""
+        hw = self.hardware
+        return hw.name if hw is not None and hw.kind == "gpu" else self.gpu
+
+    def link_name(self) -> str | None:
+        """The link kind asked for: ``link``, else the probed hardware's."""
+        hw = self.hardware
+        return self.link or (hw.link if hw is not None and hw.kind == "gpu" else None)
+
+
+class WhatIf(BaseModel):
+    change: str
+    decode_tok_s_per_stream: float = Field(description="expected, with this change")
+    delta_pct: float = Field(description="expected tok/s change vs the request")
+    decode_ms_per_token: float
+    fits_in_memory: bool
+    bound_tok_s_per_stream: float = Field(0.0, description="the bound with this change")
+    moved: str = Field("", description="the component that moves most, 'name a -> b ms'")
+    note: str = ""
+
+
+class OpRecord(BaseModel):
+    """One operation of the decode step (per GPU, per step)."""
+
+    name: str
+    count: float = Field(description="calls per step (per token at batch 1)")
+    ms: float = Field(description="time per step, all calls")
+    source: str = Field(description="table | profile | prior | engine (host estimate)")
+    confidence: float = Field(description="0-1: how much the number is trusted")
+    kernel: str = Field("", description="kernel family (data/predict/kernels.yaml)")
+    note: str = ""
+
+
+class StepBlock(BaseModel):
+    """One figure of the decode step: ``expected`` or ``bound``."""
+
+    decode_ms_per_token: float
+    decode_tok_s_per_stream: float
+    components_ms: dict[str, float]
+    ops: list[OpRecord]
+
+
+class BatchPoint(BaseModel):
+    batch: int
+    step_ms: float
+    tok_s_per_stream: float
+    aggregate_tok_s: float
+
+
+class ModelSummary(BaseModel):
+    """The model as the prediction read it (spec.model.ModelSpec, summarised)."""
+
+    name: str
+    architecture: str
+    attention: str
+    layers: int
+    hidden_size: int
+    total_params_B: float
+    active_params_B: float
+    weight_GB: float
+    weight_bytes: int
+    quantization: str
+    experts: int
+    top_k: int
+
+    def line(self) -> str:
+        """One line: name, architecture, size, format."""
+        size = (
+            f"{self.total_params_B} B params"
+            if self.total_params_B >= 0.1
+            else f"{self.weight_bytes / 1e6:.3g} MB of weights"
+        )
+        parts = [
+            self.name,
+            self.architecture,
+            f"{self.layers} layers, hidden {self.hidden_size}",
+            size,
+            f"{self.active_params_B} B active" if self.experts else "",
+            self.quantization,
+            f"{self.weight_GB} GB of weights" if self.weight_GB >= 0.1 else "",
+        ]
+        return ", ".join(p for p in parts if p)
+
+
+class HardwareUsed(BaseModel):
+    """The hardware as the prediction used it (catalog entry resolved, achieved bandwidth)."""
+
+    kind: Literal["gpu", "cpu"] = "gpu"
+    gpu: str | None = Field(None, description="catalog GPU name (None on a CPU)")
+    cpu: str | None = Field(None, description="the CPU's name (CPU floors only)")
+    gpus: int
+    link: str | None
+    p2p: bool | None
+    bw_GBps_achieved: float
+    memory_GiB: float | None
+    gflops: float | None = Field(None, description="CPU: the matrix-multiply rate used")
+
+
+class DeploymentUsed(Deployment):
+    """The deployment predicted, with the allreduce implementation the engine's rule chose."""
+
+    allreduce_impl: str
+
+
+class Prediction(BaseModel):
+    """The decode step of one configuration: ``expected`` (what this engine's default kernels
+    deliver; the top-level figures) and ``bound`` (the physical ceiling).
+
+    ``kind`` ``cpu-floors``: a CPU, predicted by its floors only (weights, KV and compute at the
+    CPU's rates): there is no ``expected`` (launch and host time are not predicted), and the
+    top-level figures are the bound.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["analytic", "cpu-floors"] = "analytic"
+    request: PredictRequest
+    model: ModelSummary
+    hardware: HardwareUsed
+    deployment: DeploymentUsed
+    batch: int
+    context: int
+    decode_ms_per_token: float
+    decode_tok_s_per_stream: float
+    aggregate_tok_s: float
+    components_ms: dict[str, float]
+    component_share: dict[str, float]
+    component_kind: dict[str, str]
+    fits_in_memory: bool
+    memory_GiB_per_gpu: dict[str, float]
+    kv_capacity_tokens: int | None = Field(description="None: not predicted (CPU)")
+    max_batch_at_context: int | None = Field(description="None: not predicted (CPU)")
+    batch_curve: list[BatchPoint]
+    prefill: dict[str, float]
+    details: dict[str, Any]
+    assumptions: list[str]
+    expected: StepBlock | None = Field(
+        None, description="what this engine's default kernels deliver (= the top-level figures)"
+    )
+    bound: StepBlock | None = Field(
+        None, description="the physical ceiling: best kernels, best collective, no host time"
+    )
+    evidence: dict[str, Any] = Field(
+        default_factory=dict, description="which evidence was used (tables, profile, priors)"
+    )
+    what_if: list[WhatIf] = Field(default_factory=list)
+
+    @property
+    def expected_tok_s(self) -> float | None:
+        """Expected decode tok/s per stream (None when only floors were predicted)."""
+        return self.expected.decode_tok_s_per_stream if self.expected is not None else None
+
+    @property
+    def bound_tok_s(self) -> float | None:
+        """The bound: decode tok/s per stream no setting of this layout can beat."""
+        return self.bound.decode_tok_s_per_stream if self.bound is not None else None
