@@ -116,7 +116,7 @@ def test_max_num_seqs_1_is_named_and_slower(baseline, cpu_tiny_variant, tmp_path
         assert by["queueing"].component == "scheduler (running-sequence cap)"
 
 
-def test_a_tiny_kv_cache_is_named_by_its_preemptions(cpu_tiny_variant, tmp_path):
+def test_a_tiny_kv_cache_is_named_by_what_it_did(cpu_tiny_variant, tmp_path):
     # VLLM_CPU_KVCACHE_SPACE (GiB) overrides --kv-cache-memory-bytes on the CPU build: unset it
     variant = _variant(
         tmp_path,
@@ -136,12 +136,17 @@ def test_a_tiny_kv_cache_is_named_by_its_preemptions(cpu_tiny_variant, tmp_path)
     assert facts is not None and facts.kv_cache_tokens is not None
     assert facts.kv_cache_tokens <= 384 and (facts.max_concurrency or 0) < 8
     assert by["kv-capacity"].component == "KV cache"  # from the start-up log
-    pre = by["kv-preemption"]  # from the engine's counter during the bench
-    assert pre.component == "KV cache" and pre.direction == "slower"
-    assert "preemptions at concurrency 8 (vllm:num_preemptions_total)" in pre.evidence[0]
-    assert pre.fix and "--kv-cache-memory-bytes" in pre.fix
-    if "narrow-batches" in by:  # the batch the engine ran is blamed on the cache, not elsewhere
-        assert by["narrow-batches"].component == "KV cache"
+    # the measured effect, from the engine's own counters, in one of two forms: streams that
+    # decoded together were preempted, or the engine ran them one at a time (on a loaded box one
+    # run in several got 2048 tokens in 2048 steps: nothing overlapped, so nothing preempted)
+    measured = [by[i] for i in ("kv-preemption", "narrow-batches") if i in by]
+    assert measured, sorted(by)
+    for f in measured:
+        assert f.component == "KV cache" and f.direction == "slower", (f.id, f.component)
+        assert f.fix and "--kv-cache-memory-bytes" in f.fix
+    if "kv-preemption" in by:
+        ev = by["kv-preemption"].evidence[0]
+        assert "preemptions at concurrency 8 (vllm:num_preemptions_total)" in ev
 
 
 def test_compare_calls_a_no_op_change_no_significant_difference(vllm_server, tmp_path):
