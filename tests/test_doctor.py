@@ -170,6 +170,11 @@ def test_cli_doctor_json(model_dir, tmp_path, capsys):
     assert {"name": "sanity", "status": "skipped", "seconds": 0.0, "message": "turned off"} in doc[
         "stages"
     ]
+    # doctor.json's `model` block keeps the footprint keys it had before the typed result
+    m = doc["model"]
+    assert m["layers"] == 2 and m["hidden_size"] == 128 and m["dtype"] == "float32"
+    assert m["kv_bytes_per_token"] == 2 * 2 * 128 * 4  # K and V, 2 layers, hidden 128, fp32
+    assert m["params"] > 0 and m["weight_bytes"] > 0 and m["source"].endswith("config.json")
 
 
 def test_doctor_gpu_path_uses_predict_and_answers_the_nccl_hypothesis(tmp_path):

@@ -143,9 +143,27 @@ def expect(
         )
     return Expectation(
         prediction=pred,
-        model=ModelInfo(name=served, path=model_dir, summary=pred.model.line()),
+        model=_model_info(served, model_dir, pred),
         note=note,
         assumptions=list(pred.assumptions),
+    )
+
+
+def _model_info(served: str | None, model_dir: str, pred: Prediction) -> ModelInfo:
+    """The served model, with the footprint the CPU floors report (doctor.json's keys)."""
+    d, m = pred.details, pred.model
+    cpu = pred.kind == "cpu-floors"
+    return ModelInfo(
+        name=served,
+        path=model_dir,
+        summary=m.line(),
+        weight_bytes=m.weight_bytes if cpu else None,
+        params=d.get("params") if cpu else None,
+        layers=m.layers if cpu else None,
+        hidden_size=m.hidden_size if cpu else None,
+        kv_bytes_per_token=d.get("kv_bytes_per_token") if cpu else None,
+        dtype=d.get("dtype") if cpu else None,
+        source=d.get("source") if cpu else None,
     )
 
 

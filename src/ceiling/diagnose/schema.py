@@ -103,6 +103,15 @@ class ModelInfo(BaseModel):
     name: str | None
     path: str
     summary: str
+    # the footprint the floors were computed from (a CPU doctor's `model` block, as before the
+    # typed result; None where the prediction does not report it)
+    weight_bytes: int | None = None
+    params: int | None = None
+    layers: int | None = None
+    hidden_size: int | None = None
+    kv_bytes_per_token: int | None = None
+    dtype: str | None = None
+    source: str | None = None
 
 
 class Measured(BaseModel):

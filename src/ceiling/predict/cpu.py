@@ -111,6 +111,11 @@ def predict_cpu(req: PredictRequest, cpu: CpuHardware) -> Prediction:
         batch_curve=[],
         prefill={},
         details={
+            # the model's footprint as the floors read it (doctor.json's `model` block shows it)
+            "params": int(spec.total_params()),
+            "kv_bytes_per_token": int(kv_bytes_per_token(spec)),
+            "dtype": spec.dtype,
+            "source": spec.source,
             "weight_bytes_read_per_gpu": int(w_bytes),
             "kv_bytes_read_per_gpu": int(kv_bytes),
             "flops_per_gpu": 2.0 * req.batch * spec.active_params(),
