@@ -23,8 +23,10 @@ stamps) in a step that kept up; ``ingest_tpot_only_chunks_per_s`` applies the TP
 (a looser reading for a loaded machine); the ramp stops when even that fails.
 
 Clients: ``ceiling bench --workers 1, 2, 4`` (4 only with 8+ cores), and ``vllm bench serve``
-when this checkout has ``.engines/vllm`` (else the JSON says it was not available and the
-ratios are against ceiling's single process). The figures to read: ``ratios``.
+when this checkout has ``.engines/vllm``; where vLLM cannot be installed, ``--vllm-lib DIR``
+adds ``vllm-fn``: vLLM's own request function driven as ``vllm bench serve`` drives it
+(``vllm_request_client.py``). Without either the JSON says so and the ratios are against
+ceiling's single process. The figures to read: ``ratios``.
 """
 
 from __future__ import annotations
@@ -41,12 +43,45 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_vs_vllm import machine, run_ceiling, run_vllm, scored, truth_of, vllm_available
+from client_vs_vllm import (
+    close_gap_share,
+    machine,
+    run_ceiling,
+    run_vllm,
+    scored,
+    truth_of,
+    vllm_available,
+)
 from synthetic_sse import SyntheticServer
 
 ERR_LIMIT_PCT = 0.5
 #: Gaps under 1 ms between a stream's chunks beyond the server's own: chunks piled up unread.
 PILE_LIMIT = 0.01
+
+
+def run_vllm_fn(lib: Path, url: str, n: int, tokens: int, timeout_s: float) -> dict[str, Any]:
+    """vLLM's request function driven as ``vllm bench serve`` drives it
+    (``vllm_request_client.py``), where vLLM itself is not installed."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent / "vllm_request_client.py"
+    cmd = [sys.executable, str(script), "--lib", str(lib), "--url", url, "--n", str(n)]
+    try:
+        proc = subprocess.run(
+            [*cmd, "--tokens", str(tokens)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"vLLM's request function took over {timeout_s:g} s"}
+    if proc.returncode != 0:
+        return {"error": f"vllm_request_client failed (rc {proc.returncode}): {proc.stderr[-600:]}"}
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "itls_ms" in out:
+        out["close_gap_share"] = close_gap_share(out.pop("itls_ms"))
+    return out
 
 
 def _dataset(n: int) -> Path:
@@ -129,6 +164,13 @@ def main() -> None:
     ap.add_argument("--server-procs", type=int, default=0, help="0: half the cores")
     ap.add_argument("--workers", default="", help="ceiling --workers values (default 1,2[,4])")
     ap.add_argument("--clients", default="", help="only these (e.g. vllm,ceiling-w2)")
+    ap.add_argument(
+        "--vllm-lib",
+        type=Path,
+        default=None,
+        help="without vLLM installed: a folder with vLLM's endpoint_request_func.py "
+        "(bash bench/gpu_wheels.sh --vllm-client); adds the client `vllm-fn`",
+    )
     args = ap.parse_args()
     t_start = time.monotonic()
     cores = os.cpu_count() or 1
@@ -146,6 +188,9 @@ def main() -> None:
     why_not = vllm_available()
     if why_not is None:
         clients["vllm"] = lambda url, n, tok, left: run_vllm(url, n, tok, timeout_s=left)
+    if args.vllm_lib is not None and (args.vllm_lib / "endpoint_request_func.py").exists():
+        lib = args.vllm_lib.resolve()
+        clients["vllm-fn"] = lambda url, n, tok, left: run_vllm_fn(lib, url, n, tok, left)
     for w in workers:
         clients[f"ceiling-w{w}"] = lambda url, n, tok, left, w=w: run_ceiling(
             url, n, tok, workers=w, timeout_s=left, dataset=dataset
@@ -183,7 +228,7 @@ def main() -> None:
         dataset.unlink(missing_ok=True)
     rates = {k: v["ingest_chunks_per_s"] for k, v in result["clients"].items()}
     loose = {k: v["ingest_tpot_only_chunks_per_s"] for k, v in result["clients"].items()}
-    base_name = "vllm" if "vllm" in rates else "ceiling-w1"
+    base_name = next((b for b in ("vllm", "vllm-fn") if b in rates), "ceiling-w1")
     result["ratios"] = _ratios(rates, base_name)
     result["ratios_tpot_only"] = _ratios(loose, base_name)
     result["ratios_basis"] = base_name
