@@ -12,15 +12,9 @@
 #    torch.cuda.get_arch_list(); and what the arch check says for sm_80/90/100/120 GPUs.
 # Prints tables; writes env_host.json, fatbin.json into $OUT.
 set -u
-export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
 OUT=${OUT:-bench/results/env_gpu}
 mkdir -p "$OUT"
-PY=${PYTHON:-python3}
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+. "$(dirname "$0")/gpu_env.sh"  # PY, wheels, PYTHONPATH, NVLS off
 export CEILING_CACHE_DIR=$(mktemp -d)
 nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv || true
 echo "== ceiling env (cold, then warm)"

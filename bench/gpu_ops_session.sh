@@ -10,15 +10,9 @@
 # predictions.tgz (predict_*.json with and without the profile), session.log. Carry .whl (pydantic & co., see
 # docs/probe.md) when the machine lacks them.
 set -u
-export COLUMNS=${COLUMNS:-160} PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results/gpu_ops}
 mkdir -p "$OUT"
-PY=${PYTHON:-python3}
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+. "$(dirname "$0")/gpu_env.sh"  # PY, wheels, PYTHONPATH, NVLS off
 MODELS=${MODELS:-"llama-3.1-8b qwen3-30b-a3b deepseek-v3"}
 CAL_FLAGS=${CAL_FLAGS:-}   # CAL_FLAGS=--cpu: a path check on a machine without a GPU
 margs=""; for m in $MODELS; do margs="$margs --model $m"; done

@@ -12,15 +12,9 @@
 #
 # Carry .whl (pydantic & co., see docs/probe.md) when the machine lacks them.
 set -u
-export COLUMNS=${COLUMNS:-160} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-bench/results/gpu_session}
 mkdir -p "$OUT"
-PY=${PYTHON:-python3}
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+. "$(dirname "$0")/gpu_env.sh"  # PY, wheels, PYTHONPATH, NVLS off
 if [ "${1:-}" = check-multi ]; then
   W=/tmp/session2; rm -rf "$W"; mkdir -p "$W"
   {

@@ -6,16 +6,10 @@
 #     run(kind="nvidia-h200-x2", carry=[".whl"], command="bash bench/gpu_smoke.sh")
 # Prints one line per command (rc, seconds) and a summary; files under $OUT (smoke.tgz, smoke.log).
 set -u
-export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160} NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-bench/results/gpu_smoke}
 W=/tmp/smoke
 mkdir -p "$OUT" "$W"
-PY=${PYTHON:-python3}
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+. "$(dirname "$0")/gpu_env.sh"  # PY, wheels, PYTHONPATH, NVLS off
 C="$PY -m ceiling"
 fails=0
 check() {  # check NAME LIMIT_S CMD...: run, record rc and time, keep stdout+stderr

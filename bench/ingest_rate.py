@@ -36,6 +36,7 @@ import json
 import os
 import platform
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -62,8 +63,6 @@ PILE_LIMIT = 0.01
 def run_vllm_fn(lib: Path, url: str, n: int, tokens: int, timeout_s: float) -> dict[str, Any]:
     """vLLM's request function driven as ``vllm bench serve`` drives it
     (``vllm_request_client.py``), where vLLM itself is not installed."""
-    import subprocess
-
     script = Path(__file__).resolve().parent / "vllm_request_client.py"
     cmd = [sys.executable, str(script), "--lib", str(lib), "--url", url, "--n", str(n)]
     try:

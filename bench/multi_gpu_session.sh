@@ -24,16 +24,10 @@
 # NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 # NVSHMEM_DISABLE_NVLS=1): the device README says why. Carry .whl (pydantic & co.: bench/gpu_wheels.sh).
 set -u
-export COLUMNS=${COLUMNS:-160} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PART=${1:-comm}
 OUT=${OUT:-bench/results/multi_gpu_session}
 mkdir -p "$OUT"
-PY=${PYTHON:-python3}
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+. "$(dirname "$0")/gpu_env.sh"  # PY, wheels, PYTHONPATH, NVLS off
 N=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 WS=$(for w in 2 4 8; do [ "$w" -le "${N:-0}" ] && printf '%s,' "$w"; done | sed 's/,$//')
 WS=${WORLD_SIZES:-$WS}

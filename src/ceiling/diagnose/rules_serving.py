@@ -128,9 +128,8 @@ def concurrency_cap(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     004e656 server_args.py (``max_running_requests``).
     """
     want = ctx.concurrency
-    args = facts.non_default_args
-    cap = args.get("max_num_seqs", args.get("max_running_requests"))
-    if want is None or not isinstance(cap, int) or cap >= want:
+    cap = facts.running_cap()
+    if want is None or cap is None or cap >= want:
         return None
     f = Finding(
         id="concurrency-cap",

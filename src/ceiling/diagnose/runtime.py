@@ -106,9 +106,7 @@ def queueing(facts: EngineFacts, bench: RunResult | None, ctx: FindingContext) -
     low, high = by.get(1), by.get(c)
     if low is not None and high is not None and low.output_throughput and high.output_throughput:
         gain = high.output_throughput / low.output_throughput - 1.0
-    cap = facts.non_default_args.get(
-        "max_num_seqs", facts.non_default_args.get("max_running_requests")
-    )
+    cap = facts.running_cap()
     f = Finding(
         id="queueing",
         title=f"At {c} concurrent streams requests waited {100 * queue / e2e:.0f} % of their "
@@ -186,14 +184,15 @@ def narrow_batches(
     (it passed the requests on one at a time).
     """
     rows = [
-        (int(lv.concurrency or 1), w)
+        (int(lv.concurrency or 1), w, lv)
         for lv in _levels(bench)
         if (lv.concurrency or 1) >= BATCH_STREAMS and not lv.failed
         if (w := batch_width(lv)) is not None
     ]
     if not rows:
         return None
-    c, width = max(rows)
+    c, width, top = max(rows, key=lambda r: (r[0], r[1]))
+    counters = ServerView.of(top).counters  # the engine's own metric names, as scraped
     if width >= NARROW_BATCH:
         return None
     f = Finding(
@@ -204,15 +203,13 @@ def narrow_batches(
         figures={"concurrency": c, "sequences_per_step": width},
         evidence=[
             f"{width:.3f} generated tokens per engine step at concurrency {c} "
-            "(vllm:generation_tokens_total / vllm:iteration_tokens_total count)"
+            f"({counters['generated_tokens'].metric} / {counters['engine_steps'].metric})"
         ],
         predicted_effect="each step serves about one stream: total throughput stays at one "
         "stream's and every other stream waits",
         doc=doc_path("concurrency-cap"),
     )
-    cap = facts.non_default_args.get(
-        "max_num_seqs", facts.non_default_args.get("max_running_requests")
-    )
+    cap = facts.running_cap()
     if isinstance(cap, int) and cap < c:
         f.component = COMPONENTS["concurrency-cap"]
         f.figures["cap"] = cap

@@ -77,6 +77,15 @@ class EngineFacts(BaseModel):
     # per-fact source lines, for findings to quote (kept out of JSON: findings carry their own)
     evidence: dict[str, list[str]] = Field(default_factory=dict, exclude=True)
 
+    def running_cap(self) -> int | None:
+        """The running-sequence cap the log shows set: vLLM's ``max_num_seqs``, SGLang's
+        ``max_running_requests`` (None when left at the engine's default)."""
+        for arg in ("max_num_seqs", "max_running_requests"):
+            cap = self.non_default_args.get(arg)
+            if isinstance(cap, int):
+                return cap
+        return None
+
     def add_evidence(self, key: str, line: str) -> None:
         lines = self.evidence.setdefault(key, [])
         if line not in lines and len(lines) < 6:

@@ -21,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from ceiling.envcheck.binaries import ArchList, fatbin_archs, needed_libraries, runs_on
 from ceiling.envcheck.models import Driver, EnvProblem, Gpu, Inventory, TorchRuntime
-from ceiling.envcheck.requirements import pip_cmd
+from ceiling.envcheck.requirements import pip_cmd, rebuild_cmd
 
 _NVRM = re.compile(r"Kernel Module(?: for \w+)?\s+([\d.]+)")
 
@@ -232,15 +232,7 @@ def check_binaries(
                         evidence=[f"{path}: .nv_fatbin holds {compiled.label()}"],
                         fix=(
                             f'rebuild it for this GPU: TORCH_CUDA_ARCH_LIST="{cap // 10}.{cap % 10}" '
-                            + pip_cmd(
-                                python,
-                                "install",
-                                "--force-reinstall",
-                                "--no-deps",
-                                "--no-cache-dir",
-                                "--no-build-isolation",
-                                f"{dist}=={version}" if version else dist,
-                            )
+                            + rebuild_cmd(python, dist, version)
                         ),
                     )
                 )

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ceiling.envcheck.binaries import init_function
 from ceiling.envcheck.models import EnvProblem, Inventory, LoadResult, TorchRuntime
-from ceiling.envcheck.requirements import pip_cmd
+from ceiling.envcheck.requirements import pip_cmd, rebuild_cmd
 from ceiling.spec._data import load_yaml
 
 PROBE = Path(__file__).parent / "data" / "probe_env.py"
@@ -195,15 +195,7 @@ def load_problems(
         fixes = {
             "rebuild": (
                 f"rebuild {dist} against {torch_txt}: "
-                + pip_cmd(
-                    python,
-                    "install",
-                    "--force-reinstall",
-                    "--no-deps",
-                    "--no-cache-dir",
-                    "--no-build-isolation",
-                    f"{dist}=={version}" if version else dist,
-                )
+                + rebuild_cmd(python, dist, version)
                 + f"  (or install the torch that {dist} {version} was built for)"
             ),
             "cuda_variant": (

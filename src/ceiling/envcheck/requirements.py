@@ -23,6 +23,16 @@ def pip_cmd(python: str, *args: str) -> str:
     return " ".join(shlex.quote(a) for a in (python, "-m", "pip", *args))
 
 
+def rebuild_cmd(python: str, dist: str, version: str | None) -> str:
+    """Reinstall ``dist`` from source against what is installed now (an extension built for
+    another torch or another GPU): no deps, no cache, no build isolation."""
+    spec = f"{dist}=={version}" if version else dist
+    return pip_cmd(
+        python, "install", "--force-reinstall", "--no-deps", "--no-cache-dir",
+        "--no-build-isolation", spec,
+    )  # fmt: skip
+
+
 def check_requirements(
     inv: Inventory, python: str, waived: dict[str, str] | None = None
 ) -> list[EnvProblem]:
