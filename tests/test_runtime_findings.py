@@ -21,6 +21,7 @@ from ceiling.engines import get_engine
 
 RUNS = Path(__file__).parent / "fixtures" / "runtime"
 VLLM = get_engine("vllm").finding_fixes
+STREAMING = get_engine("vllm").streaming  # how vLLM streams: its adapter says
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 
@@ -43,7 +44,7 @@ def test_unchanged_server_gives_no_runtime_finding():
     found = runtime_findings(
         _facts(),
         {"single": _run("default_single.json"), "concurrency": _run("default_conc.json")},
-        FindingContext(concurrency=4, fixes=VLLM),
+        FindingContext(concurrency=4, fixes=VLLM, streaming=STREAMING),
     )
     assert found == []
 
@@ -54,7 +55,7 @@ def test_max_num_seqs_1_is_named_as_the_scheduler_cap():
         runtime_findings(
             facts,
             {"concurrency": _run("max_num_seqs_1_conc.json")},
-            FindingContext(concurrency=4, fixes=VLLM),
+            FindingContext(concurrency=4, fixes=VLLM, streaming=STREAMING),
         )
     )
     f = found["queueing"]
@@ -72,7 +73,7 @@ def test_a_tiny_kv_cache_is_named_by_its_preemptions():
         runtime_findings(
             facts,
             {"concurrency": _run("tiny_kv_conc.json")},
-            FindingContext(concurrency=4, fixes=VLLM),
+            FindingContext(concurrency=4, fixes=VLLM, streaming=STREAMING),
         )
     )
     f = found["kv-preemption"]
@@ -88,7 +89,9 @@ def test_a_starved_api_server_is_named_from_the_chunks():
     facts = _facts()
     found = _ids(
         runtime_findings(
-            facts, {"single": _run("api_server_starved_single.json")}, FindingContext(fixes=VLLM)
+            facts,
+            {"single": _run("api_server_starved_single.json")},
+            FindingContext(fixes=VLLM, streaming=STREAMING),
         )
     )
     f = found["frontend-bound"]
@@ -101,10 +104,28 @@ def test_a_starved_api_server_is_named_from_the_chunks():
     facts2 = _facts(stream_interval=4)
     assert (
         runtime_findings(
-            facts2, {"single": _run("api_server_starved_single.json")}, FindingContext(fixes=VLLM)
+            facts2,
+            {"single": _run("api_server_starved_single.json")},
+            FindingContext(fixes=VLLM, streaming=STREAMING),
         )
         == []
     )
+
+
+def test_the_frontend_check_reads_the_adapters_streaming_traits():
+    """The rule knows no engine: an adapter that does not state how it streams gets no
+    frontend-bound finding from the same run, and each trait gates its own evidence."""
+    from ceiling.engines.facts import StreamingTraits
+
+    run = {"single": _run("api_server_starved_single.json")}
+    facts = _facts()
+    assert get_engine("sglang").streaming is None
+    assert runtime_findings(facts, run, FindingContext(fixes=VLLM)) == []
+    # chunks merged, but the engine does not merge waiting outputs: chunks say nothing
+    no_merge = StreamingTraits(engine_side_times=False, merges_waiting_outputs=False)
+    assert runtime_findings(facts, run, FindingContext(streaming=no_merge)) == []
+    merges = StreamingTraits(merges_waiting_outputs=True)
+    assert "frontend-bound" in _ids(runtime_findings(facts, run, FindingContext(streaming=merges)))
 
 
 def test_a_cap_of_one_is_seen_in_the_engines_own_batch():
@@ -113,7 +134,9 @@ def test_a_cap_of_one_is_seen_in_the_engines_own_batch():
     run = _run("max_num_seqs_1_conc_steps.json")
     found = _ids(
         runtime_findings(
-            _facts(max_num_seqs=1), {"concurrency": run}, FindingContext(concurrency=8, fixes=VLLM)
+            _facts(max_num_seqs=1),
+            {"concurrency": run},
+            FindingContext(concurrency=8, fixes=VLLM, streaming=STREAMING),
         )
     )
     f = found["narrow-batches"]
@@ -129,7 +152,9 @@ def test_the_unchanged_server_batches_and_is_not_called_narrow():
     run = _run("default_conc_steps.json")
     assert batch_width(run.levels[1]) == 2048 / 867
     found = runtime_findings(
-        _facts(), {"concurrency": run}, FindingContext(concurrency=8, fixes=VLLM)
+        _facts(),
+        {"concurrency": run},
+        FindingContext(concurrency=8, fixes=VLLM, streaming=STREAMING),
     )
     assert "narrow-batches" not in _ids(found)
 
@@ -138,17 +163,25 @@ def test_without_a_cap_a_batch_of_one_blames_the_api_server_only_when_the_log_sa
     run = _run("max_num_seqs_1_conc_steps.json")  # the batch of one, as if no cap were set
     facts = _facts()
     facts.max_concurrency = 120.0
-    f = _ids(runtime_findings(facts, {"concurrency": run}, FindingContext(fixes=VLLM)))[
-        "narrow-batches"
-    ]
+    f = _ids(
+        runtime_findings(
+            facts, {"concurrency": run}, FindingContext(fixes=VLLM, streaming=STREAMING)
+        )
+    )["narrow-batches"]
     assert f.component == "API server / detokenizer / client" and f.fix
     # a cache with room for under two full-length requests holds the batch itself
     facts.max_concurrency = 1.5
-    k = _ids(runtime_findings(facts, {"concurrency": run}, FindingContext(fixes=VLLM)))
+    k = _ids(
+        runtime_findings(
+            facts, {"concurrency": run}, FindingContext(fixes=VLLM, streaming=STREAMING)
+        )
+    )
     assert k["narrow-batches"].component == "KV cache"
     # no start-up log read: the cause is unknown, so no advice, and the finding says why
     bare = EngineFacts()
-    g = _ids(runtime_findings(bare, {"concurrency": run}, FindingContext(fixes=VLLM)))[
-        "narrow-batches"
-    ]
+    g = _ids(
+        runtime_findings(
+            bare, {"concurrency": run}, FindingContext(fixes=VLLM, streaming=STREAMING)
+        )
+    )["narrow-batches"]
     assert g.fix is None and "start-up log was not read" in (g.withheld or "")

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ceiling.engines.facts import StreamingTraits
+
 DOCS = "docs/causes"
 
 
@@ -85,6 +87,8 @@ class FindingContext(BaseModel):
     # the engine adapter's fixes in its own flags (finding id or id.option -> text), given by
     # whoever knows the engine (the log reader, doctor): rules never import the adapters
     fixes: dict[str, str] = Field(default_factory=dict)
+    # how the engine streams (its adapter's ``streaming``), for the frontend-bound check
+    streaming: StreamingTraits | None = None
 
 
 def doc_path(cause: str) -> str:

@@ -263,23 +263,23 @@ def _delivery_share(bench: RunResult) -> tuple[float, float] | None:
 def frontend(facts: EngineFacts, bench: RunResult | None, ctx: FindingContext) -> Finding | None:
     """The API server fell behind the engine: the client waited clearly longer than the engine
     worked on its requests, or several tokens came per streamed chunk where the engine streams
-    one per step (vLLM merges outputs that waited for the API server).
+    one per step (an engine that merges outputs that waited for the API server).
 
     Both numbers come from the server (its own histograms, its chunking), so a slow client does
-    not make them. Needs: an engine whose queue/prefill/decode times are engine-side and that
-    streams every token (vLLM with ``stream_interval`` 1, its default).
-    Checked: vLLM 0.32 v1/metrics/stats.py (prefill, decode and queue times from engine-core
-    timestamps), config/scheduler.py (``stream_interval`` default 1), v1/engine/
-    output_processor.py (``RequestOutputCollector``: outputs that wait are merged).
+    not make them. What each needs of the engine is its adapter's ``streaming`` (in ``ctx``):
+    engine-side request times for the first, merged waiting outputs and one token per step
+    (its stream-interval argument at 1, the default) for the second. Without those traits
+    (an engine whose adapter does not state them) the check says nothing.
     """
-    if bench is None or facts.engine != "vllm":
+    traits = ctx.streaming
+    if bench is None or traits is None:
         return None
-    if facts.non_default_args.get("stream_interval", 1) != 1:
+    if traits.interval_arg and facts.non_default_args.get(traits.interval_arg, 1) != 1:
         return None
     tpc = float((bench.model_extra or {}).get("tokens_per_chunk") or 0.0)
     late = _delivery_share(bench)
-    merged = tpc > CHUNK_TOKENS
-    waited = late is not None and late[1] >= DELIVERY_SHARE
+    merged = traits.merges_waiting_outputs and tpc > CHUNK_TOKENS
+    waited = traits.engine_side_times and late is not None and late[1] >= DELIVERY_SHARE
     if not merged and not waited:
         return None
     title = (
@@ -344,6 +344,8 @@ def inspect_run(
     facts = inspect_log(log_path, engine=engine, concurrency=concurrency, context=ctx)
     findings = list(facts.findings)
     if bench:
-        ctx.fixes = dict(get_engine(facts.engine).finding_fixes) if facts.engine else {}
+        adapter = get_engine(facts.engine) if facts.engine else None
+        ctx.fixes = dict(adapter.finding_fixes) if adapter else {}
+        ctx.streaming = adapter.streaming if adapter else None
         findings += runtime_findings(facts, bench, ctx)
     return facts, findings

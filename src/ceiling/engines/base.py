@@ -35,7 +35,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ceiling.engines.facts import EngineFacts
+from ceiling.engines.facts import EngineFacts, StreamingTraits
 from ceiling.engines.flags import VALUE_TYPES, FlagSpec, FlagTable, Problem, ValueType, has_flag
 from ceiling.engines.logparse import LogGrammar, read_log
 from ceiling.engines.sampling import PromptLogprobs, read_openai_echo
@@ -109,6 +109,8 @@ class Engine:
     # ``inspect`` findings: finding id -> how to fix it with THIS engine's flags. A finding whose
     # id is missing here gets the rules' engine-neutral advice (diagnose/rules*.py).
     finding_fixes: ClassVar[dict[str, str]] = {}
+    # how it streams (doctor's frontend-bound check); None: not known, the check is skipped
+    streaming: ClassVar[StreamingTraits | None] = None
     # the API key the server then requires: its flag(s) (normalised names) and variable(s)
     api_key_flags: tuple[str, ...] = ("api-key",)
     api_key_env: tuple[str, ...] = ()

@@ -14,6 +14,22 @@ from pydantic import BaseModel, Field
 SCHEMA_VERSION = 1
 
 
+class StreamingTraits(BaseModel, frozen=True):
+    """How an engine streams tokens, for telling an API server that fell behind from a slow
+    engine (doctor's ``frontend-bound``): the adapter states it, the rule reads only this.
+
+    ``engine_side_times``: its per-request queue/prefill/decode histograms are timestamped in
+    the engine core, so client time beyond them is the API server's (or the network's).
+    ``merges_waiting_outputs``: outputs that waited for the API server leave as one chunk, so
+    several tokens per chunk mean it fell behind. ``interval_arg``: the server argument (as the
+    start-up log's non-default args name it) that streams every N tokens instead (default 1).
+    """
+
+    engine_side_times: bool = False
+    merges_waiting_outputs: bool = False
+    interval_arg: str | None = None
+
+
 class EngineFacts(BaseModel):
     """What an engine's start-up log says about the deployment (None: the log does not say)."""
 

@@ -23,6 +23,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ceiling.engines.base import Engine, EngineInstall, quiet_env
+from ceiling.engines.facts import StreamingTraits
 from ceiling.engines.flags import FlagSpec, FlagTable, Problem, ValueType, parse_help_text
 from ceiling.engines.sampling import PromptLogprobs
 from ceiling.engines.variant import Arg, Variant
@@ -82,6 +83,12 @@ class VllmEngine(Engine):
 
     name = "vllm"
     display_name = "vLLM"
+    # Checked: vLLM 0.32 v1/metrics/stats.py (queue, prefill and decode times from engine-core
+    # timestamps), v1/engine/output_processor.py (RequestOutputCollector merges outputs that
+    # waited), config/scheduler.py (stream_interval, default 1)
+    streaming = StreamingTraits(
+        engine_side_times=True, merges_waiting_outputs=True, interval_arg="stream_interval"
+    )
     finding_fixes = {  # noqa: RUF012 (class data, read only)
         # only given where the rule's preconditions hold (diagnose/rules*.py)
         "quant-fusion-off.fuse_norm_quant": "-cc.pass_config.fuse_norm_quant=true (needs "
