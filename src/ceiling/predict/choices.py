@@ -40,6 +40,12 @@ def _norm(name: str) -> str:
     return name.strip().lower().replace("-", "_")
 
 
+def engine_rule(engine: str, name: str) -> dict[str, Any]:
+    """One named rule of ``engine`` in ``data/predict/engines.yaml`` ({} when it has none)."""
+    rule = (_engines().get(engine) or {}).get(name)
+    return dict(rule) if isinstance(rule, dict) else {}
+
+
 def overlap_off_reason(s: Any) -> str:
     """Why the engine runs its scheduler synchronously for this model by default ('' if not)."""
     rules = (_engines().get(s.dep.engine) or {}).get("overlap_off") or {}

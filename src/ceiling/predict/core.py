@@ -365,6 +365,12 @@ def _assumptions(s: Setup, req: PredictRequest, gpus: int, step: Step) -> list[s
                 else f", each split {s.expert_tp} ways by TP"
             )
         )
+    stream = step.details.get("shared_expert_stream")
+    if stream:
+        out.append(
+            f"shared expert on a second CUDA stream: {stream['hidden_ms']:.2f} ms/step of its "
+            f"fixed costs hidden behind the router and routed experts ({stream['rule']})"
+        )
     if spec.attention == "mla":
         out.append(
             "MLA latent KV (kv_lora_rank + rope dim) replicated on every TP rank; q_a/kv_a projections replicated"

@@ -25,6 +25,7 @@ from typing import Any
 
 from ceiling.predict.collectives import allreduce_us, alltoall_us, send_us
 from ceiling.predict.moe import expected_distinct, expected_max_load
+from ceiling.predict.overlap import clamp_bound, hide, shared_stream_rule, take_from
 from ceiling.spec.deployment import Deployment, EngineRules
 from ceiling.spec.hardware import GPU, Link
 from ceiling.spec.model import ModelSpec
@@ -402,6 +403,12 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
             coll_calls += op.count
         elif op.kind != "host":
             n_kernels += int(op.count * op.kernels)
+    why = shared_stream_rule(s, batch)
+    hidden = 0.0
+    if why:  # the shared expert on a second stream: its fixed costs hide behind the main one
+        hidden = hide(rows, ops, "expected_ms", s.bw_GBps, why)
+        take_from(comps, hidden)
+        take_from(bcomps, hide(rows, ops, "bound_ms", bw_bound, why) + clamp_bound(rows))
     if not graphs:
         # eager: the CPU issues every kernel and collective; the step is the slower of the two
         gpu_ms = sum(v for k, v in comps.items() if k != "host")
@@ -439,6 +446,8 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
     if send is not None:
         details["pp_sends"] = int(send.count)
         details["send_us"] = round(send.expected_ms / send.count * 1e3, 2)
+    if hidden > 0:
+        details["shared_expert_stream"] = {"hidden_ms": round(hidden, 4), "rule": why}
     if s.spec.is_moe:
         moe_tokens = batch * (s.dep.dp if s.dep.ep > 1 else 1)
         details["expected_distinct_experts"] = round(

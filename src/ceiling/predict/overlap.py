@@ -1,0 +1,104 @@
+"""Work an engine runs on a second CUDA stream beside the main one: the MoE shared expert.
+
+vLLM runs a MoE layer's shared expert on an auxiliary CUDA stream, concurrently with the gate,
+the router and the routed experts, when the step holds at most
+``VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD`` tokens (default 256) on a CUDA GPU
+(``fused_moe/runner/shared_experts.py``: ``SharedExpertsOrder.MULTI_STREAM_OVERLAPPED``; the
+rule and its source are in ``data/predict/engines.yaml``, ``shared_expert_stream``).
+
+The two streams share the GPU's memory bandwidth, so the pair takes at least the time to read
+both weight sets, and at least the longer of the two streams:
+
+    pair = max(main, aux, (main bytes + aux bytes) / bandwidth)
+
+What the overlap hides is ``main + aux - pair``: the fixed costs of small, latency-bound
+kernels at decode batch sizes, not the bytes. No constant is fitted here: the floor is physics
+and the stream times are the ops' own evidence. The hidden time comes off the shared expert's
+rows (the op table says so in their notes) and off the step's ``launch`` component; the bound
+gets the same treatment (the best engine overlaps too).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAIN = ("moe.router", "moe.topk", "moe.experts")
+AUX_PREFIX = "moe.shared."
+
+
+def shared_stream_rule(s: Any, batch: int) -> str:
+    """Why the engine overlaps the shared expert in this setup ('' when it does not)."""
+    from ceiling.predict.choices import engine_rule
+
+    rule = engine_rule(s.dep.engine, "shared_expert_stream")
+    if not rule or not s.spec.is_moe or not getattr(s.spec, "n_shared", 0):
+        return ""
+    if batch > int(rule.get("max_tokens", 0)):
+        return ""
+    return str(rule.get("rule", "")).strip()
+
+
+def _bytes_ms(rows: list[Any], ops: list[Any], bw_GBps: float) -> float:
+    return (
+        sum(r.count * op.weight_bytes for r, op in zip(rows, ops, strict=True))
+        / (bw_GBps * 1e9)
+        * 1e3
+    )
+
+
+def hide(rows: list[Any], ops: list[Any], attr: str, bw_GBps: float, why: str) -> float:
+    """Apply the overlap to ``attr`` (``expected_ms`` or ``bound_ms``) of the shared-expert
+    rows; return the ms per step it hides (0 when there is nothing to overlap)."""
+    main = [(r, op) for r, op in zip(rows, ops, strict=True) if r.name in MAIN]
+    aux = [(r, op) for r, op in zip(rows, ops, strict=True) if r.name.startswith(AUX_PREFIX)]
+    if not main or not aux:
+        return 0.0
+    t_main = sum(getattr(r, attr) for r, _ in main)
+    t_aux = sum(getattr(r, attr) for r, _ in aux)
+    pair_rows = [r for r, _ in main + aux]
+    pair_ops = [op for _, op in main + aux]
+    floor = _bytes_ms(pair_rows, pair_ops, bw_GBps)
+    hidden = max(t_main + t_aux - max(t_main, t_aux, floor), 0.0)
+    if hidden <= 0 or t_aux <= 0:
+        return 0.0
+    keep = 1.0 - hidden / t_aux
+    n = max(aux[0][0].count, 1.0)
+    for r, _ in aux:
+        setattr(r, attr, getattr(r, attr) * keep)
+        if attr == "expected_ms":
+            note = (
+                f"on a second stream beside the routed experts: {hidden / n * 1e3:.3g} of "
+                f"{t_aux / n * 1e3:.3g} us per layer hidden (see assumptions)"
+            )
+            r.note = f"{r.note}; {note}" if r.note else note
+    return hidden
+
+
+def clamp_bound(rows: list[Any]) -> float:
+    """Keep every shared-expert row's bound at or below its expected time without losing the
+    bound's bytes: the expected figure hides more of the shared expert (its fixed costs) than
+    the bound (bytes only), so the shared expert's bytes that exceed its expected row are
+    carried by the main stream's rows, which have the room (they ran meanwhile). Returns the
+    ms that found no room (taken off the bound; 0 in practice)."""
+    excess = 0.0
+    for r in rows:
+        if r.name.startswith(AUX_PREFIX) and r.bound_ms > r.expected_ms:
+            excess += r.bound_ms - r.expected_ms
+            r.bound_ms = r.expected_ms
+    main = [r for r in rows if r.name in MAIN and r.expected_ms > r.bound_ms]
+    room = sum(r.expected_ms - r.bound_ms for r in main)
+    moved = min(excess, room)
+    for r in main:
+        r.bound_ms += moved * (r.expected_ms - r.bound_ms) / room
+    return excess - moved
+
+
+def take_from(comps: dict[str, float], hidden: float) -> None:
+    """Take ``hidden`` ms off the step's components: launch first (fixed costs are what
+    overlaps), then weights if a faster-than-reference op left launch short."""
+    for key in ("launch", "weights"):
+        if hidden <= 0:
+            return
+        take = min(comps.get(key, 0.0), hidden)
+        comps[key] = comps.get(key, 0.0) - take
+        hidden -= take
