@@ -35,6 +35,9 @@ def shared_stream_rule(s: Any, batch: int) -> str:
         return ""
     if batch > int(rule.get("max_tokens", 0)):
         return ""
+    archs = rule.get("architectures")
+    if archs and not str(s.spec.architecture).startswith(tuple(str(a) for a in archs)):
+        return ""
     return str(rule.get("rule", "")).strip()
 
 
