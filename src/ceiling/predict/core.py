@@ -285,8 +285,8 @@ def _blocks(step: Step) -> tuple[StepBlock, StepBlock]:
         ops = []
         for r in step.ops:
             v = getattr(r, attr)
-            if v <= 0 and r.kind != "host":
-                continue
+            if v <= 0 and r.kind != "host" and not (attr == "expected_ms" and r.hidden_ms > 0):
+                continue  # (a fully hidden op stays in the expected table: its note says why)
             ops.append(
                 OpRecord(
                     name=r.name,

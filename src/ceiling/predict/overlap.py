@@ -35,6 +35,8 @@ def shared_stream_rule(s: Any, batch: int) -> str:
         return ""
     if batch > int(rule.get("max_tokens", 0)):
         return ""
+    if str(s.gpu.arch) in {str(a) for a in rule.get("skip_arch") or ()}:
+        return ""
     archs = rule.get("architectures")
     if archs and not str(s.spec.architecture).startswith(tuple(str(a) for a in archs)):
         return ""
@@ -67,8 +69,10 @@ def hide(rows: list[Any], ops: list[Any], attr: str, bw_GBps: float, why: str) -
     keep = 1.0 - hidden / t_aux
     n = max(aux[0][0].count, 1.0)
     for r, _ in aux:
-        setattr(r, attr, getattr(r, attr) * keep)
+        before = getattr(r, attr)
+        setattr(r, attr, before * keep)
         if attr == "expected_ms":
+            r.hidden_ms = before * (1.0 - keep)
             note = (
                 f"on a second stream beside the routed experts: {hidden / n * 1e3:.3g} of "
                 f"{t_aux / n * 1e3:.3g} us per layer hidden (see assumptions)"

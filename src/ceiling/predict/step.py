@@ -345,6 +345,7 @@ class OpRow:
     note: str
     weight_bytes: float
     kv_bytes: float
+    hidden_ms: float = 0.0  # expected time hidden behind another stream (predict.overlap)
 
 
 def _split(row: OpRow, op: Any, bw_ref: float, consts: dict[str, Any], gpu: GPU) -> dict:
