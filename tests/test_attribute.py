@@ -70,6 +70,22 @@ def test_levels_show_per_step_overhead_shared_by_the_batch():
     assert lv[1].predicted_per_token_ms == pytest.approx(0.05)
 
 
+def test_levels_use_the_batch_the_engine_ran():
+    """Two streams the engine ran one at a time (its counters: 1.0 sequences per step) make one
+    token per step: the level must not claim twice the single stream's rate."""
+    rows = [(1, 4.0, {"weights": 0.1}, 250.0), (2, 4.0, {"weights": 0.1}, 250.0)]
+    alone = attribute_levels(rows, [{}, {"engine_batch": 1.0}])
+    assert alone[1].engine_batch == 1.0 and alone[1].concurrency == 2
+    assert alone[1].decode_tok_s_total == pytest.approx(250.0)  # not 500
+    assert alone[1].unexplained_per_token_ms == pytest.approx(3.9)
+    # partly together: 1.5 per step; at or above the concurrency the streams are the batch
+    part = attribute_levels(rows, [{}, {"engine_batch": 1.5}])
+    assert part[1].decode_tok_s_total == pytest.approx(375.0)
+    full = attribute_levels(rows, [{}, {"engine_batch": 2.0}])
+    assert full[1].decode_tok_s_total == pytest.approx(500.0)
+    assert attribute_levels(rows)[1].decode_tok_s_total == pytest.approx(500.0)  # no counters
+
+
 def test_cpu_floors_scale_with_bytes_and_batch():
     """predict's CPU backend: weights read once per step, KV and compute per sequence."""
     spec = load_spec("llama-3.1-8b")

@@ -169,7 +169,14 @@ class LevelAttribution(BaseModel):
     unexplained_per_token_ms: float
     predicted_per_token_ms: float
     decode_tok_s_total: float = Field(
-        description="decode rate summed over the streams: concurrency x 1000 / step ms"
+        description="decode rate summed over the streams: batch x 1000 / step ms, the batch "
+        "being the engine's measured one where its counters say it ran fewer than the streams"
+    )
+    engine_batch: float | None = Field(
+        None,
+        description="sequences per engine step, from the engine's own counters (generated "
+        "tokens / steps); None without them. Below the concurrency, the per-token and total "
+        "figures use it: streams the engine did not run together share no step",
     )
     output_tok_s: float | None = Field(
         None, description="end-to-end output tok/s of the level (includes prefill and TTFT)"
@@ -191,22 +198,30 @@ def attribute_levels(
     A host-bound engine shows an unexplained time per *step* that stays roughly flat as the
     batch grows, so per *token* it falls: that is the signature the report points at. A level
     whose requests failed says nothing about batching: the verdict leaves it out of any gain.
+    ``engine_batch`` in an outcome (the engine's measured sequences per step) replaces the
+    concurrency as the batch when it is smaller: c streams the engine ran one at a time make
+    one token per step, not c (the components should then be predicted at that batch too).
     """
     out = []
     for i, (conc, measured, comps, tok_s) in enumerate(levels):
         oc = outcomes[i] if outcomes and i < len(outcomes) else {}
         predicted = float(sum(v for v in comps.values() if v is not None))
         rest = measured - predicted
-        b = max(int(conc), 1)
+        eb = oc.get("engine_batch")
+        engine_batch = float(eb) if eb is not None and eb > 0 else None
+        b: float = max(int(conc), 1)
+        if engine_batch is not None and engine_batch < b:
+            b = max(engine_batch, 1.0)
         out.append(
             LevelAttribution(
-                concurrency=b,
+                concurrency=max(int(conc), 1),
                 measured_step_ms=measured,
                 predicted_step_ms=predicted,
                 unexplained_ms=rest,
                 unexplained_per_token_ms=rest / b,
                 predicted_per_token_ms=predicted / b,
                 decode_tok_s_total=b * 1000.0 / measured,
+                engine_batch=engine_batch,
                 output_tok_s=tok_s,
                 completed=oc.get("completed"),
                 failed=int(oc.get("failed") or 0),

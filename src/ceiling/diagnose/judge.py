@@ -13,6 +13,7 @@ import contextlib
 from ceiling.diagnose.attribute import Attribution, LevelAttribution, attribute, attribute_levels
 from ceiling.diagnose.expect import at_concurrency
 from ceiling.diagnose.measured import ServerView, levels, measured_step
+from ceiling.diagnose.runtime import batch_width
 from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Measured
 from ceiling.diagnose.verdict import VerdictInputs, build_verdict
 from ceiling.diagnose.verdict_model import CpuReadNote, Verdict
@@ -29,9 +30,15 @@ def level_attributions(cfg: DoctorConfig, res: DoctorResult) -> list[LevelAttrib
         m = measured_step(lv)
         if m is None or lv.concurrency is None:
             continue
-        outcomes.append({"completed": lv.completed, "failed": lv.failed, "errors": lv.errors})
         c = lv.concurrency
-        at_c = at_concurrency(cfg, res.prediction, c) if res.prediction is not None else None
+        width = batch_width(lv)  # the engine's own count; None without its counters
+        outcomes.append(
+            {"completed": lv.completed, "failed": lv.failed, "errors": lv.errors}
+            | ({"engine_batch": width} if width is not None else {})
+        )
+        # predicted at the batch the engine ran (its counters), not the one the client sent
+        ran = c if width is None or width >= c else max(1, round(width))
+        at_c = at_concurrency(cfg, res.prediction, ran) if res.prediction is not None else None
         comps = at_c.components_ms if at_c is not None else {}
         rows.append((c, m.step_ms, comps, lv.output_throughput))
     return attribute_levels(rows, outcomes)
