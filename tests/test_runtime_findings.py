@@ -112,6 +112,26 @@ def test_a_starved_api_server_is_named_from_the_chunks():
     )
 
 
+def test_a_starved_api_server_is_named_from_bursts_when_vllm_did_not_merge():
+    """One token per chunk and 3 % late (neither signal fires), but 99.7 % of the chunks came in
+    bursts by the kernel's receive times while the engine spaced its tokens ~2 ms apart."""
+    run = _run("api_server_starved_bursts_single.json")
+    assert (run.model_extra or {})["tokens_per_chunk"] == pytest.approx(1.0)
+    found = _ids(
+        runtime_findings(_facts(), {"single": run}, FindingContext(fixes=VLLM, streaming=STREAMING))
+    )
+    f = found["frontend-bound"]
+    assert f.title.endswith("% of streamed chunks reached the client in bursts")
+    assert f.figures["burst_chunk_share_pct"] == pytest.approx(99.7, abs=0.05)
+    assert any("kernel's receive timestamps" in e for e in f.evidence)
+    # user-space receive times: a slow client bunches chunks of its own, so bursts say nothing
+    socket = run.model_copy(update={"timestamp_source": "socket"})
+    ctx = FindingContext(fixes=VLLM, streaming=STREAMING)
+    assert runtime_findings(_facts(), {"single": socket}, ctx) == []
+    # the unstarved server's single stream has none
+    assert runtime_findings(_facts(), {"single": _run("default_single.json")}, ctx) == []
+
+
 def test_the_frontend_check_reads_the_adapters_streaming_traits():
     """The rule knows no engine: an adapter that does not state how it streams gets no
     frontend-bound finding from the same run, and each trait gates its own evidence."""

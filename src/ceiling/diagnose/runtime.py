@@ -49,6 +49,15 @@ CHUNK_TOKENS = 1.1
 # heuristic: the client waiting this share of a request beyond the engine's own time for it
 # (healthy runs on the test box 2-7 %; API server stopped 300 ms of every 320 ms 22-41 %)
 DELIVERY_SHARE = 0.15
+# heuristic: this share of the client's chunks arriving together (under 0.05 ms apart by the
+# kernel's receive timestamps, so not a slow client) while the engine produced the tokens apart
+# = the API server delivered them in bursts (healthy single streams on the test box 0-34 %; an
+# API server stopped 90 of every 100 ms 99.7 %, with one token per chunk: vLLM does not always
+# merge the backlog)
+BURST_SHARE = 0.8
+# the engine's own mean inter-token time must be at least this (ms) for bursts to be the API
+# server's: tokens the engine produced together arrive together by nature
+ENGINE_ITL_MS = 0.5
 # heuristic: requests waiting this share of their time in the engine's queue = not admitted
 QUEUE_SHARE = 0.3
 # heuristic: at least this many streams sent, and fewer than this many sequences per engine step
@@ -260,10 +269,24 @@ def _delivery_share(bench: RunResult) -> tuple[float, float] | None:
     return extra, extra / client
 
 
+def _bursts(bench: RunResult) -> tuple[float, float] | None:
+    """(share of chunks that arrived together, the engine's mean inter-token ms) when the
+    client's chunk times are the kernel's and the engine's own inter-token times were scraped;
+    None otherwise (user-space times: a slow client makes bursts of its own)."""
+    share = (bench.model_extra or {}).get("burst_chunk_share")
+    if share is None or bench.timestamp_source != "kernel":
+        return None
+    itl = ServerView.of(bench).quantity("itl").server_mean_ms
+    if not itl or itl < ENGINE_ITL_MS:
+        return None
+    return float(share), float(itl)
+
+
 def frontend(facts: EngineFacts, bench: RunResult | None, ctx: FindingContext) -> Finding | None:
     """The API server fell behind the engine: the client waited clearly longer than the engine
     worked on its requests, or several tokens came per streamed chunk where the engine streams
-    one per step (an engine that merges outputs that waited for the API server).
+    one per step (an engine that merges outputs that waited for the API server), or the chunks
+    reached the client in bursts (kernel receive times) while the engine produced them apart.
 
     Both numbers come from the server (its own histograms, its chunking), so a slow client does
     not make them. What each needs of the engine is its adapter's ``streaming`` (in ``ctx``):
@@ -278,17 +301,31 @@ def frontend(facts: EngineFacts, bench: RunResult | None, ctx: FindingContext) -
         return None
     tpc = float((bench.model_extra or {}).get("tokens_per_chunk") or 0.0)
     late = _delivery_share(bench)
+    burst = _bursts(bench) if traits.engine_side_times else None
     merged = traits.merges_waiting_outputs and tpc > CHUNK_TOKENS
     waited = traits.engine_side_times and late is not None and late[1] >= DELIVERY_SHARE
-    if not merged and not waited:
+    bursty = burst is not None and burst[0] >= BURST_SHARE
+    if not merged and not waited and not bursty:
         return None
-    title = (
-        f"The API server fell behind the engine: clients waited {late[0]:.4g} ms "
-        f"({100 * late[1]:.0f} % of a request) beyond the engine's own time"
-        if waited and late is not None
-        else f"The API server fell behind the engine: {tpc:.3g} tokens per streamed chunk"
-    )
+    if waited and late is not None:
+        title = (
+            f"The API server fell behind the engine: clients waited {late[0]:.4g} ms "
+            f"({100 * late[1]:.0f} % of a request) beyond the engine's own time"
+        )
+    elif merged:
+        title = f"The API server fell behind the engine: {tpc:.3g} tokens per streamed chunk"
+    else:
+        assert burst is not None  # bursty
+        title = (
+            f"The API server fell behind the engine: {100 * burst[0]:.0f} % of streamed chunks "
+            "reached the client in bursts"
+        )
     evidence = [f"mean {tpc:.3g} tokens per streamed chunk in the single-stream bench"]
+    if burst is not None:
+        evidence.append(
+            f"{100 * burst[0]:.0f} % of chunks arrived within 0.05 ms of the previous one (the "
+            f"kernel's receive timestamps); the engine produced a token every {burst[1]:.3g} ms"
+        )
     client = ServerView.of(bench).quantity("e2el").client_mean_ms
     if late is not None and client:
         evidence.append(
@@ -305,7 +342,8 @@ def frontend(facts: EngineFacts, bench: RunResult | None, ctx: FindingContext) -
         "streaming smoothness suffer although the engine is as fast as before",
         doc=doc_path("frontend-bound"),
         figures={"tokens_per_chunk": tpc}
-        | ({"late_ms": late[0], "late_share_pct": 100 * late[1]} if late is not None else {}),
+        | ({"late_ms": late[0], "late_share_pct": 100 * late[1]} if late is not None else {})
+        | ({"burst_chunk_share_pct": 100 * burst[0]} if burst is not None else {}),
     )
     f.fix = engine_fix(
         ctx,
