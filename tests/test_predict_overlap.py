@@ -10,16 +10,6 @@ from ceiling.predict.api import PredictRequest, predict
 KIMI = dict(model="kimi-k2.5", gpu="rtx-pro-6000", gpus=8, link="pcie5-switch", tp=8)
 
 
-@pytest.fixture
-def priors_only(monkeypatch):
-    from ceiling.predict import tables
-
-    monkeypatch.setenv("CEILING_NO_TABLES", "1")
-    tables.info.cache_clear()
-    yield
-    tables.info.cache_clear()
-
-
 def _stream(p):
     return p.details.get("shared_expert_stream")
 

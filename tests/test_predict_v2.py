@@ -21,15 +21,6 @@ FOUNDING = dict(
 )
 
 
-@pytest.fixture
-def priors_only(monkeypatch):
-    """Predict from the shipped priors, whether or not the tables extra is installed."""
-    monkeypatch.setenv("CEILING_NO_TABLES", "1")
-    tables.info.cache_clear()
-    yield
-    tables.info.cache_clear()
-
-
 # ----------------------------------------------------------------------------- contract
 
 

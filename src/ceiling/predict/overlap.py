@@ -25,14 +25,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ceiling.predict.choices import engine_rule
+
 MAIN = ("moe.router", "moe.topk", "moe.experts")
 AUX_PREFIX = "moe.shared."
 
 
 def shared_stream_rule(s: Any, batch: int) -> str:
     """Why the engine overlaps the shared expert in this setup ('' when it does not)."""
-    from ceiling.predict.choices import engine_rule
-
     rule = engine_rule(s.dep.engine, "shared_expert_stream")
     if not rule or not s.spec.is_moe or not getattr(s.spec, "n_shared", 0):
         return ""
