@@ -19,7 +19,7 @@ shorter stream hidden, measured and modelled. bf16 throughout (the H200 has no F
 Marlin INT4 kernels are vLLM's): the kernels differ from an INT4/NVFP4 engine's, the question
 (do two decode-sized streams of small kernels overlap) does not.
 
-    PYTHONPATH=src python bench/stream_overlap.py [--layers 16] [--json OUT.json]
+    python bench/stream_overlap.py [--layers 16] [--json OUT.json]   # PyTorch alone
 """
 
 from __future__ import annotations
@@ -154,21 +154,32 @@ def _measure(torch, shape: tuple, n_layers: int, bw: float) -> Row:
 
 
 def _graph_us(torch, fn, replays: int = 20, trials: int = 5) -> float:
-    """Median time of one graph replay of ``fn`` (warmed up, captured once), in us."""
-    from ceiling.probe.calibrate import _graphed  # side-stream warm-up, capture, replay
+    """Median time of one graph replay of ``fn`` (warmed up, captured once), in us.
 
-    replay = _graphed(torch, fn)
-    replay()
+    Not ``ceiling.probe.calibrate._graphed``: this script runs on GPU hosts with PyTorch alone,
+    and ``ceiling.probe`` needs pydantic."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
     torch.cuda.synchronize()
     times = []
     for _ in range(trials):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         for _ in range(replays):
-            replay()
+            graph.replay()
         b.record()
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b) * 1e3 / replays)
+    del graph
     return statistics.median(times)
 
 
