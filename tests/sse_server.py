@@ -74,6 +74,7 @@ class SSEServer:
         tokenize: bool = True,
         metrics: bool = True,
         port: int = 0,
+        metrics_flaky: bool = False,
     ) -> None:
         if scenario is None:
             scenario = Plan()
@@ -89,6 +90,8 @@ class SSEServer:
         self.hist = {k: _Hist() for k in ("ttft", "itl", "e2e", "queue")}
         self._tokenize = tokenize
         self._metrics = metrics
+        self.metrics_flaky = metrics_flaky  # every other /metrics GET (1st, 3rd, ...) gets a 503
+        self.metrics_requests = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -124,6 +127,9 @@ class SSEServer:
         return web.json_response({"count": n, "max_model_len": 4096, "tokens": list(range(n))})
 
     async def _metrics_h(self, _req: web.Request) -> web.Response:
+        self.metrics_requests += 1
+        if self.metrics_flaky and self.metrics_requests % 2 == 1:
+            return web.Response(status=503, text="busy")
         names = {
             "ttft": "vllm:time_to_first_token_seconds",
             "itl": "vllm:inter_token_latency_seconds",

@@ -133,6 +133,22 @@ def test_concurrency_sweep_levels_and_server_metrics() -> None:
     assert sm["quantities"]["ttft"]["overhead_ms"] > -1.0
 
 
+def test_a_failed_metrics_scrape_is_asked_again() -> None:
+    # every other /metrics GET answers 503 (a busy API server): each scrape's second try gets it,
+    # so every level keeps the engine's counters (one lost scrape would cost a whole level them)
+    with SSEServer(Plan(ttft_s=0.01, itl_s=0.002), metrics_flaky=True) as srv:
+        res = run_bench(
+            _cfg(srv.url, mode="concurrency", concurrency=[1, 2], requests=4, repeat=2),
+            progress=False,
+        )
+        asked = srv.metrics_requests
+    for lv in res.levels:
+        sm = lv.server_metrics
+        assert sm is not None and sm["available"], sm
+        assert sm["quantities"]["itl"]["server_mean_ms"] is not None
+    assert asked >= 2 * 2 * 2 * 2  # two scrapes per level and repeat, each asked twice
+
+
 def test_rate_mode_bounded_by_requests_and_by_duration() -> None:
     with SSEServer(Plan(itl_s=0.001)) as srv:
         res = run_bench(_cfg(srv.url, mode="rate", rate=50.0, requests=12), progress=False)

@@ -205,3 +205,30 @@ def test_without_a_cap_a_batch_of_one_blames_the_api_server_only_when_the_log_sa
         )
     )["narrow-batches"]
     assert g.fix is None and "start-up log was not read" in (g.withheld or "")
+
+
+def test_failed_streams_hide_a_cap_but_not_an_api_server_verdict():
+    """Streams that a cap queued until the client gave up (a stall timeout) leave the engine's
+    counters as they were: the cap is still named, with the failures as evidence. Without a cap
+    or a small KV cache in the log, a narrow batch at a level with failures is no verdict on the
+    API server (the failed streams never reached the engine together)."""
+    run = _run("max_num_seqs_1_conc_steps.json")
+    top = run.levels[-1]
+    top.failed, top.completed = 3, top.completed - 3
+    capped = _ids(
+        runtime_findings(
+            _facts(max_num_seqs=1),
+            {"concurrency": run},
+            FindingContext(concurrency=8, fixes=VLLM, streaming=STREAMING),
+        )
+    )["narrow-batches"]
+    assert capped.component == "scheduler (running-sequence cap)"
+    assert f"3 of {top.completed + 3} requests failed at concurrency 8" in capped.evidence
+    facts = _facts()
+    facts.max_concurrency = 120.0
+    found = _ids(
+        runtime_findings(
+            facts, {"concurrency": run}, FindingContext(fixes=VLLM, streaming=STREAMING)
+        )
+    )
+    assert "narrow-batches" not in found

@@ -116,6 +116,16 @@ def test_max_num_seqs_1_is_named_and_slower(baseline, cpu_tiny_variant, tmp_path
     # (generated tokens / engine steps at 8 streams), not from throughput ratios: on this shared
     # 2-core box the unchanged server's 1->8 stream throughput gain measured anywhere from 1.0x
     # to 4x between runs (the API server shares a core with the busy engine core)
+    top = _conc(res).level(8)
+    assert top is not None
+    assert "narrow-batches" in by, (
+        sorted(by),
+        batch_width(top),
+        top.completed,
+        top.failed,
+        top.errors,
+        (top.server_metrics or {}).get("reason"),
+    )
     narrow = by["narrow-batches"]
     assert narrow.component == "scheduler (running-sequence cap)"
     assert narrow.direction == "slower"

@@ -1,9 +1,14 @@
 """Truth checks of the doctor on a real vLLM (CPU build) serving the tiny model.
 
 The deployment is host-bound (a 1.7 MB model: the weight reads are ~0.1 ms of a ~4 ms step),
-so the doctor must say so; and a change whose effect is known — a second concurrent stream —
-must move the attribution the right way: the same per-step host overhead is shared by two
-tokens, so the unexplained time per token falls and total throughput rises.
+so the doctor must say so. A second concurrent stream must be accounted as what the engine ran:
+its own counters give the batch, the predicted floors per token halve (the weights are read once
+per step for both streams), and the step's time is shared among the batch the engine ran.
+Whether the engine's step stays flat with the second stream is not asserted: on the 2-core test
+machine the client, the API server and the engine core share two cores, and a second stream
+doubles the first two's work — a CI run measured 2.13 ms steps at one stream and 4.47 ms at two
+(1.97 sequences per step), so the per-token overhead *rose*. The doctor must then report that,
+not the gain a dedicated host would show.
 Runs are short (64 tokens, 2 repeats): each request is slow on the 2-core test machine.
 """
 
@@ -59,16 +64,21 @@ def test_doctor_on_vllm_cpu_is_host_bound_and_moves_with_streams(vllm_server, tm
     assert "plot-waterfall" in html and "Throughput vs concurrency" in html
     width = batch_width(two.bench["concurrency"].level(2))  # the engine's own count
     assert width is not None and l2.engine_batch == pytest.approx(width)
+    assert width <= 2.05, width  # two streams: at most two sequences per step
+    batch = min(max(width, 1.0), 2.0)
+    # the step is shared among the sequences the engine ran together, not among the streams sent
+    assert l2.decode_tok_s_total == pytest.approx(batch * 1000.0 / l2.measured_step_ms)
+    assert l2.unexplained_per_token_ms == pytest.approx(
+        (l2.measured_step_ms - l2.predicted_step_ms) / batch
+    )
+    assert l1.engine_batch is None or l1.engine_batch <= 1.05  # one stream: one per step
     if width < 1.5:
         # the box's starved API server passed the two streams on mostly one at a time (seen on
-        # the 2-core CI box): the doctor counts the tokens per step the engine ran, and claims
-        # no batching gain it did not measure
+        # the 2-core CI box): the doctor claims no batching gain it did not measure
         assert l2.decode_tok_s_total == pytest.approx(width * 1000.0 / l2.measured_step_ms)
         return
     # the floors per token halve: the weights are read once per step for both streams
     assert l2.predicted_per_token_ms < l1.predicted_per_token_ms
-    # the known effect: the per-step overhead is shared, so per token it falls ...
-    assert l2.unexplained_per_token_ms < l1.unexplained_per_token_ms
-    # ... and a second stream raises the total decode rate (the step does not double)
-    assert l2.decode_tok_s_total > l1.decode_tok_s_total
-    assert l2.measured_step_ms < 2 * l1.measured_step_ms
+    # a gain is reported exactly when the engine's step grew by less than its batch
+    gained = l2.measured_step_ms < batch * l1.measured_step_ms
+    assert (l2.decode_tok_s_total > l1.decode_tok_s_total) == gained

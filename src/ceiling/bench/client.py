@@ -262,22 +262,36 @@ class Client:
     async def get_text(self, path: str, timeout_s: float = 5.0, fresh: bool = False) -> str | None:
         """GET a text resource (``/metrics``); None when absent or unreachable.
 
-        ``fresh``: on a new connection (a liveness check must not ride on a pooled
-        keep-alive connection that outlived the server's listening socket).
+        A failed answer (no answer in time, a dropped connection, a 5xx) is asked once more on
+        a new connection: one lost ``/metrics`` scrape costs a whole level its engine counters
+        (a level's deltas need every repeat's two scrapes), and a pooled keep-alive connection
+        that the server closed as idle (uvicorn's default: after 5 s) or one slow answer of a
+        busy API server are no reason to lose them. A 4xx (no such endpoint) is final.
+        ``fresh``: on a new connection from the start, and asked once (a liveness check must
+        not ride on a pooled connection that outlived the server's listening socket, and must
+        answer "dead" without a second wait).
         """
         tmo = aiohttp.ClientTimeout(total=timeout_s, connect=CONNECT_TIMEOUT_S)
-        try:
-            if fresh:
-                conn = aiohttp.TCPConnector(force_close=True)
-                async with (
-                    aiohttp.ClientSession(connector=conn, headers=self._headers) as one,
-                    one.get(self.base + path, timeout=tmo) as resp,
-                ):
-                    return await resp.text() if resp.status == 200 else None
-            async with self.session.get(self.base + path, timeout=tmo) as resp:
-                return await resp.text() if resp.status == 200 else None
-        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
-            return None
+        for attempt in range(1 if fresh else 2):
+            new = fresh or attempt > 0
+            try:
+                if new:
+                    conn = aiohttp.TCPConnector(force_close=True)
+                    async with (
+                        aiohttp.ClientSession(connector=conn, headers=self._headers) as one,
+                        one.get(self.base + path, timeout=tmo) as resp,
+                    ):
+                        status, text = resp.status, await resp.text()
+                else:
+                    async with self.session.get(self.base + path, timeout=tmo) as resp:
+                        status, text = resp.status, await resp.text()
+            except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+                continue
+            if status == 200:
+                return text
+            if status < 500:
+                return None
+        return None
 
     async def stream(self, path: str, body: bytes) -> RawStream:
         """POST a streaming request and record the arrival time of every socket read.

@@ -192,15 +192,17 @@ def narrow_batches(
     fewer sequences than were sent and preempted (or holds under two), otherwise the API server
     (it passed the requests on one at a time).
     """
+    # levels with failed requests count too: a cap that queues streams until the client gives
+    # up on them is this finding at its worst (the engine's counters still say what it ran)
     rows = [
         (int(lv.concurrency or 1), w, lv)
         for lv in _levels(bench)
-        if (lv.concurrency or 1) >= BATCH_STREAMS and not lv.failed
+        if (lv.concurrency or 1) >= BATCH_STREAMS and lv.completed
         if (w := batch_width(lv)) is not None
     ]
     if not rows:
         return None
-    c, width, top = max(rows, key=lambda r: (r[0], r[1]))
+    c, width, top = max(rows, key=lambda r: (not r[2].failed, r[0], r[1]))
     counters = ServerView.of(top).counters  # the engine's own metric names, as scraped
     if width >= NARROW_BATCH:
         return None
@@ -218,6 +220,10 @@ def narrow_batches(
         "stream's and every other stream waits",
         doc=doc_path("concurrency-cap"),
     )
+    if top.failed:
+        f.evidence.append(
+            f"{top.failed} of {top.failed + top.completed} requests failed at concurrency {c}"
+        )
     cap = facts.running_cap()
     if isinstance(cap, int) and cap < c:
         f.component = COMPONENTS["concurrency-cap"]
@@ -235,6 +241,10 @@ def narrow_batches(
         f.component = COMPONENTS["kv-capacity"]
         f.fix, f.preconditions = kv_remedies(facts, ctx)
         return f
+    if top.failed:
+        # streams that failed never reached the engine together: a narrow batch then says
+        # nothing about the API server
+        return None
     f.component = COMPONENTS["frontend-bound"]
     return decide(
         f,
