@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from ceiling.bench.metrics import BURST_ITL_MS
 from ceiling.bench.results import LevelResult, RunResult
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.finding_types import (
@@ -49,7 +50,7 @@ CHUNK_TOKENS = 1.1
 # heuristic: the client waiting this share of a request beyond the engine's own time for it
 # (healthy runs on the test box 2-7 %; API server stopped 300 ms of every 320 ms 22-41 %)
 DELIVERY_SHARE = 0.15
-# heuristic: this share of the client's chunks arriving together (under 0.05 ms apart by the
+# heuristic: this share of the client's chunks arriving together (under BURST_ITL_MS apart by the
 # kernel's receive timestamps, so not a slow client) while the engine produced the tokens apart
 # = the API server delivered them in bursts (healthy single streams on the test box 0-34 %; an
 # API server stopped 90 of every 100 ms 99.7 %, with one token per chunk: vLLM does not always
@@ -333,8 +334,9 @@ def frontend(facts: EngineFacts, bench: RunResult | None, ctx: FindingContext) -
     evidence = [f"mean {tpc:.3g} tokens per streamed chunk in the single-stream bench"]
     if burst is not None:
         evidence.append(
-            f"{100 * burst[0]:.0f} % of chunks arrived within 0.05 ms of the previous one (the "
-            f"kernel's receive timestamps); the engine produced a token every {burst[1]:.3g} ms"
+            f"{100 * burst[0]:.0f} % of chunks arrived within {BURST_ITL_MS:g} ms of the previous "
+            f"one (the kernel's receive timestamps); the engine produced a token every "
+            f"{burst[1]:.3g} ms"
         )
     client = ServerView.of(bench).quantity("e2el").client_mean_ms
     if late is not None and client:

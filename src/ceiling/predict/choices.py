@@ -48,7 +48,7 @@ def engine_rule(engine: str, name: str) -> dict[str, Any]:
 
 def overlap_off_reason(s: Any) -> str:
     """Why the engine runs its scheduler synchronously for this model by default ('' if not)."""
-    rules = (_engines().get(s.dep.engine) or {}).get("overlap_off") or {}
+    rules = engine_rule(s.dep.engine, "overlap_off")
     if "hybrid_linear_attention" in rules and any(
         layer.attention == "linear" for layer in s.spec.layers
     ):

@@ -54,9 +54,7 @@ def _bytes_ms(rows: list[Any], ops: list[Any], bw_GBps: float) -> float:
     )
 
 
-def hide(
-    rows: list[Any], ops: list[Any], attr: str, bw_GBps: float, why: str, share: float = 1.0
-) -> float:
+def hide(rows: list[Any], ops: list[Any], attr: str, bw_GBps: float, share: float = 1.0) -> float:
     """Apply the overlap to ``attr`` (``expected_ms`` or ``bound_ms``) of the shared-expert
     rows; return the ms per step it hides (0 when there is nothing to overlap)."""
     main = [(r, op) for r, op in zip(rows, ops, strict=True) if r.name in MAIN]

@@ -408,10 +408,10 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
     hidden = 0.0
     if why:  # the shared expert on a second stream: its fixed costs hide behind the main one
         share = float(s.consts["stream_overlap_share"])  # measured (constants.yaml)
-        hidden = hide(rows, ops, "expected_ms", s.bw_GBps, why, share)
+        hidden = hide(rows, ops, "expected_ms", s.bw_GBps, share)
         take_from(comps, hidden)
         # the bound: the best engine's kernels could overlap fully
-        take_from(bcomps, hide(rows, ops, "bound_ms", bw_bound, why) + clamp_bound(rows))
+        take_from(bcomps, hide(rows, ops, "bound_ms", bw_bound) + clamp_bound(rows))
     if not graphs:
         # eager: the CPU issues every kernel and collective; the step is the slower of the two
         gpu_ms = sum(v for k, v in comps.items() if k != "host")
