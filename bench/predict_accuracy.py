@@ -5,7 +5,10 @@ published runs, each with its source). For each row: measured, expected, bound, 
 expected, and the margin to the bound (negative beyond -5 %: the measurement beats the bound, a
 bug in the bound). Then median and p90 |error| of expected over single-stream rows, by engine,
 GPU, weight format and MoE/dense; the bound violations; and the measured before/after pairs
-(whatif_pairs.csv) with the measured and predicted change.
+(whatif_pairs.csv) with the measured and predicted change. Last, the evidence check of every
+single-stream row: the time the measured step leaves beyond the bound, what each source of
+evidence (table, prior, engine) costs of it, and where one source alone costs more than the
+whole slack (that evidence cannot be true in that step) or the model leaves time unexplained.
 
 These rows are for validation only: no constant is fitted to them.
 
@@ -18,7 +21,7 @@ import argparse
 import json
 import sys
 
-from ceiling.predict.calibration import evaluate, pairs
+from ceiling.predict.calibration import evaluate, evidence_checks, pairs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,8 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     res = evaluate()
     prs = pairs()
+    checks = evidence_checks()
     if args.json:
-        print(json.dumps({**res, "pairs": prs}, indent=2))
+        ev = [c.model_dump() for c in checks]
+        print(json.dumps({**res, "pairs": prs, "evidence_checks": ev}, indent=2))
         return 0
     print(
         f"{'id':5} {'use':5} {'engine':6} {'metric':24} {'conc':>4} {'measured':>9} "
@@ -69,7 +74,35 @@ def main(argv: list[str] | None = None) -> int:
             f"{'yes' if p['right_sign'] else 'NO':4}  {'yes' if p['within_5_points'] else 'no'}"
         )
     print(f"pairs: right sign {ok_sign} of {len(prs)}, within 5 points {ok_5} of {len(prs)}")
+    _print_checks(checks)
     return 0
+
+
+def _print_checks(checks) -> None:
+    """The evidence check table (calibration.EvidenceCheck): ms per token."""
+    print(
+        f"\nevidence check (single stream, ms/token): slack = measured - bound; "
+        f"each source's cost of it\n{'id':5} {'measured':>8} {'bound':>6} {'slack':>6} "
+        f"{'table':>6} {'prior':>6} {'engine':>6} {'unexpl':>6}  verdict"
+    )
+    for c in checks:
+        ex = c.excess_ms_by_source
+        if c.contradicted:
+            top = ", ".join(f"{n} {v:.2f}" for n, s, v in c.top_ops if s in c.contradicted)
+            verdict = f"{'+'.join(c.contradicted)} alone exceeds the slack ({top})"
+        elif c.unexplained_ms > 0.1 * c.measured_ms:
+            verdict = f"model misses {c.unexplained_ms:.2f} ms"
+        else:
+            verdict = ""
+        print(
+            f"{c.id:5} {c.measured_ms:>8.2f} {c.bound_ms:>6.2f} {c.slack_ms:>6.2f} "
+            f"{ex.get('table', 0):>6.2f} {ex.get('prior', 0):>6.2f} {ex.get('engine', 0):>6.2f} "
+            f"{c.unexplained_ms:>6.2f}  {verdict}"
+        )
+    bad = [c.id for c in checks if c.contradicted]
+    miss = [c.id for c in checks if not c.contradicted and c.unexplained_ms > 0.1 * c.measured_ms]
+    print(f"evidence contradicted by the measured step: {len(bad)} of {len(checks)} {bad}")
+    print(f"model misses > 10 % of the step: {len(miss)} of {len(checks)} {miss}")
 
 
 if __name__ == "__main__":

@@ -237,6 +237,78 @@ def predict_row(row: dict[str, str]) -> tuple[tuple[float, float] | None, str]:
     return None, f"metric {metric} not modelled"
 
 
+class EvidenceCheck(BaseModel):
+    """Can the per-op evidence behind ``expected`` be true, given one measured step?
+
+    The measured step leaves ``slack_ms`` beyond the bound (every op at its physical floor).
+    Each op's ``expected`` costs ``expected - bound`` of that slack. When the ops of one source
+    (``table``, ``prior``...) alone cost more than the whole slack, that evidence cannot all be
+    true in this step: the kernels the engine ran there were faster than the evidence says (a
+    different kernel, or a measurement artifact). When the slack exceeds every op's cost
+    together, the model is missing time (``unexplained_ms``). A diagnostic for the team, never
+    an input: no constant is fitted to it.
+    """
+
+    id: str
+    measured_ms: float
+    bound_ms: float
+    slack_ms: float
+    excess_ms_by_source: dict[str, float]
+    unexplained_ms: float
+    contradicted: list[str]  # sources whose excess alone exceeds the slack
+    top_ops: list[tuple[str, str, float]]  # (op, source, excess ms), largest first
+
+
+def evidence_check(row: dict[str, str]) -> EvidenceCheck | None:
+    """The check for one single-stream decode row (None for other rows and skipped ones)."""
+    if row["metric"] not in ("decode_tok_s_per_stream", "tpot_ms") or row["concurrency"] != "1":
+        return None
+    req, _ = request_for(row)
+    if req is None:
+        return None
+    try:
+        p = _core(req, curve=False, strict=False)
+    except CeilingError:
+        return None
+    exp, bnd = p.expected, p.bound
+    assert exp is not None and bnd is not None
+    value = float(row["value"])
+    measured = value if row["metric"] == "tpot_ms" else 1000.0 / value
+    floors = {(o.name, o.count, i): o.ms for i, o in enumerate(bnd.ops)}
+    by_source: dict[str, float] = {}
+    per_op: dict[tuple[str, str], float] = {}
+    for i, o in enumerate(exp.ops):
+        floor = floors.get((o.name, o.count, i), 0.0)
+        extra = max(0.0, o.ms - floor)
+        by_source[o.source] = by_source.get(o.source, 0.0) + extra
+        per_op[(o.name, o.source)] = per_op.get((o.name, o.source), 0.0) + extra
+    slack = measured - bnd.decode_ms_per_token
+    top = sorted(((n, s, round(v, 3)) for (n, s), v in per_op.items()), key=lambda t: -t[2])
+    return EvidenceCheck(
+        id=row["id"],
+        measured_ms=round(measured, 3),
+        bound_ms=round(bnd.decode_ms_per_token, 3),
+        slack_ms=round(slack, 3),
+        excess_ms_by_source={k: round(v, 3) for k, v in sorted(by_source.items())},
+        unexplained_ms=round(max(0.0, slack - sum(by_source.values())), 3),
+        contradicted=sorted(s for s, v in by_source.items() if v > slack),
+        top_ops=top[:4],
+    )
+
+
+def evidence_checks(paths: list[Path] | None = None) -> list[EvidenceCheck]:
+    """``evidence_check`` over the scored single-stream rows of the validation files."""
+    out = []
+    for p in paths or validation_csvs():
+        for row in csv.DictReader(p.open()):
+            if (row.get("use") or _legacy_use(row)) != "all":
+                continue
+            chk = evidence_check(row)
+            if chk is not None:
+                out.append(chk)
+    return out
+
+
 def _fmt_label(req: PredictRequest) -> str:
     from ceiling.predict.api import _model
 
