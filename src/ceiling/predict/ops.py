@@ -292,10 +292,23 @@ def _gdn_ops(s, layer, kinds, n, B) -> list[OpSpec]:
     h = spec.hidden
     lin = kinds.get("linear_attn", [])
     proj = [m for m in lin if m.linear and not m.name.endswith("out_proj")]
+    # vLLM and SGLang run two input GEMMs (gdn_linear_attn.py / qwen3_next.py: in_proj_qkvz,
+    # in_proj_ba; a checkpoint's split in_proj_qkv/z and in_proj_b/a are stacked into them at
+    # load), each with its own fixed cost, and zero the core op's output before it runs
+    # (torch.zeros; with the b/a .contiguous() copies at least one more small kernel)
+    ba = [m for m in proj if m.name.endswith(("in_proj_b", "in_proj_a", "in_proj_ba"))]
+    qkvz = [m for m in proj if m not in ba]
     out = [m for m in lin if m.name.endswith("out_proj")]
     conv = [m for m in lin if m.name.endswith("conv1d")]
+    v_dim = out[0].cols if out else h
     ops = [
-        _gemm("gdn.in_proj", n, proj, 1 / tp, B, sum(m.rows for m in proj) / tp, h),
+        _gemm("gdn.in_proj", n, qkvz, 1 / tp, B, sum(m.rows for m in qkvz) / tp, h),
+        *(
+            [_gemm("gdn.in_proj_ba", n, ba, 1 / tp, B, sum(m.rows for m in ba) / tp, h)]
+            if ba
+            else []
+        ),
+        _small("gdn.core_out_init", n, B * v_dim / tp * 2),
         _small("gdn.conv_update", n, B * sum(m.nbytes for m in conv) / tp * 2),
         OpSpec(
             "gdn.recurrent_update",
@@ -358,6 +371,11 @@ def _moe_ops(s, kinds, n, B) -> list[OpSpec]:
         ops.append(_gemm("moe.shared.gate_up", n, gate_up, 1 / tp, B, 2 * si / tp, h))
         ops.append(_small("moe.shared.act", n, B * 3 * si / tp * 2))
         ops.append(_gemm("moe.shared.down", n, down, 1 / tp, B, h, si / tp))
+        # Qwen2-MoE/Qwen3-Next/Qwen3.5 scale the shared expert by sigmoid(shared_expert_gate(x)):
+        # one more (hidden -> 1) GEMM in the shared branch, on its stream where it has one
+        gate = [m for m in kinds.get("router", []) if m.rows == 1]
+        if gate:
+            ops.append(_gemm("moe.shared.gate", n, gate, 1.0, B, 1, h))
     return ops
 
 
