@@ -451,8 +451,13 @@ def override_scheme(fmt: WeightFormat, model_dtype: str) -> QuantScheme:
     default = dense(model_dtype)
     return QuantScheme(
         "override",
-        f"all linear layers {fmt.name} (override; lm_head and routers {default.name})",
+        f"all linear layers {fmt.name} (override; lm_head, routers and Gated DeltaNet's "
+        f"in_proj_a/b {default.name})",
         default,
         [(_all_linear, fmt)],
-        NameMatcher(["lm_head"]),
+        # Gated DeltaNet's tiny (hidden -> v_heads) gate projections stay 16-bit in the published
+        # exports: AutoRound's extra_config sets them to bits 16, nvidia's ModelOpt NVFP4
+        # Qwen3.5/3.6 leaves them out of quantized_layers (reference/models/); an override
+        # follows what a quantizer writes
+        NameMatcher(["lm_head", "re:.*linear_attn\\.in_proj_(a|b|ba)$"]),
     )
