@@ -190,13 +190,13 @@ def test_evidence_check_splits_each_measured_step(priors_only):
         assert set(c.contradicted) == {
             s for s, v in c.excess_ms_by_source.items() if v > c.slack_ms
         }
-    for rid in ("V001", "V024"):
+    for rid, c in checks.items():  # every op matched to its floor (hidden ops have none)
         req, _ = request_for(rows[rid])
         assert req is not None
         p = _core(req, curve=False, strict=False)
         assert p.expected is not None and p.bound is not None
-        total = checks[rid].bound_ms + sum(checks[rid].excess_ms_by_source.values())
-        assert total == pytest.approx(p.expected.decode_ms_per_token, rel=1e-3)
+        total = c.bound_ms + sum(c.excess_ms_by_source.values())
+        assert total == pytest.approx(p.expected.decode_ms_per_token, rel=2e-3), rid
     assert checks["V024"].contradicted  # its evidence alone exceeds a 3.9 ms step's slack
     assert checks["V024"].top_ops[0][0] == "moe.experts"
     assert not checks["V001"].contradicted and checks["V001"].unexplained_ms < 1.5

@@ -207,6 +207,36 @@ def test_measurement_far_below_prediction_is_not_called_bound_by_it():
     assert "launch" in v.headline and v.bound_by == "prediction overestimates"
 
 
+def test_overestimate_names_the_evidence_the_measured_step_contradicts(priors_only):
+    """Qwen3.6-35B-A3B NVFP4 on one RTX 5090 (published: 255.8 tok/s, a 3.91 ms step): the
+    step leaves 2.4 ms beyond the bound, and the prediction's priors alone cost more than that
+    beyond their floors. The verdict names that source and its largest op (the routed experts)
+    instead of blaming the largest component; with a step the evidence can explain, it does
+    not (predict.slack, the accuracy harness's evidence check on a user's measurement)."""
+    from ceiling.predict.calibration import model_ref
+
+    pred = predict(
+        PredictRequest(
+            model=model_ref("ref:qwen3.6-35b-a3b-nvfp4"), gpu="rtx-5090", kv_dtype="fp8",
+            context=600,
+        )
+    )  # fmt: skip
+    a = attribute(1000 / 255.8, pred.components_ms, basis="predict")
+    v = build_verdict(VerdictInputs(attribution=a, measured_tok_s=255.8, prediction=pred))
+    b = v.bottleneck
+    assert v.bound_by == "prediction overestimates"
+    assert b.evidence_source == "prior" and b.slack_ms is not None
+    assert b.evidence_excess_ms is not None and b.evidence_excess_ms > b.slack_ms
+    assert b.evidence_op == "moe.experts"
+    assert "prior evidence alone costs" in v.headline and "moe.experts" in v.headline
+    # a step measured at another batch than the prediction's cannot be split op by op: the
+    # verdict keeps the component wording
+    a2 = attribute(1000 / 255.8, pred.components_ms, basis="predict", batch=2)
+    v2 = build_verdict(VerdictInputs(attribution=a2, measured_tok_s=255.8, prediction=pred))
+    assert v2.bottleneck.case == "overestimate" and v2.bottleneck.evidence_source is None
+    assert "likely overestimated" in v2.headline
+
+
 def test_a_level_whose_requests_failed_claims_no_gain():
     """llama-cpp-python's server drops concurrent streams (7 of 8 requests failed at 2): the
     one request that completed must not be read as '+82 % with two streams'."""

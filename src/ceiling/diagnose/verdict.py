@@ -44,6 +44,7 @@ from ceiling.diagnose.verdict_model import (
 )
 from ceiling.diagnose.wording import clip
 from ceiling.predict.schema import Prediction, WhatIf
+from ceiling.predict.slack import split_slack
 from ceiling.sanity.checks import SanityReport
 
 # Above this share of the step, the unexplained remainder is what bounds the deployment.
@@ -116,7 +117,28 @@ def bottleneck(inp: VerdictInputs) -> Bottleneck:
     }
     if a.unexplained_pct <= -OVERESTIMATE_SHARE_PCT:
         update["case"] = "overestimate"
+        update.update(_contradicted_evidence(inp.prediction, a))
     return base.model_copy(update=update)
+
+
+def _contradicted_evidence(pred: Prediction | None, a: Attribution) -> dict[str, Any]:
+    """When one source of the prediction's evidence alone costs more beyond the floors than the
+    measured step leaves (``predict.slack``), name it and its largest op: that evidence does not
+    describe the kernels this engine ran, whatever the other ops cost."""
+    if pred is None or pred.batch != a.batch:
+        return {}
+    split = split_slack(pred, a.measured_step_ms)
+    if split is None or not split.contradicted:
+        return {}
+    source = max(split.contradicted, key=lambda s: split.excess_ms_by_source[s])
+    op = next((o for o in split.top_ops if o[1] == source), None)
+    return {
+        "evidence_source": source,
+        "evidence_excess_ms": split.excess_ms_by_source[source],
+        "slack_ms": split.slack_ms,
+        "evidence_op": op[0] if op else None,
+        "evidence_op_ms": op[2] if op else None,
+    }
 
 
 def _nccl_hypothesis(inp: VerdictInputs, a: Attribution | None) -> NcclHypothesis | None:

@@ -57,6 +57,12 @@ class Bottleneck(ResultModel):
     unexplained_pct: float | None = None
     measured_tok_s: float | None = None
     broken: str | None = Field(None, description="the sanity gate's finding (broken-output)")
+    # overestimate: a source of the prediction's evidence the measured step contradicts
+    evidence_source: str | None = Field(None, description="table | prior | profile | engine")
+    evidence_excess_ms: float | None = Field(None, description="its ops' cost beyond the floors")
+    slack_ms: float | None = Field(None, description="measured step minus the bound")
+    evidence_op: str | None = Field(None, description="its op with the largest excess")
+    evidence_op_ms: float | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -98,6 +104,21 @@ class Bottleneck(ResultModel):
                 f"{what[0].upper()}{what[1:]}: {self.unexplained_pct or 0.0:.4g} % of the {step} "
                 f"decode step is {UNEXPLAINED_LABEL}; the hardware floors (weights, KV, compute) "
                 f"account for {us_or_ms(self.floors_ms or 0.0)}."
+            )
+        if self.case == "overestimate" and self.evidence_source:
+            op = (
+                f" (largest: {self.evidence_op}, {us_or_ms(self.evidence_op_ms or 0.0)})"
+                if self.evidence_op
+                else ""
+            )
+            return (
+                f"Faster than predicted: the measured step takes {step} against a predicted "
+                f"{us_or_ms(self.predicted_step_ms or 0.0)}; the prediction's "
+                f"{self.evidence_source} evidence alone costs "
+                f"{us_or_ms(self.evidence_excess_ms or 0.0)} beyond the hardware floors, more "
+                f"than the {us_or_ms(self.slack_ms or 0.0)} the measured step leaves{op}: it does "
+                "not describe the kernels this engine ran. Trust the measurement, not the "
+                "prediction's split of it."
             )
         if self.case == "overestimate":
             return (

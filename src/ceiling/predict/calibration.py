@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from ceiling.errors import CeilingError
 from ceiling.predict.api import PredictRequest, _core
+from ceiling.predict.slack import SlackSplit, split_slack
 
 LATENCY_METRICS = {"tpot_ms", "e2e_batch_latency_s"}
 VIOLATION_MARGIN = 0.05
@@ -237,26 +238,11 @@ def predict_row(row: dict[str, str]) -> tuple[tuple[float, float] | None, str]:
     return None, f"metric {metric} not modelled"
 
 
-class EvidenceCheck(BaseModel):
-    """Can the per-op evidence behind ``expected`` be true, given one measured step?
-
-    The measured step leaves ``slack_ms`` beyond the bound (every op at its physical floor).
-    Each op's ``expected`` costs ``expected - bound`` of that slack. When the ops of one source
-    (``table``, ``prior``...) alone cost more than the whole slack, that evidence cannot all be
-    true in this step: the kernels the engine ran there were faster than the evidence says (a
-    different kernel, or a measurement artifact). When the slack exceeds every op's cost
-    together, the model is missing time (``unexplained_ms``). A diagnostic for the team, never
-    an input: no constant is fitted to it.
-    """
+class EvidenceCheck(SlackSplit):
+    """``slack.SlackSplit`` of one published single-stream row (``id``): can the per-op evidence
+    behind ``expected`` be true in the step the row measured?"""
 
     id: str
-    measured_ms: float
-    bound_ms: float
-    slack_ms: float
-    excess_ms_by_source: dict[str, float]
-    unexplained_ms: float
-    contradicted: list[str]  # sources whose excess alone exceeds the slack
-    top_ops: list[tuple[str, str, float]]  # (op, source, excess ms), largest first
 
 
 def evidence_check(row: dict[str, str]) -> EvidenceCheck | None:
@@ -270,30 +256,9 @@ def evidence_check(row: dict[str, str]) -> EvidenceCheck | None:
         p = _core(req, curve=False, strict=False)
     except CeilingError:
         return None
-    exp, bnd = p.expected, p.bound
-    assert exp is not None and bnd is not None
     value = float(row["value"])
-    measured = value if row["metric"] == "tpot_ms" else 1000.0 / value
-    floors = {(o.name, o.count, i): o.ms for i, o in enumerate(bnd.ops)}
-    by_source: dict[str, float] = {}
-    per_op: dict[tuple[str, str], float] = {}
-    for i, o in enumerate(exp.ops):
-        floor = floors.get((o.name, o.count, i), 0.0)
-        extra = max(0.0, o.ms - floor)
-        by_source[o.source] = by_source.get(o.source, 0.0) + extra
-        per_op[(o.name, o.source)] = per_op.get((o.name, o.source), 0.0) + extra
-    slack = measured - bnd.decode_ms_per_token
-    top = sorted(((n, s, round(v, 3)) for (n, s), v in per_op.items()), key=lambda t: -t[2])
-    return EvidenceCheck(
-        id=row["id"],
-        measured_ms=round(measured, 3),
-        bound_ms=round(bnd.decode_ms_per_token, 3),
-        slack_ms=round(slack, 3),
-        excess_ms_by_source={k: round(v, 3) for k, v in sorted(by_source.items())},
-        unexplained_ms=round(max(0.0, slack - sum(by_source.values())), 3),
-        contradicted=sorted(s for s, v in by_source.items() if v > slack),
-        top_ops=top[:4],
-    )
+    split = split_slack(p, value if row["metric"] == "tpot_ms" else 1000.0 / value)
+    return None if split is None else EvidenceCheck(id=row["id"], **split.model_dump())
 
 
 def evidence_checks(paths: list[Path] | None = None) -> list[EvidenceCheck]:
