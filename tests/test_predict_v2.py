@@ -77,6 +77,33 @@ def test_op_decomposition_names_the_ops(priors_only):
     assert {o.name: o.kernel for o in hop.expected.ops}["moe.experts"] == "moe_w4a16"
 
 
+def test_gated_deltanet_and_shared_gate_run_the_engines_gemms(priors_only):
+    """vLLM/SGLang run a GDN layer's input as two GEMMs (in_proj_qkvz, in_proj_ba), zero the core
+    op's output first, and gate Qwen's shared expert with its own (hidden -> 1) GEMM: each is an
+    op with its own fixed cost. Under a --weight-format override the tiny in_proj_a/b stay 16-bit,
+    as published exports keep them."""
+    p = predict(PredictRequest(model="qwen3.5-397b-a17b-nvfp4", gpu="rtx-pro-6000", tp=4))
+    assert p.expected is not None
+    count: dict[str, float] = {}
+    for o in p.expected.ops:  # ops come per group of identical layers: sum the groups
+        count[o.name] = count.get(o.name, 0) + o.count
+        if o.name == "moe.shared.gate":
+            assert o.ms > 0
+    assert {"gdn.in_proj", "gdn.in_proj_ba", "gdn.core_out_init", "moe.shared.gate"} <= set(count)
+    assert count["gdn.in_proj_ba"] == count["gdn.in_proj"] == 45  # 3 of 4 layers
+    assert count["gdn.core_out_init"] == 45 and count["moe.shared.gate"] == 60
+    w = predict(
+        PredictRequest(model="qwen3.5-397b-a17b", gpu="rtx-pro-6000", tp=4, weight_format="awq")
+    )
+    assert w.expected is not None
+    kern = {o.name: o.kernel for o in w.expected.ops}
+    assert kern["gdn.in_proj"] == "gemm_w4a16" and kern["gdn.in_proj_ba"] == "gemm_bf16"
+    # a model without linear attention or a gated shared expert has none of them
+    k = predict(PredictRequest(model="kimi-k2.5", gpu="rtx-pro-6000", tp=8))
+    assert k.expected is not None
+    assert not {o.name for o in k.expected.ops} & {"gdn.in_proj_ba", "moe.shared.gate"}
+
+
 def test_engine_allreduce_rules(priors_only):
     """vLLM custom allreduce: off on > 2 PCIe-only GPUs, on for 2 PCIe GPUs and on NVLink;
     two-shot above 256 KB at 8 NVLink ranks (csrc/custom_all_reduce.cuh)."""
