@@ -19,6 +19,7 @@ and predicted change in per-stream tok/s, the sign and the gap in percentage poi
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import statistics
 from importlib import resources
@@ -28,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ceiling.errors import CeilingError
-from ceiling.predict.api import PredictRequest, _core
+from ceiling.predict.api import Prediction, PredictRequest, _core
 from ceiling.predict.slack import SlackSplit, split_slack
 
 LATENCY_METRICS = {"tpot_ms", "e2e_batch_latency_s"}
@@ -206,6 +207,20 @@ def request_for(row: dict[str, str]) -> tuple[PredictRequest | None, str]:
     return _legacy_request(row)
 
 
+def _decode_step(req: PredictRequest) -> Prediction:
+    """The decode-step prediction of a row, computed once per request and evidence state: the
+    scores, the pairs and the evidence check all read it (a key of the request's JSON and
+    whether the tables are in use, so a priors-only run never reads a cached table result)."""
+    from ceiling.predict import tables
+
+    return _decode_step_cached(req.model_dump_json(), tables.info() is not None)
+
+
+@functools.lru_cache(maxsize=256)
+def _decode_step_cached(req_json: str, _with_tables: bool) -> Prediction:
+    return _core(PredictRequest.model_validate_json(req_json), curve=False, strict=False)
+
+
 def predict_row(row: dict[str, str]) -> tuple[tuple[float, float] | None, str]:
     """(expected, bound) in the row's metric, or (None, why the row is skipped)."""
     req, why = request_for(row)
@@ -223,7 +238,7 @@ def predict_row(row: dict[str, str]) -> tuple[tuple[float, float] | None, str]:
                 (pre + out * p.decode_ms_per_token) / 1e3,
                 (pre + out * p.bound.decode_ms_per_token) / 1e3,  # type: ignore[union-attr]
             ), ""
-        p = _core(req, curve=False, strict=False)
+        p = _decode_step(req)
     except CeilingError as err:
         return None, f"cannot model: {err.message}"
     b = p.bound
@@ -253,7 +268,7 @@ def evidence_check(row: dict[str, str]) -> EvidenceCheck | None:
     if req is None:
         return None
     try:
-        p = _core(req, curve=False, strict=False)
+        p = _decode_step(req)
     except CeilingError:
         return None
     value = float(row["value"])

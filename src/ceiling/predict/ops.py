@@ -291,13 +291,12 @@ def _gdn_ops(s, layer, kinds, n, B) -> list[OpSpec]:
     spec, tp = s.spec, s.dep.tp
     h = spec.hidden
     lin = kinds.get("linear_attn", [])
-    proj = [m for m in lin if m.linear and not m.name.endswith("out_proj")]
     # vLLM and SGLang run two input GEMMs (gdn_linear_attn.py / qwen3_next.py: in_proj_qkvz,
     # in_proj_ba; a checkpoint's split in_proj_qkv/z and in_proj_b/a are stacked into them at
     # load), each with its own fixed cost, and zero the core op's output before it runs
     # (torch.zeros; with the b/a .contiguous() copies at least one more small kernel)
-    ba = [m for m in proj if m.name.endswith(("in_proj_b", "in_proj_a", "in_proj_ba"))]
-    qkvz = [m for m in proj if m not in ba]
+    qkvz = [m for m in lin if m.linear and not m.name.endswith("out_proj")]
+    ba = kinds.get("linear_attn_gate", [])
     out = [m for m in lin if m.name.endswith("out_proj")]
     conv = [m for m in lin if m.name.endswith("conv1d")]
     v_dim = out[0].cols if out else h

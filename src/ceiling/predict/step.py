@@ -218,12 +218,13 @@ def kv_bytes_per_token_gpu(s: Setup, context: int) -> tuple[float, float]:
 
 
 # GEMM groups per block that need their input activations quantized first (w8a8 / w4a4
-# formats): attention qkv + o, dense gate_up + down, one for the routed experts' input,
-# shared expert gate_up + down.
+# formats): attention qkv + o, linear attention's input + out (its gate projection apart),
+# dense gate_up + down, one for the routed experts' input, shared expert gate_up + down.
 _ACT_QUANT_GROUPS = {
     "attn": 2,
     "attn_replicated": 0,
     "linear_attn": 2,
+    "linear_attn_gate": 1,
     "mlp": 2,
     "expert": 1,
     "shared": 2,

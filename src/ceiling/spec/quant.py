@@ -224,7 +224,7 @@ class QuantScheme:
         if not (linear or kind == "lm_head") or self.ignore(name):
             return self.default
         for applies, fmt in self.rules:
-            if kind == "lm_head" and applies in (_all_linear, _experts_only):
+            if kind == "lm_head" and applies in (_all_linear, _experts_only, _quantizable):
                 continue
             if applies(name, kind):
                 return fmt
@@ -446,18 +446,26 @@ def parse_quant(
     )
 
 
+# Module kinds an override leaves in the model dtype, as quantizers do: Gated DeltaNet's tiny
+# (hidden -> v_heads) gate projections stay 16-bit in the published exports (AutoRound's
+# extra_config sets them to bits 16; nvidia's ModelOpt NVFP4 Qwen3.5/3.6 leaves them out of
+# quantized_layers: reference/models/)
+KEEP_16BIT_KINDS = frozenset({"linear_attn_gate"})
+
+
+def _quantizable(_name: str, kind: str) -> bool:
+    return kind not in KEEP_16BIT_KINDS
+
+
 def override_scheme(fmt: WeightFormat, model_dtype: str) -> QuantScheme:
-    """Every linear layer except lm_head, routers and embeddings in ``fmt`` (what-if / override)."""
+    """Every linear layer except lm_head, routers, embeddings and ``KEEP_16BIT_KINDS`` in ``fmt``
+    (what-if / override)."""
     default = dense(model_dtype)
     return QuantScheme(
         "override",
         f"all linear layers {fmt.name} (override; lm_head, routers and Gated DeltaNet's "
         f"in_proj_a/b {default.name})",
         default,
-        [(_all_linear, fmt)],
-        # Gated DeltaNet's tiny (hidden -> v_heads) gate projections stay 16-bit in the published
-        # exports: AutoRound's extra_config sets them to bits 16, nvidia's ModelOpt NVFP4
-        # Qwen3.5/3.6 leaves them out of quantized_layers (reference/models/); an override
-        # follows what a quantizer writes
-        NameMatcher(["lm_head", "re:.*linear_attn\\.in_proj_(a|b|ba)$"]),
+        [(_quantizable, fmt)],
+        NameMatcher(["lm_head"]),
     )

@@ -39,14 +39,16 @@ def linear_attention(b: Builder, c: ArchConfig, i: int, kind: str) -> None:
     key_dim, val_dim = k_heads * k_dim, v_heads * v_dim
     if c.arch.startswith("Qwen3_5"):
         # Qwen3.5/3.6 checkpoints store the input projection split, and quantize the parts
-        # apart (nvidia's NVFP4 checkpoint: qkv and z in FP8, b and a in BF16)
+        # apart (nvidia's NVFP4 checkpoint: qkv and z in FP8, b and a in BF16). The tiny b/a
+        # (gate) projections are kind linear_attn_gate: the engines run them as a GEMM of their
+        # own, and exports keep them 16-bit (quant.KEEP_16BIT_KINDS)
         b.add(f"{a}.in_proj_qkv", "linear_attn", 2 * key_dim + val_dim, h, i, "tp")
         b.add(f"{a}.in_proj_z", "linear_attn", val_dim, h, i, "tp")
-        b.add(f"{a}.in_proj_b", "linear_attn", v_heads, h, i, "tp")
-        b.add(f"{a}.in_proj_a", "linear_attn", v_heads, h, i, "tp")
+        b.add(f"{a}.in_proj_b", "linear_attn_gate", v_heads, h, i, "tp")
+        b.add(f"{a}.in_proj_a", "linear_attn_gate", v_heads, h, i, "tp")
     else:  # Qwen3-Next: fused qkvz and ba
         b.add(f"{a}.in_proj_qkvz", "linear_attn", 2 * key_dim + 2 * val_dim, h, i, "tp")
-        b.add(f"{a}.in_proj_ba", "linear_attn", 2 * v_heads, h, i, "tp")
+        b.add(f"{a}.in_proj_ba", "linear_attn_gate", 2 * v_heads, h, i, "tp")
     b.add(f"{a}.conv1d", "linear_attn", 2 * key_dim + val_dim, conv_k, i, "tp", linear=False)
     b.add(f"{a}.out_proj", "linear_attn", h, val_dim, i, "tp")
     ssm_bytes = 4 if str(cfg.get("mamba_ssm_dtype", "float32")) == "float32" else 2
