@@ -217,22 +217,52 @@ def test_compare_calls_a_no_op_change_no_significant_difference(vllm_server, tmp
     assert row.verdict == SAME, row
 
 
-# SIGSTOP the process 90 ms of every 100 ms until SIGTERM; print the cycles done; leave it running
+# SIGSTOP the process 90 ms of every 100 ms until SIGTERM; print the seconds it was stopped and
+# the seconds since the first stop; leave it running. On the 2-core box the starver is sometimes
+# woken late (0.1-2.2 s); a late wake-up in the running phase lets the API server run free that
+# long, one in the stopped phase starves it longer. (A busy wait for the running phase was
+# measured worse: a starver that spins is preempted for seconds.)
 STARVER = """
 import os, signal, sys, time
-pid, n = int(sys.argv[1]), 0
+pid, stopped, first = int(sys.argv[1]), 0.0, None
 def done(*_):
     os.kill(pid, signal.SIGCONT)
-    print(n, flush=True)
+    print(stopped, time.monotonic() - (first or time.monotonic()), flush=True)
     sys.exit(0)
 signal.signal(signal.SIGTERM, done)
 while True:
+    t = time.monotonic()
+    first = first or t
     os.kill(pid, signal.SIGSTOP)
     time.sleep(0.09)
     os.kill(pid, signal.SIGCONT)
-    n += 1
+    stopped += time.monotonic() - t
     time.sleep(0.01)
 """
+
+
+def _starved_doctor(api: int, out: Path, **target) -> tuple[DoctorResult, float, float]:
+    """doctor (one stream of 384 tokens) while a process of its own starves the API server;
+    returns the result, the seconds the server was stopped and the seconds of starving.
+
+    The starver runs in a session of its own: the kernel groups processes by session for CPU
+    shares (autogroup); in pytest's group it competed with the bench client, and a run saw the
+    API server stopped 1.0 s of 6.0 (in a session of its own: 78-89 % of the time, 4 runs)."""
+    starver = subprocess.Popen(
+        [sys.executable, "-c", STARVER, str(api)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        # 384 tokens take several stop/run cycles to generate: each stream meets the stops
+        res = _doctor(out, concurrency=(), max_tokens=384, repeat=1, **target)
+    finally:
+        starver.terminate()
+        printed, _ = starver.communicate(timeout=30)
+        os.kill(api, signal.SIGCONT)
+    stopped, span = (float(x) for x in (printed.split() or ["0", "0"]))
+    return res, stopped, span
 
 
 def test_a_starved_api_server_is_named(baseline, vllm_server, tmp_path):
@@ -245,25 +275,17 @@ def test_a_starved_api_server_is_named(baseline, vllm_server, tmp_path):
     # every stop, and the bench client in the same process kept it busy enough that a run once
     # made only 14 stop cycles in the whole doctor run (the API server ran free: 1.0 tokens per
     # chunk). Short cycles over a long stream: the stream meets many stops, so what the client
-    # sees does not hang on where one long stop falls.
-    starver = subprocess.Popen(
-        [sys.executable, "-c", STARVER, str(api)], stdout=subprocess.PIPE, text=True
+    # sees does not hang on where one long stop falls. What the test needs is the API server
+    # stopped most of the time; when the box did not let the starver do that (a CI run saw 4
+    # cycles in the whole run), doctor is run again (three tries): that is the box, not doctor.
+    target = {"url": vllm_server.url, "log": str(vllm_server.log_path)}
+    for attempt in range(3):
+        res, stopped, span = _starved_doctor(api, tmp_path / f"out{attempt}", **target)
+        if span and stopped / span >= 0.5:
+            break
+    assert span and stopped / span >= 0.5, (
+        f"the box let the starver stop the API server only {stopped:.2f} s of {span:.2f} s"
     )
-    try:
-        # 384 tokens take several stop/run cycles to generate: each stream meets the stops
-        res = _doctor(
-            tmp_path / "out",
-            concurrency=(),
-            max_tokens=384,
-            repeat=1,
-            url=vllm_server.url,
-            log=str(vllm_server.log_path),
-        )
-    finally:
-        starver.terminate()
-        out, _ = starver.communicate(timeout=30)
-        os.kill(api, signal.SIGCONT)
-    cycles = int(out.strip() or 0)
     single = res.bench["single"]
 
     def late(bench: RunResult) -> float:  # the client's wait beyond the engine's own time
@@ -273,9 +295,15 @@ def test_a_starved_api_server_is_named(baseline, vllm_server, tmp_path):
 
     chunks = (single.model_extra or {}).get("tokens_per_chunk")
     decode = ServerView.of(single).quantity("decode").server_mean_ms
-    assert cycles >= 10, f"the API server was stopped only {cycles} times"
     burst_share = (single.model_extra or {}).get("burst_chunk_share")
-    assert "frontend-bound" in _by_id(res), (chunks, late(single), burst_share, decode, cycles)
+    assert "frontend-bound" in _by_id(res), (
+        chunks,
+        late(single),
+        burst_share,
+        decode,
+        stopped,
+        span,
+    )
     f = _by_id(res)["frontend-bound"]
     assert f.component == "API server / detokenizer / client" and f.direction == "slower"
     # the direction, beyond the unstarved server in what the finding reads: tokens per chunk
