@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 
-from ceiling.predict.calibration import evaluate, evidence_checks, pairs
+from ceiling.predict.calibration import EvidenceCheck, evaluate, evidence_checks, pairs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _print_checks(checks) -> None:
+def _print_checks(checks: list[EvidenceCheck]) -> None:
     """The evidence check table (calibration.EvidenceCheck): ms per token."""
     print(
         f"\nevidence check (single stream, ms/token): slack = measured - bound; "

@@ -327,7 +327,7 @@ def _moe_ops(s, kinds, n, B) -> list[OpSpec]:
     spec, d = s.spec, s.dep
     h = spec.hidden
     ops: list[OpSpec] = []
-    router = [m for m in kinds.get("router", []) if m.rows > 1]
+    router = kinds.get("router", [])
     if router:
         ops.append(_gemm("moe.router", n, router, 1.0, B, router[0].rows, h))
     ops.append(_small("moe.topk", n, B * spec.n_experts * 4))
@@ -372,7 +372,7 @@ def _moe_ops(s, kinds, n, B) -> list[OpSpec]:
         ops.append(_gemm("moe.shared.down", n, down, 1 / tp, B, h, si / tp))
         # Qwen2-MoE/Qwen3-Next/Qwen3.5 scale the shared expert by sigmoid(shared_expert_gate(x)):
         # one more (hidden -> 1) GEMM in the shared branch, on its stream where it has one
-        gate = [m for m in kinds.get("router", []) if m.rows == 1]
+        gate = kinds.get("shared_gate", [])
         if gate:
             ops.append(_gemm("moe.shared.gate", n, gate, 1.0, B, 1, h))
     return ops

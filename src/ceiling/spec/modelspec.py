@@ -18,7 +18,7 @@ from ceiling.spec.quant import QuantScheme, WeightFormat, override_scheme
 class Module:
     """One weight matrix kind in one layer (``count`` identical copies, e.g. routed experts).
 
-    kind: attn | attn_replicated | mlp | expert | shared | router | linear_attn |
+    kind: attn | attn_replicated | mlp | expert | shared | shared_gate | router | linear_attn |
           linear_attn_gate | lm_head | embed | norm
     ``shard``: "tp" (split across tensor-parallel ranks), "replicate" (full copy on every rank),
     "ep" (experts: split across EP ranks, or across TP ranks when EP=1).

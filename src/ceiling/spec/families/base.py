@@ -231,5 +231,7 @@ def moe_mlp(b: Builder, c: ArchConfig, i: int, names: MoeNames) -> None:
         b.add(f"{s}.gate_proj", "shared", w, h, i, "tp")
         b.add(f"{s}.up_proj", "shared", w, h, i, "tp")
         b.add(f"{s}.down_proj", "shared", h, w, i, "tp")
-        if names.shared_gate:
-            b.add(f"{pre}.mlp.shared_expert_gate", "router", 1, h, i, "replicate", linear=False)
+        if names.shared_gate:  # sigmoid(gate(x)) scales the shared expert: a kind of its own
+            b.add(
+                f"{pre}.mlp.shared_expert_gate", "shared_gate", 1, h, i, "replicate", linear=False
+            )
