@@ -23,7 +23,7 @@ echo "== installing llama.cpp (llama-server + llama-cpp-python's server; one com
 bash scripts/install-llamacpp.sh .engines/llamacpp
 echo "== lint"
 .venv/bin/ruff check src tests bench
-echo "== types (mypy over the modules listed in pyproject.toml)"
+echo "== types (mypy over src/ceiling)"
 .venv/bin/mypy
 echo "== tests"
 set +e

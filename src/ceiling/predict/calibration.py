@@ -135,7 +135,7 @@ def _legacy_request(row: dict[str, str]) -> tuple[PredictRequest | None, str]:
         ep=int(row["ep"]),
         pp=int(row["pp"]),
         engine=row["engine"] if row["engine"] in ("vllm", "sglang", "trtllm") else "generic",
-        allreduce=allreduce,  # type: ignore[arg-type]
+        allreduce=allreduce,
         batch=int(row["concurrency"]),
         context=_context(row["input_len"]),
         kv_dtype=_kv(row["kv_cache_dtype"]),
@@ -181,8 +181,8 @@ def _validation_request(row: dict[str, str]) -> tuple[PredictRequest | None, str
         tp=int(row["tp"]),
         ep=int(row["ep"] or 1),
         pp=int(row["pp"] or 1),
-        engine=row["engine"],  # type: ignore[arg-type]
-        allreduce=row["allreduce"] or "auto",  # type: ignore[arg-type]
+        engine=row["engine"],
+        allreduce=row["allreduce"] or "auto",
         batch=int(row["concurrency"]),
         context=max(int(row["context"] or 1024), 1),
         kv_dtype=row["kv_dtype"] or "auto",

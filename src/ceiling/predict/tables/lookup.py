@@ -388,10 +388,10 @@ def _scaled_layout(
         var = by_dim[lo][1] + w * (by_dim[hi][1] - by_dim[lo][1])
         src = f"{by_dim[lo][2][1]} and {by_dim[hi][2][1]}"
     else:
-        d = lo if lo is not None else hi
-        assert d is not None
-        t1, var = by_dim[d][0], by_dim[d][1] * head_dim / d
-        src = by_dim[d][2][1]
+        near = lo if lo is not None else hi
+        assert near is not None  # by_dim is not empty: one of the two exists
+        t1, var = by_dim[near][0], by_dim[near][1] * head_dim / near
+        src = by_dim[near][2][1]
     how = "per-KV-head split-limited" if split else "scaled by KV bytes"
     return t1 + var, f"no {heads}x{kv_heads}x{head_dim} rows: from {src} ({how})"
 
