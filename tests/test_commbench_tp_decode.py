@@ -1,4 +1,4 @@
-"""bench/tp_decode.py (issue 7's TP decode step) runs end to end with gloo at TP=2 on the CPU,
+"""bench/gpu/tp_decode.py (issue 7's TP decode step) runs end to end with gloo at TP=2 on the CPU,
 dense and MoE, and its ranks agree on the hidden state after the allreduces."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-SCRIPT = Path(__file__).parents[1] / "bench" / "tp_decode.py"
+SCRIPT = Path(__file__).parents[1] / "bench" / "gpu" / "tp_decode.py"
 
 
 @pytest.mark.parametrize("model", ["dense", "moe"])

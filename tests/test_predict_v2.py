@@ -173,7 +173,7 @@ def test_bound_never_beaten_with_the_tables_installed():  # pragma: no cover - o
 
 def test_expected_accuracy_on_published_single_stream(priors_only):
     """Stated tolerance (priors only, no tables): single-stream median |error| <= 18 %, p90 <=
-    35 %, vLLM rows median <= 14 %. The issue's goal is 10 / 25 %: see bench/predict_accuracy.py
+    35 %, vLLM rows median <= 14 %. The issue's goal is 10 / 25 %: see bench/validation/predict_accuracy.py
     for where each group stands. (The vLLM guard was 12 %: with the shared-expert stream rule
     and its measured share it reads 11.8 % priors-only; 13.1 % with full hiding.)"""
     res = evaluate()
@@ -198,7 +198,7 @@ def test_expected_accuracy_on_published_single_stream(priors_only):
 
 
 def test_evidence_check_splits_each_measured_step(priors_only):
-    """The evidence check (bench/predict_accuracy.py): per single-stream row, the measured
+    """The evidence check (bench/validation/predict_accuracy.py): per single-stream row, the measured
     step's slack beyond the bound against what each source of evidence costs of it. Its
     accounting closes (bound + every op's excess = expected), a source is named as contradicted
     exactly when it alone costs more than the slack, and it tells the two kinds of miss apart:

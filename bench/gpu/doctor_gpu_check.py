@@ -10,7 +10,7 @@ doctor is then asked about `llama-3.1-8b` on the probed GPU, so its floors (weig
 bandwidth) and its launch term can be set against a step whose cost we know is dominated by the
 same weight reads.
 
-    python3 bench/doctor_gpu_check.py [OUT_DIR]     # needs torch + CUDA; PYTHONPATH=src
+    python3 bench/gpu/doctor_gpu_check.py [OUT_DIR]     # needs torch + CUDA; PYTHONPATH=src
 
 It serves on 127.0.0.1, runs the doctor in a subprocess and stops the server.
 """

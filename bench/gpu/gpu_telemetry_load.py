@@ -5,7 +5,7 @@ RX at a rate this script also measures itself, so the NVML counter can be checke
 a decode-like loop of GEMVs over 4 GB of bf16 weights (HBM busy, PCIe idle: the
 "latency-bound, not bandwidth-bound" case). Writes the series and per-phase summaries.
 
-    python bench/gpu_telemetry_load.py --out telemetry.json
+    python bench/gpu/gpu_telemetry_load.py --out telemetry.json
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 
 def main() -> int:

@@ -19,7 +19,7 @@ Library use (what the benchmarks do)::
         ...  # run a client against srv.url
         log = srv.collect()  # per-request truth since the last collect(), then reset
 
-Standalone: ``python bench/synthetic_sse.py --itl 0.01`` prints ``READY <url>`` and serves.
+Standalone: ``python bench/standins/synthetic_sse.py --itl 0.01`` prints ``READY <url>`` and serves.
 """
 
 from __future__ import annotations

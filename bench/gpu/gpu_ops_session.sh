@@ -4,7 +4,7 @@
 # beside the priors-only prediction. One call of the device tool, sized for < 6 minutes on one
 # H200. Run from the repo root on the GPU machine:
 #
-#     bash bench/gpu_ops_session.sh          # results in $OUT (device tool) or bench/results/gpu_ops/
+#     bash bench/gpu/gpu_ops_session.sh          # results in $OUT (device tool) or bench/results/gpu_ops/
 #
 # Writes: profile_ops.json (HardwareProfile with `ops`), calibrate_ops.json (every point),
 # predictions.tgz (predict_*.json with and without the profile), session.log. Carry .whl (pydantic & co., see

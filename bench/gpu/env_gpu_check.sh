@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `ceiling env` on a GPU machine (issue 15): the checks a CPU box cannot exercise, in one call of
-# the device tool. Run from the repo root (carry .whl: bash bench/gpu_wheels.sh first):
+# the device tool. Run from the repo root (carry .whl: bash bench/gpu/gpu_wheels.sh first):
 #
-#     bash bench/env_gpu_check.sh            # results in $OUT (device tool) or bench/results/env_gpu/
+#     bash bench/gpu/env_gpu_check.sh            # results in $OUT (device tool) or bench/results/env_gpu/
 #
 # 1. `ceiling env` on the machine's own Python (CUDA torch): driver vs torch's CUDA runtime, the
 #    GPUs' compute capability vs torch's arch list, the NCCL torch loads vs its nvidia-nccl wheel;

@@ -2,7 +2,7 @@
 installed (the GPU hosts here have no network), to measure its chunk ingest rate there.
 
 It imports vLLM's own request function (``vllm/benchmarks/lib/endpoint_request_func.py``, taken
-unchanged from an installed vLLM by ``bash bench/gpu_wheels.sh --vllm-client``: it needs only
+unchanged from an installed vLLM by ``bash bench/gpu/gpu_wheels.sh --vllm-client``: it needs only
 aiohttp, regex and tqdm) and drives it the way ``vllm bench serve`` does
 (``vllm/benchmarks/serve.py`` ``benchmark``: a TCPConnector limited to the concurrency, one
 warm-up request, then every request under an ``asyncio.Semaphore(max_concurrency)``, plain
@@ -10,7 +10,7 @@ warm-up request, then every request under an ``asyncio.Semaphore(max_concurrency
 ``ingest_rate.py`` scores it like the real command. What it leaves out (dataset sampling,
 tokenizer, result bookkeeping) happens before or after the timed streams.
 
-    python3 bench/vllm_request_client.py --lib .whl/vllm_lib --url URL --n 1024 --tokens 100
+    python3 bench/standins/vllm_request_client.py --lib .whl/vllm_lib --url URL --n 1024 --tokens 100
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 # Sourced by the GPU-host session scripts (bench/*session*.sh, env_gpu_check.sh, gpu_smoke.sh):
 # the environment every one of them needs on the device machine. Sets PY; installs the wheels
-# the image lacks (.whl/, from bench/gpu_wheels.sh, carried with run(..., carry=[".whl"])) into
+# the image lacks (.whl/, from bench/gpu/gpu_wheels.sh, carried with run(..., carry=[".whl"])) into
 # /tmp/site; puts this checkout's src/ first on PYTHONPATH; NVLink multicast off in every process.
 export COLUMNS=${COLUMNS:-160} PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

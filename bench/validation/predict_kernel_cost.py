@@ -11,7 +11,7 @@ Three measurements, each printed and written as JSON (``--out``):
    1024, the shape of shared/data/h200_probe.json): kernels per layer (torch.profiler), graph and
    eager step time, and (graph - bytes/bw) / kernels = the per-kernel cost of that implementation.
 
-Needs only PyTorch and a CUDA GPU:  python3 bench/predict_kernel_cost.py --out kc.json
+Needs only PyTorch and a CUDA GPU:  python3 bench/validation/predict_kernel_cost.py --out kc.json
 """
 
 from __future__ import annotations

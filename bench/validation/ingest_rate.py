@@ -3,7 +3,7 @@
 One command, made for a machine with spare cores (e.g. a GPU host's CPUs), done in < 4 min,
 JSON to --out::
 
-    python3 bench/ingest_rate.py --out "$OUT/ingest_rate.json"
+    python3 bench/validation/ingest_rate.py --out "$OUT/ingest_rate.json"
 
 It needs ceiling's runtime dependencies only (aiohttp, uvloop, numpy, pydantic, rich, pyyaml,
 typer): ceiling itself runs from this checkout's ``src/`` when it is not installed.
@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+# The sibling harness (client_vs_vllm) and the stand-in server (bench/standins/).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standins"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_vs_vllm import (
     close_gap_share,
@@ -63,7 +65,7 @@ PILE_LIMIT = 0.01
 def run_vllm_fn(lib: Path, url: str, n: int, tokens: int, timeout_s: float) -> dict[str, Any]:
     """vLLM's request function driven as ``vllm bench serve`` drives it
     (``vllm_request_client.py``), where vLLM itself is not installed."""
-    script = Path(__file__).resolve().parent / "vllm_request_client.py"
+    script = Path(__file__).resolve().parents[1] / "standins" / "vllm_request_client.py"
     cmd = [sys.executable, str(script), "--lib", str(lib), "--url", url, "--n", str(n)]
     try:
         proc = subprocess.run(
@@ -168,7 +170,7 @@ def main() -> None:
         type=Path,
         default=None,
         help="without vLLM installed: a folder with vLLM's endpoint_request_func.py "
-        "(bash bench/gpu_wheels.sh --vllm-client); adds the client `vllm-fn`",
+        "(bash bench/gpu/gpu_wheels.sh --vllm-client); adds the client `vllm-fn`",
     )
     args = ap.parse_args()
     t_start = time.monotonic()

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Multi-GPU evidence run (issues 7 and 10), for nvidia-h200-x2 / -x4 / -x8. Each part < 10 min:
 #
-#   bash bench/multi_gpu_session.sh all
+#   bash bench/gpu/multi_gpu_session.sh all
 #       one call for a 2-GPU machine: tp (canary first), then comm; predictions are made
 #       afterwards on any machine with `tp_decode.py --repredict RESULT --profile profile.json`.
-#   bash bench/multi_gpu_session.sh comm
+#   bash bench/gpu/multi_gpu_session.sh comm
 #       probe (how the GPUs are linked), calibrate, commbench at world sizes 2,4,8 (as many as
 #       the machine has) x sizes 1K..64M x variants of data/commbench.yaml group `issue7`
 #       (default; NCCL_ALGO=Ring/Tree; NCCL_PROTO=LL/LL128/Simple; NCCL_P2P_DISABLE=1;
 #       NCCL_MAX_NCHANNELS=16 + NCCL_BUFFSIZE=16777216), eager and in CUDA graphs, with the
 #       Llama-3.1-70B per-token cost; writes profile.json = calibrate + commbench fits.
-#   bash bench/multi_gpu_session.sh tp [PROFILE.json]   (no profile: predict with datasheet numbers)
+#   bash bench/gpu/multi_gpu_session.sh tp [PROFILE.json]   (no profile: predict with datasheet numbers)
 #       a canary (Llama-3.1-8B shape at TP 2, 90 s limit, stops at the first failure with every
 #       rank's stage and stack), then TP decode steps: dense (Llama-3.1-8B, Qwen3-32B at TP 1 and
 #       the machine's TP sizes; Llama-3.1-70B at those TP sizes) and MoE (Qwen3-30B-A3B at TP and
@@ -19,10 +19,10 @@
 # Every tp_decode run saves its rows after each configuration and names the one in flight, and a
 # failed or hung configuration leaves each rank's stage, exit code and last words (stacks) in
 # the row; full rank logs are packed into extras.tgz. At most 8 files come back per call.
-# Device tool: run(kind="nvidia-h200-x2", carry=[".whl"], command="bash bench/multi_gpu_session.sh all")
+# Device tool: run(kind="nvidia-h200-x2", carry=[".whl"], command="bash bench/gpu/multi_gpu_session.sh all")
 #
 # NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
-# NVSHMEM_DISABLE_NVLS=1): the device README says why. Carry .whl (pydantic & co.: bench/gpu_wheels.sh).
+# NVSHMEM_DISABLE_NVLS=1): the device README says why. Carry .whl (pydantic & co.: bench/gpu/gpu_wheels.sh).
 set -u
 PART=${1:-comm}
 OUT=${OUT:-bench/results/multi_gpu_session}
@@ -55,18 +55,18 @@ tp() {
   local LAYERS_ARG=${LAYERS:+--layers $LAYERS}   # LAYERS=40: a 70B shape that fits one GPU (path check)
   local TP1="1,$WS"
   step "canary: Llama-3.1-8B shape at TP ${WS%%,*} (stops at the first failure)"
-  if ! NCCL_DEBUG=WARN timeout 150 $PY bench/tp_decode.py --model llama-3.1-8b --tp "${WS%%,*}" --variant default \
+  if ! NCCL_DEBUG=WARN timeout 150 $PY bench/gpu/tp_decode.py --model llama-3.1-8b --tp "${WS%%,*}" --variant default \
       --iters 10 --timeout 90 --stop-on-error --logs "$W/logs/canary" $PROF_ARG --out "$OUT/tp_canary.json"; then
     echo "canary failed: the TP matrix is skipped; the row above has every rank's stage and last words"
     return 1
   fi
   step "TP decode, dense (Llama-3.1-8B, Qwen3-32B at TP $TP1; Llama-3.1-70B at TP $WS)"
-  timeout 200 $PY bench/tp_decode.py --model llama-3.1-8b,qwen3-32b --tp "$TP1" --variant default,p2p-off \
+  timeout 200 $PY bench/gpu/tp_decode.py --model llama-3.1-8b,qwen3-32b --tp "$TP1" --variant default,p2p-off \
     --iters 20 --timeout 90 --logs "$W/logs/dense" $LAYERS_ARG $PROF_ARG --out "$OUT/tp_decode_dense.json"
-  timeout 150 $PY bench/tp_decode.py --model llama-3.1-70b --tp "$WS" --variant default,p2p-off \
+  timeout 150 $PY bench/gpu/tp_decode.py --model llama-3.1-70b --tp "$WS" --variant default,p2p-off \
     --iters 20 --timeout 120 --logs "$W/logs/dense70" $LAYERS_ARG $PROF_ARG --out "$OUT/tp_decode_dense70.json"
   step "TP decode, MoE (Qwen3-30B-A3B shape, TP and EP)"
-  timeout 200 $PY bench/tp_decode.py --model qwen3-30b-a3b --tp "$TP1" --parallel tp,ep --variant default,p2p-off \
+  timeout 200 $PY bench/gpu/tp_decode.py --model qwen3-30b-a3b --tp "$TP1" --parallel tp,ep --variant default,p2p-off \
     --iters 20 --timeout 90 --logs "$W/logs/moe" $PROF_ARG --out "$OUT/tp_decode_moe.json"
 }
 
@@ -74,11 +74,11 @@ tp() {
   step "machine ($N GPUs, world sizes $WS)"; date -u; nvidia-smi -L; nvidia-smi topo -m
   $PY -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count())"
   case "$PART" in
-    comm) comm; $PY bench/multi_gpu_report.py "$OUT/commbench.json" > "$OUT/report_comm.md" ;;
+    comm) comm; $PY bench/gpu/multi_gpu_report.py "$OUT/commbench.json" > "$OUT/report_comm.md" ;;
     tp) tp "${2:-}"
-        $PY bench/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json > "$OUT/report_tp.md" ;;
+        $PY bench/gpu/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json > "$OUT/report_tp.md" ;;
     all) tp ""; comm
-         $PY bench/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json \
+         $PY bench/gpu/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json \
            "$OUT/commbench.json" > "$OUT/report_all.md" ;;
     *) echo "usage: multi_gpu_session.sh all | comm | tp [PROFILE.json]" >&2 ;;
   esac

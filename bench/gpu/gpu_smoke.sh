@@ -2,8 +2,8 @@
 # The GPU paths of the CLI, as a user runs them, on a GPU host (one device-tool call, ~3 min):
 # after a refactor that moved their printing into ceiling.render and their imports to the top of
 # modules, each command must still run on real GPUs and NVML and write what it says.
-#     bash bench/gpu_wheels.sh   # once: the wheels the GPU image lacks, into .whl/
-#     run(kind="nvidia-h200-x2", carry=[".whl"], command="bash bench/gpu_smoke.sh")
+#     bash bench/gpu/gpu_wheels.sh   # once: the wheels the GPU image lacks, into .whl/
+#     run(kind="nvidia-h200-x2", carry=[".whl"], command="bash bench/gpu/gpu_smoke.sh")
 # Prints one line per command (rc, seconds) and a summary; files under $OUT (smoke.tgz, smoke.log).
 set -u
 OUT=${OUT:-bench/results/gpu_smoke}

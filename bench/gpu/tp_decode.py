@@ -1,8 +1,8 @@
 """Tensor-parallel decode step of a real architecture with random weights: time per token.
 
-    python bench/tp_decode.py --model llama-3.1-70b --tp 2,4,8 --variant default,p2p-off \
+    python bench/gpu/tp_decode.py --model llama-3.1-70b --tp 2,4,8 --variant default,p2p-off \
         --out bench/results/tp_decode.json [--profile PROFILE.json] [--gpu h200]
-    python bench/tp_decode.py --tiny --tp 2 --backend gloo     # CPU smoke test
+    python bench/gpu/tp_decode.py --tiny --tp 2 --backend gloo     # CPU smoke test
 
 One process per rank (fresh per TP x variant, so NCCL_* settings apply; NVLink multicast is
 always off). Each rank holds its 1/TP shard of every layer, as Megatron-style TP does: fused QKV
@@ -32,7 +32,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 sys.path.insert(0, str(SRC))
 
 TINY = {

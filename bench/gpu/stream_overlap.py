@@ -19,7 +19,7 @@ shorter stream hidden, measured and modelled. bf16 throughout (the H200 has no F
 Marlin INT4 kernels are vLLM's): the kernels differ from an INT4/NVFP4 engine's, the question
 (do two decode-sized streams of small kernels overlap) does not.
 
-    python bench/stream_overlap.py [--layers 16] [--json OUT.json]   # PyTorch alone
+    python bench/gpu/stream_overlap.py [--layers 16] [--json OUT.json]   # PyTorch alone
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Two arrival patterns: ``staggered`` (each stream's tokens at its own phase, like
 requests) and ``synchronized`` (every stream emits at the same instants, like one batched
 decode step fanned out to all streams: the hardest case for a single-threaded client).
 
-Usage: .venv/bin/python bench/client_fidelity.py [--itl 0.02] [--tokens 100] [--vllm-bench]
+Usage: .venv/bin/python bench/validation/client_fidelity.py [--itl 0.02] [--tokens 100] [--vllm-bench]
 Prints a table, the highest stream count / chunk rate whose p99 error stays under 0.5 ms, and
 writes JSON to bench/results/ when --save is given.
 """
@@ -43,7 +43,7 @@ import numpy as np
 from ceiling.bench.client import Client
 from ceiling.bench.metrics import process
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SERVER = ROOT / "tests" / "sse_server.py"
 LIMIT_MS = 0.5
 

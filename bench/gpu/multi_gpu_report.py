@@ -1,7 +1,7 @@
 """Markdown summary of a multi-GPU session (issue 7): fitted alpha/beta per link kind, world size
 and variant; per-token allreduce cost; TP decode steps beside predict.
 
-    python bench/multi_gpu_report.py bench/results/<dir>/commbench.json \
+    python bench/gpu/multi_gpu_report.py bench/results/<dir>/commbench.json \
         bench/results/<dir>/tp_decode_*.json > bench/results/<dir>.md
 """
 

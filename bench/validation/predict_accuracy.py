@@ -12,7 +12,7 @@ whole slack (that evidence cannot be true in that step) or the model leaves time
 
 These rows are for validation only: no constant is fitted to them.
 
-    .venv/bin/python bench/predict_accuracy.py [--json]
+    .venv/bin/python bench/validation/predict_accuracy.py [--json]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ the runs and the ratio ceiling / vllm. ``vllm bench serve`` comes from ``.engine
 is missing, only ceiling runs and the JSON says so.
 
 Usage:
-    .venv/bin/python bench/client_vs_vllm.py [--streams 256,1024] [--runs 5]
+    .venv/bin/python bench/validation/client_vs_vllm.py [--streams 256,1024] [--runs 5]
         [--workers 1] [--save bench/results/client_vs_vllm-DATE_MACHINE.json]
 """
 
@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standins"))
 from synthetic_sse import SyntheticServer, Truth
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VLLM_PY = ROOT / ".engines" / "vllm" / "bin" / "python"
 TOKENIZER = ROOT / ".cache" / "tiny-model"
 

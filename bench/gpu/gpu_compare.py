@@ -1,10 +1,10 @@
 """predict (with a calibrated profile) beside measured H200 decode steps.
 
 Measured sources: ``../shared/data/h200_probe.json`` (a Llama-8B-shaped and a Qwen-32B-shaped
-bf16 step, ctx 1024, graph and eager) and any ``bench/tp_decode.py`` result files. predict runs
+bf16 step, ctx 1024, graph and eager) and any ``bench/gpu/tp_decode.py`` result files. predict runs
 here, on the CPU, with the current code, so the table can be re-made after predict changes.
 
-    python bench/gpu_compare.py --profile bench/results/<dir>/profile.json \
+    python bench/gpu/gpu_compare.py --profile bench/results/<dir>/profile.json \
         --tp-decode bench/results/<dir>/tp1_dense.json [--out compare.json]
 """
 
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 PROBE_CASES = {  # h200_probe.json key -> (catalog model, batch)

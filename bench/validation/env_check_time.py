@@ -2,7 +2,7 @@
 (cold: empty cache, one `import torch` in the checked Python; warm: cached loads), and whether it
 finds the five injected incompatibilities. Prints a table; `--json PATH` writes the figures.
 
-    .venv/bin/python bench/env_check_time.py [--repeats 3] [--json out.json]
+    .venv/bin/python bench/validation/env_check_time.py [--repeats 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 INJECTED = {
     "abi_mismatch_torch",

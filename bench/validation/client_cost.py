@@ -12,7 +12,7 @@ own process, stamping every chunk) through the same code ``ceiling bench`` runs
 Both timestamp paths can be measured: ``kernel`` (receive timestamps read with ``recvmsg``,
 the default on Linux) and ``socket`` (the event loop's read time in ``data_received``).
 
-Usage: .venv/bin/python bench/client_cost.py [--streams 256,1024] [--paths kernel,socket]
+Usage: .venv/bin/python bench/validation/client_cost.py [--streams 256,1024] [--paths kernel,socket]
        [--profile] [--save FILE]
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standins"))
 from synthetic_sse import SyntheticServer
 
 from ceiling.bench import pool as bench_pool
