@@ -10,7 +10,8 @@ single-stream row: the time the measured step leaves beyond the bound, what each
 evidence (table, prior, engine) costs of it, and where one source alone costs more than the
 whole slack (that evidence cannot be true in that step) or the model leaves time unexplained.
 
-These rows are for validation only: no constant is fitted to them.
+These rows are for validation only: no constant is fitted to them. The held-out rows' figures
+are printed apart from the rows the model was changed beside (`seen: yes`).
 
     .venv/bin/python bench/validation/predict_accuracy.py [--json]
 """
@@ -36,13 +37,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**res, "pairs": prs, "evidence_checks": ev}, indent=2))
         return 0
     print(
-        f"{'id':5} {'use':5} {'engine':6} {'metric':24} {'conc':>4} {'measured':>9} "
+        f"{'id':5} {'held':4} {'use':5} {'engine':6} {'metric':24} {'conc':>4} {'measured':>9} "
         f"{'expected':>9} {'err%':>7} {'bound':>9} {'margin%':>8}"
     )
     for m in res["modelled"]:
         flag = "  VIOLATION" if m["violation"] else ""
+        held = "yes" if m["held_out"] else ""
         print(
-            f"{m['id']:5} {m['use']:5} {m['engine']:6} {m['metric']:24} {m['concurrency']:>4} "
+            f"{m['id']:5} {held:4} {m['use']:5} {m['engine']:6} {m['metric']:24} "
+            f"{m['concurrency']:>4} "
             f"{m['measured']:>9.2f} {m['expected']:>9.2f} {m['error_pct']:>+7.1f} "
             f"{m['bound']:>9.2f} {m['bound_margin_pct']:>+8.1f}{flag}"
         )
@@ -52,15 +55,22 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\n{'group (single stream)':28} {'n':>3} {'median |err|':>13} {'p90 |err|':>10} {'viol':>5}"
     )
-    rows = {"ALL single stream": res["single_stream"], "all rows (any conc.)": res["all_rows"]}
+    rows = {
+        "HELD-OUT single stream": res["held_out_single_stream"],
+        "seen single stream": res["seen_single_stream"],
+        "HELD-OUT all rows": res["held_out_all_rows"],
+        "ALL single stream": res["single_stream"],
+        "all rows (any conc.)": res["all_rows"],
+    }
     rows.update(res["by_group"])
     for name, st in rows.items():
         print(
             f"{name:28} {st['n']:>3} {st['median_abs_error_pct']!s:>13} "
             f"{st['p90_abs_error_pct']!s:>10} {st['bound_violations']:>5}"
         )
+    print(f"held-out rows (seen: no): {', '.join(res['held_out_ids']) or 'none'}")
     print(f"\nbound violations (measurement beats the bound by > 5 %): {res['bound_violations']}")
-    print(f"\n{'pair':4} {'kind':28} {'measured':>9} {'predicted':>9} {'gap':>6}  sign  <=5pt")
+    print(f"\n{'pair':4} {'kind':28} {'measured':>9} {'predicted':>9} {'gap':>6}  sign  <=5pt held")
     ok_sign = ok_5 = 0
     for p in prs:
         if "skipped" in p:
@@ -71,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{p['id']:4} {p['kind'][:28]:28} {p['measured_delta_pct']:>+8.1f}% "
             f"{p['predicted_delta_pct']:>+8.1f}% {p['gap_points']:>6.1f}  "
-            f"{'yes' if p['right_sign'] else 'NO':4}  {'yes' if p['within_5_points'] else 'no'}"
+            f"{'yes' if p['right_sign'] else 'NO':4}  {'yes' if p['within_5_points'] else 'no':5} "
+            f"{'yes' if p['held_out'] else ''}"
         )
     print(f"pairs: right sign {ok_sign} of {len(prs)}, within 5 points {ok_5} of {len(prs)}")
     _print_checks(checks)

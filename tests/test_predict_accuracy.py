@@ -1,0 +1,150 @@
+"""predict's accuracy on published rows, accounted honestly: which rows are held out, one error
+sign convention, one percentile, the right-sign rule, and guards that ratchet on the figures.
+
+The guards are a ratchet: each figure below is what the code scored when the guard was set; a
+test fails when a figure gets more than RATCHET_POINTS worse. When a change improves a figure,
+lower its entry here (never raise one to make a test pass)."""
+
+from __future__ import annotations
+
+import csv
+from importlib import util
+
+import numpy as np
+import pytest
+
+from ceiling.predict import tables
+from ceiling.predict.calibration import (
+    evaluate,
+    is_held_out,
+    pairs,
+    percentile,
+    reference_dir,
+    speed_error_pct,
+    validation_csvs,
+)
+
+RATCHET_POINTS = 2.0
+
+# figures on 2026-12-02 (the speed sign convention; numpy's percentile), priors only
+PRIORS = {
+    "single_median": 12.3,
+    "single_p90": 56.3,
+    "first_pass_p90": 23.8,  # rows before V016 (decode_calibration.csv and V001-V015)
+    "vllm_median": 11.1,
+    "held_out_median": 17.6,
+    "held_out_p90": 44.5,
+}
+# the same with aiconfigurator-core 0.12.0's tables
+TABLES = {
+    "single_median": 12.9,
+    "single_p90": 48.0,
+    "first_pass_p90": 19.9,
+    "vllm_median": 10.7,
+    "held_out_median": 20.4,
+    "held_out_p90": 44.2,
+}
+PAIRS_RIGHT_SIGN = 7  # of 9 (priors and tables alike)
+PAIRS_WITHIN_5 = 3
+
+
+def _figures(res: dict) -> dict[str, float]:
+    first = [
+        abs(m["error_pct"])
+        for m in res["modelled"]
+        if m["use"] == "all" and m["concurrency"] == 1 and m["id"] < "V016"
+    ]
+    assert len(first) >= 25
+    return {
+        "single_median": res["single_stream"]["median_abs_error_pct"],
+        "single_p90": res["single_stream"]["p90_abs_error_pct"],
+        "first_pass_p90": round(percentile(first, 90), 1),
+        "vllm_median": res["by_group"]["engine=vllm"]["median_abs_error_pct"],
+        "held_out_median": res["held_out_single_stream"]["median_abs_error_pct"],
+        "held_out_p90": res["held_out_single_stream"]["p90_abs_error_pct"],
+    }
+
+
+def _ratchet(now: dict[str, float], then: dict[str, float]) -> None:
+    worse = {k: (now[k], v) for k, v in then.items() if now[k] > v + RATCHET_POINTS}
+    assert not worse, f"accuracy regressed by more than {RATCHET_POINTS} points: {worse}"
+
+
+def test_accuracy_ratchet_priors_only(priors_only):
+    res = evaluate()
+    assert res["single_stream"]["n"] >= 42
+    _ratchet(_figures(res), PRIORS)
+    skipped = {s["id"]: s["why"] for s in res["skipped"]}
+    assert "MTP" in skipped["D005"]
+
+
+@pytest.mark.skipif(util.find_spec("aiconfigurator_core") is None, reason="tables extra absent")
+def test_accuracy_ratchet_with_tables():  # pragma: no cover - optional extra
+    tables.info.cache_clear()
+    res = evaluate()
+    assert res["single_stream"]["n"] >= 42
+    _ratchet(_figures(res), TABLES)
+
+
+def test_what_if_pairs_ratchet(priors_only):
+    """Measured before/after pairs (whatif_pairs.csv), the right sign counted only when the
+    predicted change has the measured one's sign."""
+    prs = pairs()
+    assert len(prs) == 9
+    for p in prs:
+        assert p["right_sign"] == (
+            np.sign(p["measured_delta_pct"]) == np.sign(p["predicted_delta_pct"])
+        ), p
+    assert sum(p["right_sign"] for p in prs) >= PAIRS_RIGHT_SIGN
+    assert sum(p["within_5_points"] for p in prs) >= PAIRS_WITHIN_5
+    one = {p["id"]: p for p in prs}
+    assert one["P1"]["predicted_delta_pct"] < -10  # NVFP4 slower than INT4 on the same box
+    assert one["P2"]["predicted_delta_pct"] > 3  # one-shot beats NCCL on 4 PCIe GPUs
+
+
+def test_every_row_says_when_it_was_added_and_whether_it_was_seen():
+    """The accounting columns are filled on every reference row and pair; a held-out row was
+    added after the last change that moved a figure (46297e8 and later)."""
+    files = [*validation_csvs(), reference_dir() / "whatif_pairs.csv"]
+    held = []
+    for path in files:
+        for row in csv.DictReader(path.open()):
+            assert row["seen"] in ("yes", "no"), (path.name, row["id"])
+            date, commit = row["added"].split()
+            assert len(date) == 10 and len(commit) >= 7, row["added"]
+            assert row["seen_note"], row["id"]
+            if is_held_out(row):
+                held.append(row["id"])
+    assert held == [f"V0{n}" for n in range(28, 35)]
+    assert not is_held_out({"id": "X"})  # no column: nothing proves it held out
+
+
+def test_held_out_rows_are_reported_apart(priors_only):
+    res = evaluate()
+    held = [m for m in res["modelled"] if m["held_out"]]
+    assert {m["id"] for m in held} == set(res["held_out_ids"])
+    single = [m for m in held if m["use"] == "all" and m["concurrency"] == 1]
+    assert res["held_out_single_stream"]["n"] == len(single) > 0
+    assert res["seen_single_stream"]["n"] + len(single) == res["single_stream"]["n"]
+    errs = [abs(m["error_pct"]) for m in single]
+    assert res["held_out_single_stream"]["median_abs_error_pct"] == round(float(np.median(errs)), 1)
+
+
+def test_one_error_sign_convention_and_one_percentile():
+    """+ = predicted faster, for tok/s and ms rows alike; percentiles are numpy's default."""
+    assert speed_error_pct("decode_tok_s_per_stream", 100.0, 110.0) == pytest.approx(10.0)
+    assert speed_error_pct("tpot_ms", 11.0, 10.0) == pytest.approx(10.0)  # faster than measured
+    assert speed_error_pct("tpot_ms", 10.0, 11.0) < 0
+    assert speed_error_pct("e2e_batch_latency_s", 2.0, 1.0) == pytest.approx(100.0)
+    xs = [3.0, 1.0, 7.0, 2.0, 10.0]
+    assert percentile(xs, 90) == pytest.approx(float(np.percentile(xs, 90)))
+    assert percentile(xs, 50) == 3.0
+
+
+def test_ms_rows_are_scored_in_speed_terms(priors_only):
+    """A tpot_ms row whose expected step is shorter than the measured one has a + error."""
+    res = evaluate()
+    ms = [m for m in res["modelled"] if m["metric"] == "tpot_ms"]
+    assert ms
+    for m in ms:
+        assert (m["error_pct"] > 0) == (m["expected"] < m["measured"]), m
