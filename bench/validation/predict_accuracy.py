@@ -2,8 +2,9 @@
 
 Rows: data/predict/reference/decode_calibration.csv (shared) and decode_validation.csv (more
 published runs, each with its source). For each row: measured, expected, bound, error of
-expected, and the margin to the bound (negative beyond -5 %: the measurement beats the bound, a
-bug in the bound). Then median and p90 |error| of expected over single-stream rows, by engine,
+expected (+ = predicted faster, in every metric), whether it is held out (`seen: no` in its
+file: scored before any model change made with it in sight), and the margin to the bound
+(negative beyond -5 %: the measurement beats the bound, a bug in the bound). Then median and p90 |error| of expected over single-stream rows, by engine,
 GPU, weight format and MoE/dense; the bound violations; and the measured before/after pairs
 (whatif_pairs.csv) with the measured and predicted change. Last, the evidence check of every
 single-stream row: the time the measured step leaves beyond the bound, what each source of
