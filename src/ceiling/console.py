@@ -85,10 +85,21 @@ def dumps(obj: Any, indent: int | None = 2) -> str:
     return redact(json.dumps(obj, default=_default, indent=indent, allow_nan=False))
 
 
+#: JSON documents printed on stdout so far (the CLI prints a JSON error only where the command
+#: printed none: stdout never holds two documents)
+_emitted = [0]
+
+
 def emit_json(obj: Any) -> None:
     """Print one JSON document on stdout (the ``--json`` contract of every command)."""
     sys.stdout.write(dumps(obj) + "\n")
     sys.stdout.flush()
+    _emitted[0] += 1
+
+
+def json_documents() -> int:
+    """How many JSON documents :func:`emit_json` has printed in this process."""
+    return _emitted[0]
 
 
 class Progress:

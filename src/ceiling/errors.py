@@ -1,40 +1,91 @@
-"""One exception type for every expected failure, and one exit code per kind of failure.
+"""One exception type for every expected failure, one enum of exit codes, and the one place
+that maps an exception to its exit code.
 
-Modules raise :class:`CeilingError` with a message that names the problem and a ``fix`` that
-names the remedy; the CLI turns it into a one-line error and a non-zero exit code, never a
-traceback. Anything else that escapes is a bug and keeps its traceback.
+Modules raise :class:`CeilingError` with a message that names the problem, a ``fix`` that
+names the remedy and an :class:`ExitStatus`; the CLI (``ceiling.cli.main``) asks
+:func:`exit_status` what any exception means, prints ``error:``/``fix:`` lines (and, with
+``--json``, :func:`error_payload` on stdout) and exits with that code, never a traceback.
+Anything :func:`exit_status` does not know is a bug and keeps its traceback.
+(The pattern of httpie's ``status.ExitStatus`` + ``core.main``: one enum, one mapping.)
 
 Exit codes (docs/failures.md lists what each failure returns and what is kept):
 
-====  ==========================================================================================
-0     success
-1     the command ran, and its result is a failure: preflight found errors, every request
-      failed, the server died mid-run (partial result written)
-2     bad input: an option, an argument, a file (variant, plan, config, log, result) or an
-      output path; nothing was launched or measured (Click's usage errors are 2 as well)
-3     the engine: it died, or was not ready in time
-4     the server at ``--url``: unreachable, refused the API key, not an OpenAI-compatible API
-130   interrupted (Ctrl-C, SIGTERM, SIGHUP): children stopped, what was measured written
-====  ==========================================================================================
+====  ===========  ===============================================================================
+code  kind
+====  ===========  ===============================================================================
+0     ok           success
+1     failed       the command ran, and its result is a failure: preflight found errors, every
+                   request failed, the server died mid-run (partial result written)
+2     input        bad input: an option, an argument, a file (variant, plan, config, log,
+                   result) or an output path; nothing was launched or measured (Click's usage
+                   errors too)
+3     engine       the engine: it died, or was not ready in time
+4     server       the server at ``--url``: unreachable, refused the API key, not an
+                   OpenAI-compatible API
+130   interrupted  Ctrl-C, SIGTERM, SIGHUP: children stopped, what was measured written
+====  ===========  ===============================================================================
 """
 
 from __future__ import annotations
 
-EXIT_FAILED = 1
-EXIT_INPUT = 2
-EXIT_ENGINE = 3
-EXIT_SERVER = 4
-EXIT_INTERRUPTED = 130
+from enum import IntEnum
+from typing import Any
+
+
+class ExitStatus(IntEnum):
+    """Every exit code ceiling returns (an ``int``: ``sys.exit(ExitStatus.INPUT)`` exits 2)."""
+
+    OK = 0
+    FAILED = 1
+    INPUT = 2
+    ENGINE = 3
+    SERVER = 4
+    INTERRUPTED = 130
+
+    @property
+    def kind(self) -> str:
+        """The lower-case name (``"input"``), the ``kind`` of a JSON error."""
+        return self.name.lower()
 
 
 class CeilingError(Exception):
-    """An expected failure: bad input, missing tool, unreachable server, ..."""
+    """An expected failure: bad input, missing tool, unreachable server, ...
 
-    def __init__(self, message: str, fix: str | None = None, exit_code: int = EXIT_INPUT) -> None:
+    ``exit_code`` says which kind (default: bad input); it is always an :class:`ExitStatus`.
+    """
+
+    def __init__(
+        self, message: str, fix: str | None = None, exit_code: ExitStatus = ExitStatus.INPUT
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.fix = fix
-        self.exit_code = exit_code
+        self.exit_code = ExitStatus(exit_code)
 
     def __str__(self) -> str:
         return f"{self.message} ({self.fix})" if self.fix else self.message
+
+
+def exit_status(exc: BaseException) -> ExitStatus | None:
+    """The exit code an exception ends the CLI with; ``None`` for a bug (keep its traceback).
+
+    The one mapping: a :class:`CeilingError` carries its own; Click's usage and parameter
+    errors are bad input; an interrupt (``KeyboardInterrupt``, Click's ``Abort`` after EOF on a
+    prompt) is 130.
+    """
+    from typer.exceptions import Abort, TyperException  # Typer's vendored Click errors
+
+    if isinstance(exc, CeilingError):
+        return exc.exit_code
+    if isinstance(exc, TyperException):  # UsageError, BadParameter, NoSuchOption, FileError
+        return ExitStatus.INPUT
+    if isinstance(exc, KeyboardInterrupt | Abort):
+        return ExitStatus.INTERRUPTED
+    return None
+
+
+def error_payload(message: str, fix: str | None, status: ExitStatus | int) -> dict[str, Any]:
+    """The JSON object an error prints on stdout under ``--json`` (besides the stderr lines):
+    ``{"error", "fix", "exit_code", "kind"}``."""
+    status = ExitStatus(status)
+    return {"error": message, "fix": fix, "exit_code": int(status), "kind": status.kind}

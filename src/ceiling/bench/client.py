@@ -22,7 +22,7 @@ import aiohttp
 from ceiling.bench.http import HTTPError, Sink, StreamProtocol
 from ceiling.bench.pool import StreamPool
 from ceiling.bench.sse import SSESplitter
-from ceiling.errors import EXIT_SERVER, CeilingError
+from ceiling.errors import CeilingError, ExitStatus
 from ceiling.redact import API_KEY_ENV, env_api_key, redact
 
 __all__ = ["API_KEY_ENV", "Client", "RawStream", "api_key", "base_url", "redact"]
@@ -190,25 +190,25 @@ class Client:
             raise CeilingError(
                 f"no answer from {self.base} within 5 s",
                 fix="check the URL and that the server has finished loading (GET /health)",
-                exit_code=EXIT_SERVER,
+                exit_code=ExitStatus.SERVER,
             ) from err
         except aiohttp.ClientError as err:
             raise CeilingError(
                 f"cannot reach {self.base}: {redact(str(err)) or type(err).__name__}",
                 fix="check the host and port, and that the server is running",
-                exit_code=EXIT_SERVER,
+                exit_code=ExitStatus.SERVER,
             ) from err
         if status in (401, 403):
             raise CeilingError(
                 f"{url} refused the request (HTTP {status})",
                 fix="set CEILING_API_KEY (or OPENAI_API_KEY) to the server's API key",
-                exit_code=EXIT_SERVER,
+                exit_code=ExitStatus.SERVER,
             )
         if status == 404:
             raise CeilingError(
                 f"{url} does not exist (HTTP 404): not an OpenAI-compatible API root",
                 fix="pass the server root, e.g. --url http://127.0.0.1:8000",
-                exit_code=EXIT_SERVER,
+                exit_code=ExitStatus.SERVER,
             )
         if status != 200:
             if model:
@@ -216,7 +216,7 @@ class Client:
             raise CeilingError(
                 f"{url} answered HTTP {status}",
                 fix="pass --model explicitly, or check the server",
-                exit_code=EXIT_SERVER,
+                exit_code=ExitStatus.SERVER,
             )
         data = body.get("data") if isinstance(body, dict) else None
         ids = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else []
@@ -224,7 +224,7 @@ class Client:
             return model
         if not ids or not isinstance(ids[0], str):
             raise CeilingError(
-                f"{url} lists no model", fix="pass --model explicitly", exit_code=EXIT_SERVER
+                f"{url} lists no model", fix="pass --model explicitly", exit_code=ExitStatus.SERVER
             )
         return str(ids[0])
 

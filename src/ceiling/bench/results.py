@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ceiling.bench.metrics import RequestRecord
 from ceiling.bench.stats import Interval
 from ceiling.console import dumps
-from ceiling.errors import EXIT_FAILED, CeilingError
+from ceiling.errors import CeilingError, ExitStatus
 from ceiling.inputs import read_json
 
 SCHEMA_VERSION = 1
@@ -186,7 +186,7 @@ def save_result(result: RunResult, path: Path) -> Path:
         raise CeilingError(
             f"cannot write {path}: {exc.strerror or exc}; the result was saved to {rescue}",
             fix=f"move {rescue} where you want it",
-            exit_code=EXIT_FAILED,
+            exit_code=ExitStatus.FAILED,
         ) from None
     return path
 

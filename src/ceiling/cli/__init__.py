@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from ceiling.errors import CeilingError
+from ceiling.errors import CeilingError, ExitStatus
 
 app = typer.Typer(
     name="ceiling",
@@ -55,10 +55,10 @@ def _root(
         from ceiling import __version__
 
         typer.echo(__version__)
-        raise typer.Exit(0)
+        raise typer.Exit(ExitStatus.OK)
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())
-        raise typer.Exit(0)
+        raise typer.Exit(ExitStatus.OK)
 
 
 #: Metavars in --help: what the value is, not a Python type (``<list[Path]>``, ``<int range>``).
@@ -158,36 +158,63 @@ def _command() -> Any:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning expected failures into one-line errors.
 
-    Click handles usage errors itself (exit code 2 with a usage line); a :class:`CeilingError`
-    from any command becomes ``error: ...`` plus ``fix: ...`` on stderr and its exit code (see
-    ``ceiling.errors``); an interrupt (Ctrl-C, SIGTERM, SIGHUP) unwinds every ``finally`` and
-    exits 130. Messages pass through the secret redactor.
+    Every exception is mapped to its exit code by :func:`ceiling.errors.exit_status` (one
+    place): a :class:`CeilingError` becomes ``error: ...`` plus ``fix: ...`` on stderr, a Click
+    usage error its usage lines (exit 2), an interrupt (Ctrl-C, SIGTERM, SIGHUP) unwinds every
+    ``finally`` and exits 130. With ``--json`` the error is also one JSON object on stdout
+    (:func:`ceiling.errors.error_payload`), unless the command already printed its result
+    there. Messages pass through the secret redactor.
     """
-    from ceiling import interrupts
-    from ceiling.errors import EXIT_ENGINE, EXIT_INTERRUPTED
+    from ceiling import console, interrupts
+    from ceiling.errors import exit_status
     from ceiling.redact import redact
 
+    args = sys.argv[1:] if argv is None else list(argv)
     command = _command()
     previous = interrupts.install()
+    printed = console.json_documents()
     try:
-        command(args=argv, prog_name="ceiling")
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if code == EXIT_INTERRUPTED and interrupts.requested() is not None:
-            print(f"interrupted ({interrupts.describe()})", file=sys.stderr)
-        return code
-    except CeilingError as err:
-        message, fix = err.message, err.fix or f"see `ceiling {_command_of(argv)} --help`"
-        if err.exit_code != EXIT_ENGINE:  # one line: a value's own line breaks are shown as \n
-            message, fix = _one_line(message), _one_line(fix)
-        print(redact(f"error: {message}\n  fix: {fix}"), file=sys.stderr)
-        return err.exit_code
-    except KeyboardInterrupt:
-        print(f"interrupted ({interrupts.describe()})", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        code = command.main(args=args, prog_name="ceiling", standalone_mode=False)
+        code = 0 if code is None else code
+        if code == ExitStatus.INTERRUPTED and interrupts.requested() is not None:
+            _fail(args, f"interrupted ({interrupts.describe()})", None, code, printed)
+        return int(code)
+    except SystemExit as exc:  # sys.exit() inside a command: its code, as Click would
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException as exc:
+        status = exit_status(exc)
+        if status is None:
+            raise  # a bug: keep its traceback
+        if isinstance(exc, CeilingError):
+            message, fix = exc.message, exc.fix or f"see `ceiling {_command_of(args)} --help`"
+            if status != ExitStatus.ENGINE:  # one line: a value's own line breaks shown as \n
+                message, fix = _one_line(message), _one_line(fix)
+            print(redact(f"error: {message}\n  fix: {fix}"), file=sys.stderr)
+        elif status == ExitStatus.INTERRUPTED:
+            message, fix = f"interrupted ({interrupts.describe()})", None
+            print(message, file=sys.stderr)
+        else:  # Click's usage error: its own "Usage: ... / Error: ..." lines
+            exc.show()  # type: ignore[attr-defined]
+            message = exc.format_message()  # type: ignore[attr-defined]
+            fix = f"see `ceiling {_command_of(args)} --help`".replace("  ", " ")
+        _fail(args, message, fix, status, printed, stderr=False)
+        return int(status)
     finally:
         interrupts.restore(previous)
-    return 0
+
+
+def _fail(
+    args: list[str], message: str, fix: str | None, code: int, printed: int, stderr: bool = True
+) -> None:
+    """Say a failure: on stderr (unless already said), and with ``--json`` as one JSON object
+    on stdout when the command printed nothing there yet (never two documents)."""
+    from ceiling import console
+    from ceiling.errors import error_payload
+
+    if stderr:
+        print(message, file=sys.stderr)
+    if "--json" in args and console.json_documents() == printed:
+        console.emit_json(error_payload(message, fix, code))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
         from ceiling.bench.runner import run_bench
         from ceiling.console import console, emit_json
         from ceiling.console import out as stdout
-        from ceiling.errors import EXIT_FAILED, EXIT_INTERRUPTED
+        from ceiling.errors import ExitStatus
 
         if out is None:
             out = Path("ceiling-out") / time.strftime("bench-%Y%m%d-%H%M%S.json")
@@ -156,10 +156,10 @@ def register(app: typer.Typer) -> None:
             render_result(result, stdout(), str(out))
         if result.partial:
             console().print(f"partial result written to {out}: {result.partial_reason}")
-            raise typer.Exit(EXIT_INTERRUPTED if result.interrupted else EXIT_FAILED)
+            raise typer.Exit(ExitStatus.INTERRUPTED if result.interrupted else ExitStatus.FAILED)
         if sum(lv.completed for lv in result.levels) == 0:
             console().print(f"no request completed (errors: {result.errors}); result in {out}")
-            raise typer.Exit(EXIT_FAILED)
+            raise typer.Exit(ExitStatus.FAILED)
 
     @app.command("compare")
     def compare_cmd(

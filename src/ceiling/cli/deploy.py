@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from ceiling.errors import ExitStatus
+
 
 def deploy_cmd(
     variant: Path = typer.Argument(..., help="Variant file to deploy (e.g. a sweep's winner)."),
@@ -40,7 +42,7 @@ def deploy_cmd(
         validate=not no_validate,
     )
     show.deploy(result, json_out)
-    raise typer.Exit(0 if result.ok else 1)
+    raise typer.Exit(ExitStatus.OK if result.ok else ExitStatus.FAILED)
 
 
 def ready_cmd(

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import typer
 
+from ceiling.errors import ExitStatus
+
 
 def register(app: typer.Typer) -> None:
     """Add this group's commands to the app."""
@@ -43,7 +45,7 @@ def preflight_cmd(
             on_variant=lambda v: shown.update(f"{v.name}: asking {v.engine} for its flags"),
         )
     show.preflight(run, json_out)
-    raise typer.Exit(0 if run.ok else 1)
+    raise typer.Exit(ExitStatus.OK if run.ok else ExitStatus.FAILED)
 
 
 def launch_cmd(

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from ceiling.errors import ExitStatus
+
 
 def env_cmd(
     python: str = typer.Option(
@@ -32,7 +34,7 @@ def env_cmd(
 
     report = env_report(python, tp, shm_root, refresh, engine=engine, progress=not json_out)
     env(report, json_out)
-    raise typer.Exit(0 if report.ok else 1)
+    raise typer.Exit(ExitStatus.OK if report.ok else ExitStatus.FAILED)
 
 
 def register(app: typer.Typer) -> None:

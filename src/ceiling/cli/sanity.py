@@ -6,8 +6,10 @@ from pathlib import Path
 
 import typer
 
-#: exit codes (ceiling.errors): broken is a failed result (1); suspect is reported, not failed
-EXIT = {"ok": 0, "suspect": 0, "broken": 1}
+from ceiling.errors import ExitStatus
+
+#: broken is a failed result; suspect is reported, not failed
+EXIT = {"ok": ExitStatus.OK, "suspect": ExitStatus.OK, "broken": ExitStatus.FAILED}
 
 
 def register(app: typer.Typer) -> None:

@@ -10,7 +10,7 @@ import urllib.request
 
 from pydantic import BaseModel
 
-from ceiling.errors import EXIT_ENGINE, EXIT_SERVER, CeilingError
+from ceiling.errors import CeilingError, ExitStatus
 
 # our own server: never through an HTTP(S)_PROXY from the environment
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -48,13 +48,13 @@ def wait_ready(
             raise CeilingError(
                 f"the server process {pid} exited before {base} was ready",
                 fix="read its log (journalctl -u UNIT)",
-                exit_code=EXIT_ENGINE,
+                exit_code=ExitStatus.ENGINE,
             )
         if time.monotonic() - t0 > timeout_s:
             raise CeilingError(
                 f"{base} not ready after {timeout_s:.0f} s ({', '.join(paths)})",
                 fix="raise --timeout (large models load for many minutes) or read the log",
-                exit_code=EXIT_SERVER,
+                exit_code=ExitStatus.SERVER,
             )
         time.sleep(interval_s)
 

@@ -15,7 +15,7 @@ from ceiling.bench.client import base_url
 from ceiling.diagnose.schema import DoctorConfig, DoctorResult
 from ceiling.engines import engine_names
 from ceiling.engines.variant import load_variant
-from ceiling.errors import EXIT_FAILED, CeilingError
+from ceiling.errors import CeilingError, ExitStatus
 from ceiling.inputs import check_out_dir, check_server_url, read_text
 from ceiling.spec.hardware import load_gpu
 from ceiling.spec.model import catalog
@@ -88,17 +88,17 @@ def completed_requests(res: DoctorResult) -> int | None:
     return sum(lv.completed for b in res.bench.values() for lv in (b.levels or [b]))
 
 
-def outcome(res: DoctorResult) -> tuple[int, str | None]:
+def outcome(res: DoctorResult) -> tuple[ExitStatus, str | None]:
     """(exit code, why it is not 0): 1 when the server died or no request completed."""
     if res.server_died:
-        return EXIT_FAILED, f"the server died {res.server_death}"
+        return ExitStatus.FAILED, f"the server died {res.server_death}"
     if completed_requests(res) == 0:
         errors: dict[str, int] = {}
         for b in res.bench.values():
             for k, v in b.errors.items():
                 errors[k] = errors.get(k, 0) + int(v)
-        return EXIT_FAILED, f"no request completed (errors: {errors or 'none recorded'})"
-    return 0, None
+        return ExitStatus.FAILED, f"no request completed (errors: {errors or 'none recorded'})"
+    return ExitStatus.OK, None
 
 
 __all__ = ["OPTION_NAMES", "check_config", "completed_requests", "outcome"]

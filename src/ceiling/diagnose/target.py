@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from ceiling.errors import EXIT_SERVER, CeilingError
+from ceiling.errors import CeilingError, ExitStatus
 
 
 def _request(url: str) -> urllib.request.Request:
@@ -59,24 +59,24 @@ def served_models(url: str) -> list[dict[str, Any]]:
             raise CeilingError(
                 f"{url}/v1/models refused the request (HTTP {exc.code}): it needs an API key",
                 fix="set CEILING_API_KEY (or OPENAI_API_KEY) to the server's API key",
-                exit_code=EXIT_SERVER,
+                exit_code=ExitStatus.SERVER,
             ) from None
         raise CeilingError(
             f"no OpenAI-compatible API at {url} (GET /v1/models: HTTP {exc.code})",
             fix="pass the server root, e.g. --url http://127.0.0.1:8000",
-            exit_code=EXIT_SERVER,
+            exit_code=ExitStatus.SERVER,
         ) from None
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         raise CeilingError(
             f"no OpenAI-compatible server at {url}: {exc}",
             fix="start the server, or pass --variant FILE to let doctor launch it",
-            exit_code=EXIT_SERVER,
+            exit_code=ExitStatus.SERVER,
         ) from None
     entries = data.get("data") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise CeilingError(
             f"{url}/v1/models did not answer an OpenAI model list",
             fix="pass the server root of an OpenAI-compatible API, e.g. --url http://127.0.0.1:8000",
-            exit_code=EXIT_SERVER,
+            exit_code=ExitStatus.SERVER,
         )
     return [m for m in entries if isinstance(m, dict)]

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ceiling.console import Bars, Progress, dumps, say
-from ceiling.errors import CeilingError
+from ceiling.errors import CeilingError, ExitStatus
 from ceiling.inputs import check_out_file
 from ceiling.probe.calibrate import CalibrateConfig, CalibrateResult, run_calibrate
 from ceiling.probe.calibrate import to_profile as calibrate_profile
@@ -110,7 +110,7 @@ def commbench_to(
     return res
 
 
-def commbench_exit(res: CommbenchResult) -> int:
+def commbench_exit(res: CommbenchResult) -> ExitStatus:
     """The exit code of a commbench run: CeilingError when every run failed or a sum was
     wrong; 1 when some runs failed."""
     failed = [r.error for r in res.runs if r.error]
@@ -123,7 +123,7 @@ def commbench_exit(res: CommbenchResult) -> int:
             "an allreduce returned a wrong sum (see the 'check' column)",
             fix="suspect the driver/P2P path of that variant; retry with NCCL_P2P_DISABLE=1",
         )
-    return 1 if failed else 0
+    return ExitStatus.FAILED if failed else ExitStatus.OK
 
 
 def _nccl_fix(error: str) -> str:

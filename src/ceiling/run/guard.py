@@ -34,7 +34,7 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field, model_validator
 
-from ceiling.errors import CeilingError
+from ceiling.errors import CeilingError, ExitStatus
 
 SCHEMA_VERSION = 2  # 2: start times are psutil's creation times (seconds since the epoch)
 #: Seconds between SIGTERM and SIGKILL when the watchdog or ``ceiling stop`` ends a group.
@@ -231,7 +231,7 @@ class StopReport(BaseModel):
             raise CeilingError(
                 "some engine processes survived SIGKILL",
                 fix="check them with ps; they may belong to another user",
-                exit_code=1,
+                exit_code=ExitStatus.FAILED,
             )
 
 

@@ -39,7 +39,7 @@ from ceiling.engines import get_engine
 from ceiling.engines.base import Engine
 from ceiling.engines.death import DeathCause, classify_death
 from ceiling.engines.variant import Variant
-from ceiling.errors import EXIT_ENGINE, CeilingError
+from ceiling.errors import CeilingError, ExitStatus
 from ceiling.redact import redact_argv, redact_env
 from ceiling.run import guard
 from ceiling.run.guard import group_members as _group_members
@@ -92,7 +92,7 @@ class EngineDied(CeilingError):
             + (f"\n{quoted}" if quoted else "")
             + f"\n  log: {log_path}"
         )
-        super().__init__(message, fix=death.fix, exit_code=EXIT_ENGINE)
+        super().__init__(message, fix=death.fix, exit_code=ExitStatus.ENGINE)
         self.death = death
         self.cause = death.cause
         self.evidence = death.evidence
@@ -250,7 +250,7 @@ class Server:
                         f"(last phase: {self.phase}); stopped it. log: {self.log_path}",
                         fix=f"raise {timeout_option} (large models load for many minutes) "
                         "or read the log",
-                        exit_code=EXIT_ENGINE,
+                        exit_code=ExitStatus.ENGINE,
                     )
                 time.sleep(0.25)
 

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, Field
 
 import ceiling.sanity.detect as detect
-from ceiling.errors import EXIT_SERVER, CeilingError
+from ceiling.errors import CeilingError, ExitStatus
 from ceiling.sanity.spec import SanitySpec, load_spec
 
 Status = Literal["ok", "suspect", "broken", "skipped"]
@@ -108,7 +108,7 @@ class _Server:
             raise CeilingError(
                 f"no OpenAI-compatible server at {self.url}: {exc}",
                 fix="start the server, or pass --variant FILE to let ceiling launch it",
-                exit_code=EXIT_SERVER,
+                exit_code=ExitStatus.SERVER,
             ) from exc
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -123,13 +123,13 @@ class _Server:
             raise CeilingError(
                 f"{self.url} refused a completion request: HTTP {exc.code}: {detail}",
                 fix="check the model name and that the server serves /v1/completions",
-                exit_code=EXIT_SERVER,
+                exit_code=ExitStatus.SERVER,
             ) from exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise CeilingError(
                 f"no answer from {self.url}: {exc}",
                 fix="start the server, or pass --variant FILE to let ceiling launch it",
-                exit_code=EXIT_SERVER,
+                exit_code=ExitStatus.SERVER,
             ) from exc
 
 

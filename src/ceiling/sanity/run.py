@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from ceiling.console import console
 from ceiling.engines.variant import load_variant
-from ceiling.errors import EXIT_FAILED, CeilingError
+from ceiling.errors import CeilingError, ExitStatus
 from ceiling.run.launcher import launch
 from ceiling.sanity.checks import SanityReport, _Server, check_server
 
@@ -40,7 +40,7 @@ class SanityBroken(CeilingError):
             f"{report.model} at {report.url} gives broken output (sanity): {report.headline}",
             fix="fix the deployment before measuring it: compare its config, weights and "
             "tokenizer with the checkpoint's (see the sanity checks' evidence)",
-            exit_code=EXIT_FAILED,
+            exit_code=ExitStatus.FAILED,
         )
         self.report = report
 
