@@ -176,8 +176,10 @@ def test_profile_overrides_bandwidth_and_collectives(tmp_path):
 
 
 def test_bad_layouts():
-    with pytest.raises(CeilingError, match="multiple"):
+    with pytest.raises(CeilingError, match="needs 8 GPUs"):
         predict(PredictRequest(**{**FOUNDING, "gpus": 6}))
+    with pytest.raises(CeilingError, match="multiple"):
+        predict(PredictRequest(**{**FOUNDING, "gpus": 12}))
     with pytest.raises(CeilingError, match="dense model"):
         predict(PredictRequest(model="llama-3.1-8b", gpu="h200", tp=2, ep=2))
 

@@ -22,7 +22,9 @@ from ceiling.predict.schema import (
     StepBlock,
     WhatIf,
 )
+from ceiling.predict.validate import check_request, in_vendor_words
 from ceiling.predict.whatif import what_ifs
+from ceiling.spec.hardware import load_gpu
 
 __all__ = [
     "COMPONENTS",
@@ -47,10 +49,14 @@ _setup, _core, _model = setup, predict_one, load_spec
 
 
 def predict(req: PredictRequest) -> Prediction:
-    """The prediction, with the batch curve, the prefill estimate and (if asked) the what-ifs."""
+    """The prediction, with the batch curve, the prefill estimate and (if asked) the what-ifs.
+    A request that describes no hardware or layout that exists is refused first
+    (``validate.check_request``)."""
+    check_request(req)
     if req.hardware is not None and req.hardware.kind == "cpu":
         return predict_cpu(req, req.hardware)
     pred = predict_one(req)
     if req.what_if:
         pred.what_if = what_ifs(req, pred)
+    in_vendor_words(pred, load_gpu(req.gpu_name()))
     return pred

@@ -32,6 +32,7 @@ from ceiling.predict.step import (
     prefill_ms,
     weight_resident_bytes,
 )
+from ceiling.predict.validate import check_engine_vendor
 from ceiling.spec._data import load_yaml
 from ceiling.spec.checks import check_parallel
 from ceiling.spec.deployment import Deployment, engine_rules
@@ -77,10 +78,16 @@ def setup(req: PredictRequest, spec: ModelSpec | None = None) -> tuple[Setup, in
         spec = load_spec(req.model, req.weight_format)
     check_parallel(spec, req.tp, req.pp)  # what engines refuse is refused, not predicted
     gpu = load_gpu(req.gpu_name())
+    check_engine_vendor(req.engine, gpu)  # a what-if "other engine" row says it cannot run
     if req.power_limit is not None or req.mem_clock is not None:
         gpu = gpu.with_limits(req.power_limit, req.mem_clock)
     per_replica = req.tp * req.pp
     gpus = req.gpus or per_replica * (req.dp or 1)
+    if gpus < per_replica:
+        raise CeilingError(
+            f"tp x pp = {per_replica} needs {per_replica} GPUs, but --gpus is {gpus}",
+            fix=f"use --gpus {per_replica} (or more, as data-parallel replicas), or a smaller --tp",
+        )
     if gpus % per_replica:
         raise CeilingError(
             f"--gpus {gpus} is not a multiple of tp x pp = {per_replica}",

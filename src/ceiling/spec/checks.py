@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ceiling.errors import CeilingError
+from ceiling.spec._data import load_yaml
 
 #: config.json fields that are counts or sizes (>= 1 when present and not null)
 POSITIVE = (
@@ -70,6 +71,23 @@ def check_config_values(cfg: dict[str, Any], where: str) -> None:
                     f">= {low}",
                     fix="pass an unmodified Hugging Face config.json",
                 )
+    # sizes beyond every published model (data/predict/validity.yaml: the largest published
+    # value of each field, with headroom): a typo or a hostile file, never a model
+    for key, high in load_yaml("predict/validity.yaml")["model_max"].items():
+        value = cfg.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > high:
+            raise CeilingError(
+                f"config field '{key}' is {value!r} ({where}): no published model has more "
+                f"than {high}",
+                fix="pass an unmodified Hugging Face config.json",
+            )
+    heads, kv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
+    if isinstance(heads, int) and isinstance(kv, int) and kv > heads:
+        raise CeilingError(
+            f"config has {kv} KV heads but {heads} attention heads ({where}): every KV head "
+            "serves one or more attention heads, so there are never more KV heads",
+            fix="num_key_value_heads must be <= num_attention_heads (equal for MHA)",
+        )
 
 
 def parallel_refusal(spec: Any, tp: int, pp: int = 1) -> str | None:

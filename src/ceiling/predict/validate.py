@@ -1,0 +1,213 @@
+"""What cannot exist is refused, not predicted: impossible combinations and physical values.
+
+``predict`` answered every request with a number, also for setups that cannot run: TensorRT-LLM
+on an AMD GPU, NVLink between GPUs that have none, ``--link`` on one GPU (silently replaced by
+the GPU's default), ``--mem-clock 1e308``, a GPU file with a 10^9 GB/s memory. Each is now one
+``CeilingError`` (the CLI prints ``error:`` + ``fix:`` and exits 2) before any work is done.
+
+The limits are data (``data/predict/validity.yaml``: vendors per architecture, engines per
+vendor, physical ranges with the reason for each); this module only applies them:
+
+- :func:`check_request`: the user's own request (``api.predict``), with the rules that a
+  what-if may break on purpose (NVLink on a PCIe-only GPU is the hypothetical "NVLink instead"
+  row) and the ranges of every number;
+- :func:`check_engine_vendor`: the engine runs on this vendor's GPUs (in ``core.setup``, so a
+  what-if "other engine" row that cannot run is listed as such);
+- :func:`check_gpu`: a GPU's fields within what any hardware has (catalog or ``--gpu FILE``);
+- :func:`vendor_of` and :func:`reword`: the vendor's words in what predict prints (RCCL, HIP
+  graphs and xGMI on ROCm, never NCCL, CUDA graphs or NVLink).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, get_args
+
+from ceiling.errors import CeilingError
+from ceiling.predict.schema import PredictRequest
+from ceiling.spec._data import load_yaml
+from ceiling.spec.hardware import GPU, Link, load_gpu, load_link
+
+_NO_LINK = ("self", "none", "")
+
+
+def _data() -> dict[str, Any]:
+    data: dict[str, Any] = load_yaml("predict/validity.yaml")
+    return data
+
+
+def vendor_of(gpu: GPU) -> str:
+    """``nvidia`` or ``amd``, by the GPU's architecture class (nvidia when unknown: sm > 0)."""
+    vendors: dict[str, str] = _data()["vendors"]
+    return vendors.get(gpu.arch, "nvidia" if gpu.sm else "unknown")
+
+
+def check_engine_vendor(engine: str, gpu: GPU) -> None:
+    """The engine runs on this GPU's vendor (TensorRT-LLM: NVIDIA only)."""
+    vendor = vendor_of(gpu)
+    allowed: list[str] | None = _data()["engine_vendors"].get(engine)
+    if allowed is not None and vendor not in allowed:
+        known = get_args(PredictRequest.model_fields["engine"].annotation)
+        ok = [
+            e
+            for e, vs in _data()["engine_vendors"].items()
+            if vendor in vs and e != "generic" and e in known
+        ]
+        raise CeilingError(
+            f"--engine {engine} does not run on {gpu.name} ({vendor.upper()} {gpu.arch}): "
+            f"{engine} runs on {' and '.join(v.upper() for v in allowed)} GPUs only",
+            fix=f"use --engine {' or '.join(ok)} on {gpu.name}",
+        )
+
+
+def _finite(name: str, value: float | None) -> None:
+    if value is not None and not math.isfinite(value):
+        raise CeilingError(f"{name} is {value!r}: not a finite number", fix=f"pass a real {name}")
+
+
+def check_gpu(gpu: GPU) -> None:
+    """Every number of a GPU entry is finite, positive and within what any hardware has."""
+    ranges: dict[str, dict[str, Any]] = _data()["gpu"]
+    where = f"GPU {gpu.name}" + (f" ({gpu.source})" if gpu.source.startswith("user") else "")
+    for field, rng in ranges.items():
+        raw = getattr(gpu, field)
+        values = raw.items() if isinstance(raw, dict) else [(None, raw)]
+        for key, value in values:
+            label = f"{field}.{key}" if key else field
+            if value is None:
+                continue
+            if not math.isfinite(value) or value <= 0 or value > rng["max"]:
+                raise CeilingError(
+                    f"{where}: {label} = {value!r} is outside what any GPU has "
+                    f"(0 < {label} <= {rng['max']}: {rng['why']})",
+                    fix=f"give {label} from the GPU's datasheet",
+                )
+
+
+def _range(name: str, value: float, rule: dict[str, Any], unit: str = "") -> None:
+    lo, hi = rule.get("min", -math.inf), rule.get("max", math.inf)
+    if not lo <= value <= hi:
+        bounds = f"{lo}-{hi}" if "min" in rule else f"at most {hi}"
+        raise CeilingError(
+            f"{name} {value:g}{unit} is physically impossible here ({bounds}: {rule['why']})",
+            fix=f"pass a real {name} (see `ceiling predict --help`)",
+        )
+
+
+def check_request(req: Any) -> None:
+    """The user's request describes hardware and a layout that exist (``req``:
+    ``PredictRequest``; a CPU request only gets the number checks)."""
+    rules: dict[str, dict[str, Any]] = _data()["request"]
+    _finite("--mem-clock", req.mem_clock)
+    _finite("--power-limit", req.power_limit)
+    _range("--context", req.context, rules["context"])
+    _range("--prompt-len", req.prompt_len, rules["prompt_len"])
+    _range("--batch", req.batch, rules["batch"])
+    _range("tp x pp", req.tp * req.pp, rules["replica_gpus"], " GPUs")
+    if req.gpus is not None:
+        _range("--gpus", req.gpus, rules["gpus"])
+    if req.hardware is not None and req.hardware.kind == "cpu":
+        return
+    gpu = load_gpu(req.gpu_name())
+    check_gpu(gpu)
+    if req.mem_clock is not None and gpu.mem_clock_MHz:
+        ratio = req.mem_clock / gpu.mem_clock_MHz
+        rule = rules["mem_clock_ratio"]
+        if not rule["min"] <= ratio <= rule["max"]:
+            raise CeilingError(
+                f"--mem-clock {req.mem_clock:g} MHz is {ratio:.3g}x {gpu.name}'s "
+                f"{gpu.mem_clock_MHz:g} MHz memory clock ({rule['why']})",
+                fix=f"pass the clock nvidia-smi reports under load, {rule['min'] * gpu.mem_clock_MHz:.0f}"
+                f"-{rule['max'] * gpu.mem_clock_MHz:.0f} MHz on {gpu.name}",
+            )
+    if req.power_limit is not None and gpu.tdp_W:
+        ratio = req.power_limit / gpu.tdp_W
+        rule = rules["power_limit_ratio"]
+        if not rule["min"] <= ratio <= rule["max"]:
+            raise CeilingError(
+                f"--power-limit {req.power_limit:g} W is {ratio:.3g}x {gpu.name}'s "
+                f"{gpu.tdp_W:g} W board power ({rule['why']})",
+                fix=f"pass a cap of {rule['min'] * gpu.tdp_W:.0f}-{rule['max'] * gpu.tdp_W:.0f} W",
+            )
+    check_engine_vendor(req.engine, gpu)
+    if req.link and req.link.strip().lower() not in _NO_LINK:
+        _check_link(req, gpu, load_link(req.link))
+
+
+def _check_link(req: Any, gpu: GPU, link: Link) -> None:
+    """An explicit ``--link``: used at all, and one this GPU can have."""
+    world = req.tp * req.pp
+    dp = req.dp or ((req.gpus or world) // world)
+    if world == 1 and not (req.ep > 1 and dp > 1):
+        raise CeilingError(
+            f"--link {link.name} with one GPU per replica (tp x pp = 1): the link carries "
+            "nothing, and predict would silently ignore it",
+            fix="drop --link, or split the model over GPUs (--tp N) so that they talk",
+        )
+    if link.kind == "nvlink":
+        own = gpu.nvlink
+        family = link.name.removesuffix("-nop2p")
+        if own is None or family != own:
+            has = f"its link is {own}" if own else "it has no NVLink (PCIe only)"
+            word = "xGMI" if link.name.startswith("xgmi") else "NVLink"
+            raise CeilingError(
+                f"--link {link.name} on {gpu.name}: {word} of that kind does not exist on "
+                f"this GPU ({has})",
+                fix=f"use --link {own or _pcie_default(gpu)} (see `ceiling predict --list-links`)",
+            )
+        if own.endswith("-bridge") and world > 2:
+            raise CeilingError(
+                f"--link {link.name} joins two GPUs; tp x pp = {world} spans more than a pair",
+                fix=f"use --link {_pcie_default(gpu)} for {world} GPUs, or --tp 2",
+            )
+    m = re.match(r"pcie(\d)", link.name)
+    if m and int(m.group(1)) > gpu.pcie_gen:
+        raise CeilingError(
+            f"--link {link.name} on {gpu.name}: the GPU is PCIe Gen{gpu.pcie_gen}, so the link "
+            f"runs at Gen{gpu.pcie_gen} at most",
+            fix=f"use a pcie{gpu.pcie_gen}-* link (see `ceiling predict --list-links`)",
+        )
+
+
+def _pcie_default(gpu: GPU) -> str:
+    gen = gpu.pcie_gen if gpu.pcie_gen in (3, 4, 5) else 4
+    return f"pcie{gen}-switch" + ("" if gpu.p2p_supported else "-nop2p")
+
+
+def words(gpu: GPU) -> dict[str, str]:
+    """The vendor's words for the mechanisms predict names (``data/predict/validity.yaml``)."""
+    table: dict[str, str] = _data()["words"].get(vendor_of(gpu)) or {}
+    return table
+
+
+def reword(text: str, table: dict[str, str]) -> str:
+    """``text`` in the vendor's words (longest phrase first: 'CUDA graphs' before 'CUDA graph')."""
+    for src in sorted(table, key=len, reverse=True):
+        text = text.replace(src, table[src])
+    return text
+
+
+def collectives(gpu: GPU) -> dict[str, str]:
+    """The collective library and custom allreduce of this GPU's software stack."""
+    stacks: dict[str, dict[str, str]] = _data()["collectives"]
+    return stacks.get(vendor_of(gpu), stacks["nvidia"])
+
+
+def in_vendor_words(pred: Any, gpu: GPU) -> None:
+    """Say ``pred`` (a ``Prediction``) in the GPU vendor's words, in place: every text a person
+    reads (assumptions, component kinds, what-if rows, op notes); on ROCm one assumption names
+    the collective stack. Numbers and keys are untouched."""
+    table = words(gpu)
+    if not table:
+        return
+    stack = collectives(gpu)
+    pred.assumptions = [reword(a, table) for a in pred.assumptions] + [
+        f"collectives on ROCm: {stack['library']}; {stack['custom_allreduce'].strip()}"
+    ]
+    pred.component_kind = {k: reword(v, table) for k, v in pred.component_kind.items()}
+    for w in pred.what_if or []:
+        w.change, w.moved, w.note = (reword(t, table) for t in (w.change, w.moved, w.note))
+    for block in (pred.expected, pred.bound):
+        for op in block.ops if block is not None else []:
+            op.note = reword(op.note, table)
