@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 from ceiling.engines.facts import EngineFacts, StreamingTraits
 from ceiling.engines.flags import VALUE_TYPES, FlagSpec, FlagTable, Problem, ValueType, has_flag
 from ceiling.engines.logparse import LogGrammar, read_log
+from ceiling.engines.profiling import ProfilerSetup, unsupported
 from ceiling.engines.sampling import PromptLogprobs, read_openai_echo
 from ceiling.engines.variant import Arg, Variant
 from ceiling.errors import CeilingError
@@ -326,6 +327,20 @@ class Engine:
         if self.intended_absent and torch_version and self.intended_absent_when in torch_version:
             return dict(self.intended_absent)
         return {}
+
+    # ---- its own profiler (``ceiling trace capture``, ``doctor --trace``) -------------------
+    def profiler(
+        self, version: str | None, trace_dir: Path, steps: int, prefix: str = "ceiling"
+    ) -> ProfilerSetup:
+        """How this engine at ``version`` records a window of ``steps`` engine steps into
+        ``trace_dir`` (files named after ``prefix`` where the engine allows). The base answer:
+        ceiling knows no profiler of this engine."""
+        return unsupported(
+            self.name,
+            version,
+            f"ceiling knows no way to make {self.display_name or self.name} record its own kernels",
+            alternative="time the step from outside (the bench) only",
+        )
 
     # ---- sanity requests -----------------------------------------------------------------
     def token_ids_request(self) -> dict[str, Any]:

