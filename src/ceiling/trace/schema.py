@@ -1,0 +1,163 @@
+"""The nouns of ``ceiling.trace``: a rank's trace as read, and the measured split of its steps.
+
+Times inside a :class:`RankTrace` are the trace's own microseconds (``ts_us``, ``dur_us``);
+everything in a :class:`TraceSplit` is milliseconds per step (mean over the steps counted).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = 1
+
+EventKind = Literal["kernel", "memcpy", "memset", "cpu_op"]
+
+
+class KernelEvent(BaseModel):
+    """One GPU activity (kernel, memcpy, memset) or, in a CPU trace, one top-level operator."""
+
+    name: str
+    ts_us: float
+    dur_us: float
+    kind: EventKind = "kernel"
+    stream: int = Field(0, description="CUDA stream (GPU) or thread id (CPU operators)")
+    correlation: int | None = Field(None, description="links a kernel to its launch")
+    launch_ts_us: float | None = Field(
+        None, description="when the host launched it (the runtime call's start), if recorded"
+    )
+
+    @property
+    def end_us(self) -> float:
+        return self.ts_us + self.dur_us
+
+
+class Annotation(BaseModel):
+    """A profiler annotation (``record_function``/``ProfilerStep#N``) on the host timeline."""
+
+    name: str
+    ts_us: float
+    dur_us: float
+    thread: int = 0
+
+
+class RankTrace(BaseModel):
+    """One rank's trace: its GPU activities, or its top-level CPU operators on a CPU trace."""
+
+    schema_version: int = SCHEMA_VERSION
+    path: str
+    rank: int | None = Field(None, description="distributedInfo.rank, else from the file name")
+    world_size: int | None = None
+    device: Literal["gpu", "cpu"] = "gpu"
+    engine_hint: str | None = Field(None, description="engine named by the trace (vllm_version)")
+    engine_version: str | None = None
+    events: list[KernelEvent] = Field(default_factory=list, description="sorted by start")
+    annotations: list[Annotation] = Field(default_factory=list, description="sorted by start")
+    ops_thread: int | None = Field(None, description="CPU trace: the thread whose ops are read")
+    nested_ops_skipped: int = Field(0, description="CPU trace: operators inside another one")
+    notes: list[str] = Field(default_factory=list)
+
+
+class ClassTime(BaseModel):
+    """One op class of the step: wall time it holds per step (overlap counted once)."""
+
+    op_class: str
+    ms: float = Field(description="per step, mean over the steps counted")
+    calls: float = Field(description="kernels (or operators) per step")
+    share: float = Field(description="of the measured step")
+    impl: list[str] = Field(default_factory=list, description="implementations seen")
+    predict_ops: list[str] = Field(default_factory=list, description="predict's ops it measures")
+    transfer_ms: float | None = Field(
+        None, description="collectives on several ranks: time moving data (the shortest rank's)"
+    )
+    wait_ms: float | None = Field(
+        None, description="collectives on several ranks: time waiting for the slowest rank"
+    )
+
+
+class KernelStat(BaseModel):
+    name: str
+    op_class: str
+    impl: str = ""
+    ms: float = Field(description="per step (wall time held, overlap counted once)")
+    calls: float = Field(description="per step")
+    mean_us: float = Field(description="mean duration of one call (own duration)")
+
+
+class Unmatched(BaseModel):
+    name: str
+    ms: float = Field(description="per step")
+    count: float = Field(description="per step")
+
+
+class OverlapNote(BaseModel):
+    """Time of a side stream that ran while the main stream was busy: counted once (in the
+    main stream's class); what overlapped is named here."""
+
+    stream: int
+    op_class: str
+    hidden_ms: float = Field(description="per step, hidden behind the main stream")
+    own_ms: float = Field(description="per step, the side stream's kernels' own time")
+    top_kernels: list[str] = Field(default_factory=list)
+
+
+class StepTime(BaseModel):
+    index: int
+    start_us: float
+    ms: float
+    busy_ms: float
+    idle_ms: float
+    label: str = ""
+
+
+class RankSplit(BaseModel):
+    """One rank's split (the same accounting as the headline, for this rank alone)."""
+
+    rank: int | None
+    path: str
+    device: Literal["gpu", "cpu"]
+    step_ms: float
+    idle_ms: float
+    steps: int
+    classes: dict[str, float] = Field(description="op class -> ms per step")
+    collective_wait_ms: float | None = None
+
+
+class TraceSplit(BaseModel):
+    """The measured decode step of a trace, by op class: per step, classes + idle == step.
+
+    With several ranks the headline is the slowest rank's (the step waits for it); per-rank
+    splits, their spread and the time collectives spent waiting for the slowest rank follow.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    engine: str | None = None
+    engine_version: str | None = None
+    device: Literal["gpu", "cpu"] = "gpu"
+    step_source: str = Field(description="how steps were found: annotation name, or periodic")
+    steps: int = Field(description="steps counted")
+    steps_skipped: dict[str, int] = Field(
+        default_factory=dict, description="why steps were left out (partial, prefill, ...)"
+    )
+    step_ms: float = Field(description="measured step, mean over the steps counted")
+    step_ms_min: float = 0.0
+    step_ms_max: float = 0.0
+    busy_ms: float = Field(description="wall time with at least one kernel running, per step")
+    idle_ms: float = Field(description="GPU idle inside the step: host/launch overhead class")
+    classes: list[ClassTime] = Field(description="largest first; sums with idle to the step")
+    coverage: float = Field(description="classified share of kernel time (1 - unmatched)")
+    unmatched: list[Unmatched] = Field(default_factory=list)
+    top_kernels: list[KernelStat] = Field(default_factory=list)
+    overlap: list[OverlapNote] = Field(default_factory=list)
+    per_step: list[StepTime] = Field(default_factory=list, description="the headline rank's")
+    ranks: list[RankSplit] = Field(default_factory=list)
+    slowest_rank: int | None = None
+    rank_spread_pct: float | None = Field(
+        None, description="(slowest - fastest) / fastest mean step, percent"
+    )
+    missing_ranks: list[int] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+    def class_ms(self, op_class: str) -> float:
+        return next((c.ms for c in self.classes if c.op_class == op_class), 0.0)
