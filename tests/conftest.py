@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import uuid
+from pathlib import Path
+
 import pytest
 
 
@@ -14,3 +19,18 @@ def priors_only(monkeypatch):
     tables.info.cache_clear()
     yield
     tables.info.cache_clear()
+
+
+@pytest.fixture
+def shm_dir():
+    """A private directory on the real shared-memory tmpfs (``shm --apply`` deletes only on
+    one)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    d = shm / f"ceiling-test-{uuid.uuid4().hex[:12]}"
+    d.mkdir()
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

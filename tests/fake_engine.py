@@ -4,7 +4,8 @@ Behaviours, by flag: ``--ignore-term`` (ignores SIGTERM, as vLLM's API server do
 engine core starts), ``--never-ready`` (loads forever), ``--api-key K`` (``/v1/models`` wants
 ``Authorization: Bearer K``; ``/health`` is open, as in vLLM; or ``VLLM_API_KEY``), ``--hidden-key K`` (the same, but
 the key comes from somewhere ceiling cannot see). It always starts a child process in its group
-(like vLLM's EngineCore), which also ignores SIGTERM with ``--ignore-term``.
+(like vLLM's EngineCore), which also ignores SIGTERM with ``--ignore-term``. ``--die-at-start``
+exits 1 before it listens.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ for flag in ("--api-key", "--hidden-key"):
     if flag in args:
         key = args[args.index(flag) + 1]
 ignore = "--ignore-term" in args
+if "--die-at-start" in args:
+    print("ValueError: the fake engine dies at start-up", flush=True)
+    sys.exit(1)
 if ignore:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 child = subprocess.Popen([sys.executable, "-c",

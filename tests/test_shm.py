@@ -7,7 +7,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from ceiling.cli import main
+from ceiling.errors import CeilingError
 from ceiling.run.shm import clean, scan
 
 HOLDER = """
@@ -27,7 +30,8 @@ def make(root, name, size=4096):
     return p
 
 
-def test_dry_run_lists_and_apply_removes_only_stale(tmp_path):
+def test_dry_run_lists_and_apply_removes_only_stale(shm_dir):
+    tmp_path = shm_dir
     stale = make(tmp_path, "psm_deadbeef")
     stale2 = make(tmp_path, "nccl-shm-123")
     mapped = make(tmp_path, "vllm_ringbuffer_1")
@@ -69,3 +73,27 @@ def test_cli_shm_json(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["applied"] is False and len(data["segments"]) == 1
     assert (tmp_path / "psm_1").exists()
+
+
+@pytest.mark.parametrize("root", ["", "   ", "{tmp}"])
+def test_apply_refuses_anything_but_a_shared_memory_filesystem(root, tmp_path, capsys,
+                                                               monkeypatch):  # fmt: skip
+    """Issue 25: `shm --root "" --apply` took the working directory for /dev/shm and deleted
+    files there. Now --apply works only where statfs says tmpfs; listing stays allowed."""
+    seg = make(tmp_path, "psm_deadbeef")
+    monkeypatch.chdir(tmp_path)  # "" would be the working directory
+    assert main(["shm", "--root", root.format(tmp=tmp_path), "--apply"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --root") and "fix: " in err
+    assert seg.exists()
+    with pytest.raises(CeilingError):
+        clean(tmp_path, apply=True)  # the library refuses as well, not only the CLI
+    assert seg.exists()
+    if root == "{tmp}":
+        assert main(["shm", "--root", str(tmp_path), "--json"]) == 0  # listing is harmless
+
+
+def test_apply_on_tmpfs_works(shm_dir, capsys):
+    seg = make(shm_dir, "psm_deadbeef")
+    assert main(["shm", "--root", str(shm_dir), "--apply", "--json"]) == 0
+    assert not seg.exists()

@@ -35,17 +35,6 @@ sys.stdin.read()
 SHM = Path("/dev/shm")
 
 
-@pytest.fixture
-def shm_dir():
-    """A private directory on the real shared-memory tmpfs."""
-    if not SHM.is_dir() or not os.access(SHM, os.W_OK):
-        pytest.skip("no writable /dev/shm")
-    d = SHM / f"ceiling-test-{uuid.uuid4().hex[:12]}"
-    d.mkdir()
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _make(d: Path) -> dict[str, Path]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,11 +29,19 @@ M = TypeVar("M", bound=BaseModel)
 _SNIFF = 8192
 
 
-def read_text(path: str | Path, what: str, fix: str) -> str:
-    """The UTF-8 text of ``path``; ``what`` names it in messages ("variant file", "--log")."""
+#: The most ceiling reads of one input file (a variant, a plan, a config, a result, a log):
+#: a path to /dev/zero or a runaway log must not grow the process until the kernel kills it.
+MAX_INPUT_BYTES = 256 << 20
+
+
+def read_bytes(path: str | Path, what: str, fix: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of ``path``: a regular file of at most ``limit`` bytes. A directory, a device
+    (``/dev/zero``), a FIFO (which would block for ever) or a socket is refused before a byte is
+    read; the file is opened non-blocking and checked again through its descriptor, so a path
+    swapped for a FIFO meanwhile cannot hang us either."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise CeilingError(f"{what} not found: {p}", fix=fix) from None
     except IsADirectoryError:
@@ -41,6 +50,40 @@ def read_text(path: str | Path, what: str, fix: str) -> str:
         raise CeilingError(f"{what} {p} is not readable (permission denied)", fix=fix) from None
     except OSError as exc:
         raise CeilingError(f"cannot read {what} {p}: {exc.strerror or exc}", fix=fix) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise CeilingError(f"{what} {p} is a directory, not a file", fix=fix)
+        if not stat.S_ISREG(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise CeilingError(f"{what} {p} is {kind}, not a regular file", fix=fix)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise CeilingError(f"cannot read {what} {p}: {exc.strerror or exc}", fix=fix) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise CeilingError(
+            f"{what} {p} is larger than {limit >> 20} MiB: not a file ceiling reads", fix=fix
+        )
+    return data
+
+
+_KINDS = {
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def read_text(path: str | Path, what: str, fix: str, limit: int = MAX_INPUT_BYTES) -> str:
+    """The UTF-8 text of ``path``; ``what`` names it in messages ("variant file", "--log").
+    See :func:`read_bytes` for what is refused."""
+    p = Path(path)
+    data = read_bytes(p, what, fix, limit)
     if b"\0" in data[:_SNIFF]:
         raise CeilingError(f"{what} {p} is a binary file, not text", fix=fix)
     try:
@@ -52,11 +95,25 @@ def read_text(path: str | Path, what: str, fix: str) -> str:
         ) from None
 
 
+class _NonFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    """Python's json reads ``NaN``/``Infinity`` (not JSON): every number after that would be
+    poisoned, so such a file is refused where it is read."""
+    raise _NonFinite(name)
+
+
 def read_json(path: str | Path, what: str, fix: str) -> Any:
     """The JSON document in ``path`` (see :func:`read_text`); malformed JSON is one line too."""
     text = read_text(path, what, fix)
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
+    except _NonFinite as exc:
+        raise CeilingError(
+            f"{what} {path} holds {exc}, not a number (JSON has no NaN or infinity)", fix=fix
+        ) from None
     except json.JSONDecodeError as exc:
         raise CeilingError(
             f"{what} {path} is not valid JSON (line {exc.lineno}: {exc.msg})", fix=fix

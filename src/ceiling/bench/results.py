@@ -7,7 +7,6 @@ a sweep. Per-repeat summaries sit under ``repeats`` and confidence intervals und
 
 from __future__ import annotations
 
-import stat
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from ceiling.bench.stats import Interval
 from ceiling.console import dumps
 from ceiling.errors import CeilingError, ExitStatus
 from ceiling.inputs import read_json
+from ceiling.outputs import write_atomic
 
 SCHEMA_VERSION = 1
 KIND = "ceiling.bench.result"
@@ -173,18 +173,11 @@ def save_result(result: RunResult, path: Path) -> Path:
     if path.is_dir():
         raise CeilingError(f"--out {path} is a directory", fix="name a file, e.g. run.json")
     try:
-        if path.exists() and not stat.S_ISREG(path.stat().st_mode):
-            with path.open("w") as f:
-                f.write(text)
-            return path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as exc:
+        write_atomic(path, text, what="result")
+    except CeilingError as exc:
         rescue = _rescue(text)  # what was measured is never lost to a bad path
         raise CeilingError(
-            f"cannot write {path}: {exc.strerror or exc}; the result was saved to {rescue}",
+            f"{exc.message}; the result was saved to {rescue}",
             fix=f"move {rescue} where you want it",
             exit_code=ExitStatus.FAILED,
         ) from None

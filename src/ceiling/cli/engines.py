@@ -115,7 +115,7 @@ def inspect_cmd(
 
 def shm_cmd(
     apply: bool = typer.Option(False, "--apply", help="Delete the stale segments (default: list)."),
-    root: Path = typer.Option(Path("/dev/shm"), "--root", help="Directory to scan."),
+    root: str = typer.Option("/dev/shm", "--root", help="Directory to scan (--apply: tmpfs only)."),
     json_out: bool = typer.Option(False, "--json", help="Print the listing as JSON."),
 ) -> None:
     """List /dev/shm segments engines/NCCL leave behind; --apply removes those nobody uses.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from pydantic import BaseModel, Field, computed_field
@@ -10,6 +9,7 @@ from pydantic import BaseModel, Field, computed_field
 from ceiling.deploy.render import DeployFile, DeployPlan, build_plan
 from ceiling.deploy.validate import Validation, verify_compose, verify_unit
 from ceiling.engines.variant import load_variant
+from ceiling.outputs import write_atomic
 
 
 def write_plan(plan: DeployPlan) -> list[str]:
@@ -27,14 +27,7 @@ def write_plan(plan: DeployPlan) -> list[str]:
 
 
 def _write(f: DeployFile) -> None:
-    path = Path(f.path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, f.mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(f.content)
-    os.chmod(tmp, f.mode)
-    tmp.replace(path)
+    write_atomic(Path(f.path), f.content, mode=f.mode, what="deploy file")
 
 
 def validate_plan(plan: DeployPlan) -> list[Validation]:

@@ -53,6 +53,7 @@ from ceiling.diagnose.verdict import broken_output_verdict
 from ceiling.engines.preflight import preflight
 from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError
+from ceiling.outputs import write_atomic
 from ceiling.probe.telemetry import TelemetrySampler
 from ceiling.redact import redact, use_api_key
 from ceiling.run.launcher import launch
@@ -415,7 +416,7 @@ def _finish(res: DoctorResult, out: Path, report: Reporter | None) -> None:
         res.files["report_md"] = str(out / "report.md")
         res.files["report_html"] = str(out / "report.html")
     text = redact(dumps(res))  # an API key never reaches the files a user keeps or shares
-    path.write_text(text + "\n", encoding="utf-8")
+    write_atomic(path, text + "\n", what="doctor result")
     if report is not None:
         # rendered from the file's own content (redacted), read back as the nouns it holds
         report(DoctorResult.model_validate_json(text), out)

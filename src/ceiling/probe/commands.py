@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from ceiling.console import Bars, Progress, dumps, say
 from ceiling.errors import CeilingError, ExitStatus
 from ceiling.inputs import check_out_file
+from ceiling.outputs import write_atomic
 from ceiling.probe.calibrate import CalibrateConfig, CalibrateResult, run_calibrate
 from ceiling.probe.calibrate import to_profile as calibrate_profile
 from ceiling.probe.calibrate_ops import OpsConfig, OpsResult, run_ops, to_profile_ops
@@ -52,8 +53,7 @@ def _check_outputs(**paths: Path | None) -> None:
 
 def _write(path: Path | None, obj: Any) -> None:
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(dumps(obj) + "\n")
+        write_atomic(path, dumps(obj) + "\n", what="result")
         say(f"wrote {path}")
 
 
@@ -94,8 +94,7 @@ def commbench_to(
 
     def checkpoint(partial: CommbenchResult, final: bool = False) -> None:
         if results is not None:
-            results.parent.mkdir(parents=True, exist_ok=True)
-            results.write_text(dumps(partial) + "\n")
+            write_atomic(results, dumps(partial) + "\n", what="--results")
         if out is not None:
             prof = commbench_profile(partial)
             save_profile(base.merge(prof) if base is not None else prof, out)

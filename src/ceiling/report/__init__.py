@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from ceiling.diagnose.schema import DoctorResult
 from ceiling.errors import CeilingError
 from ceiling.inputs import check_out_dir, read_json
+from ceiling.outputs import write_atomic
 from ceiling.redact import redact
 from ceiling.report.html import render_html
 from ceiling.report.markdown import Doc, render_markdown
@@ -36,11 +37,11 @@ def render(
     paths: dict[str, str] = {}
     if "md" in formats:
         p = out / f"{stem}.md"
-        p.write_text(redact(render_markdown(doc)), encoding="utf-8")
+        write_atomic(p, redact(render_markdown(doc)), what="report")
         paths["md"] = str(p)
     if "html" in formats:
         p = out / f"{stem}.html"
-        p.write_text(redact(render_html(doc)), encoding="utf-8")
+        write_atomic(p, redact(render_html(doc)), what="report")
         paths["html"] = str(p)
     return paths
 

@@ -40,6 +40,7 @@ from ceiling.engines.base import Engine
 from ceiling.engines.death import DeathCause, classify_death
 from ceiling.engines.variant import Variant
 from ceiling.errors import CeilingError, ExitStatus
+from ceiling.outputs import safe_name, write_atomic
 from ceiling.redact import redact_argv, redact_env
 from ceiling.run import guard
 from ceiling.run.guard import group_members as _group_members
@@ -387,6 +388,8 @@ def start(
     env.update(variant.env)
     env.update(plan.env)
     env["NO_COLOR"] = "1"
+    # every process of the engine inherits it: what proves a group ours later (guard.py)
+    token = env[guard.TOKEN_ENV] = guard.new_token()
     key = engine.api_key(variant, env)
     log_dir = Path(variant.log_dir)
     try:
@@ -397,7 +400,7 @@ def start(
             fix="set `log_dir:` in the variant to a writable directory",
         ) from None
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    log_path = (log_dir / f"{variant.name}-{stamp}-{port}.log").resolve()
+    log_path = (log_dir / f"{safe_name(variant.name)}-{stamp}-{port}.log").resolve()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             plan.argv,
@@ -408,34 +411,36 @@ def start(
             start_new_session=True,
         )
     server = Server(variant, engine, proc, port, log_path, plan.notes, api_key=key)
-    _guard(server)
-    meta = {
-        "schema_version": 1,
-        "variant": variant.name,
-        "engine": engine.name,
-        "engine_version": install.version,
-        "argv": redact_argv(plan.argv),
-        "variant_env": redact_env(variant.env),
-        "pid": proc.pid,
-        "port": port,
-        "watchdog_pid": server.watchdog.pid if server.watchdog else None,
-        "notes": plan.notes,
-        "started": stamp,
-    }
-    log_path.with_suffix(".launch.json").write_text(json.dumps(meta, indent=2) + "\n")
-    if wait:
-        try:
+    try:
+        _guard(server, token)
+        meta = {
+            "schema_version": 1,
+            "variant": variant.name,
+            "engine": engine.name,
+            "engine_version": install.version,
+            "argv": redact_argv(plan.argv),
+            "variant_env": redact_env(variant.env),
+            "pid": proc.pid,
+            "port": port,
+            "watchdog_pid": server.watchdog.pid if server.watchdog else None,
+            "notes": plan.notes,
+            "started": stamp,
+        }
+        write_atomic(log_path.with_suffix(".launch.json"), json.dumps(meta, indent=2) + "\n",
+                     what="launch record")  # fmt: skip
+        if wait:
             server.wait_ready(timeout_s, progress=progress, timeout_option=timeout_option)
-        except BaseException:
-            if server.alive() or _group_members(server.pid):
-                server.stop()
-            raise
+    except BaseException:
+        # every way out of a start that did not come up: the group stopped (if it still
+        # runs), the watchdog ended, the record removed (an engine that died at start-up too)
+        server.stop()
+        raise
     return server
 
 
-def _guard(server: Server) -> None:
+def _guard(server: Server, token: str) -> None:
     """The watchdog and the record that keep the engine from outliving us (``guard.py``)."""
-    server.watchdog = guard.spawn_watchdog(server.pid)
+    server.watchdog = guard.spawn_watchdog(server.pid, token)
     guard.write_record(
         guard.ServerRecord(
             pid=server.pid,
@@ -448,6 +453,7 @@ def _guard(server: Server) -> None:
             owner_pid=os.getpid(),
             owner_start=guard.start_time(os.getpid()),
             watchdog_pid=server.watchdog.pid if server.watchdog else None,
+            token=token,
         )
     )
 

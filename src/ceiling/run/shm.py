@@ -20,6 +20,7 @@ mapping (``/proc/PID/maps``) are not in its API. psutil gives the list of proces
 
 from __future__ import annotations
 
+import ctypes
 import fnmatch
 import os
 import stat as statmod
@@ -224,6 +225,8 @@ def clean(root: Path = Path("/dev/shm"), apply: bool = False) -> ShmReport:
     When some processes could not be inspected (other users' processes), nothing is deleted
     unless the segment is owned by us: we cannot prove those processes do not use it.
     """
+    if apply:
+        check_shm_root(root, apply=True)
     report = scan(root)
     report.applied = apply
     if not apply:
@@ -252,14 +255,51 @@ def clean(root: Path = Path("/dev/shm"), apply: bool = False) -> ShmReport:
     return report
 
 
-def shm_report(root: Path = Path("/dev/shm"), apply: bool = False) -> ShmReport:
+#: statfs(2) f_type of a shared-memory filesystem (linux/magic.h).
+TMPFS_MAGIC = 0x01021994
+
+
+def fs_type(path: str | Path) -> int | None:
+    """statfs(2) ``f_type`` of the filesystem holding ``path`` (None when it cannot be read).
+
+    By hand through ctypes: Python has statvfs (no type field) but no statfs, and matching
+    /proc/mounts by path text would be fooled by symlinks and bind mounts. ``f_type`` is the
+    first field of ``struct statfs`` on every Linux architecture; the buffer is larger than
+    any architecture's struct."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        buf = ctypes.create_string_buffer(512)
+        if libc.statfs(os.fsencode(str(path)), buf) != 0:
+            return None
+        return int(ctypes.c_long.from_buffer(buf).value) & 0xFFFFFFFF
+    except (OSError, AttributeError, ValueError):
+        return None
+
+
+def check_shm_root(root: str | Path, apply: bool) -> Path:
+    """The root to scan: an existing directory; with ``apply`` also a shared-memory (tmpfs)
+    filesystem, checked by filesystem type, so that no path (``--root ""`` = the working
+    directory, ``--root ~``) ever lets ``--apply`` delete ordinary files."""
+    fix = "pass the shared-memory mount, e.g. --root /dev/shm"
+    if not str(root).strip():
+        raise CeilingError("--root is empty", fix=fix)
+    path = Path(root)
+    if not path.is_dir():
+        raise CeilingError(f"--root {root} is not a directory", fix=fix)
+    if apply and fs_type(path) != TMPFS_MAGIC:
+        raise CeilingError(
+            f"--root {root} is not on a shared-memory (tmpfs) filesystem: --apply deletes "
+            "only there",
+            fix=fix + " (without --apply any directory is listed)",
+        )
+    return path
+
+
+def shm_report(root: str | Path = Path("/dev/shm"), apply: bool = False) -> ShmReport:
     """``ceiling shm``: the listing (``apply``: and what was removed), with the engine servers
     whose ceiling is gone (``ceiling stop`` ends them and frees their segments)."""
-    if not root.is_dir():
-        raise CeilingError(
-            f"--root {root} is not a directory", fix="pass the shared-memory mount, e.g. /dev/shm"
-        )
-    report = clean(root, apply=apply)
+    path = check_shm_root(root, apply)
+    report = clean(path, apply=apply)
     report.orphans = orphans()
     report.orphan_of = {pid: rec.pid for rec in report.orphans for pid in rec.members()}
     report.orphaned_engines = sorted(set(report.orphan_of.values()))

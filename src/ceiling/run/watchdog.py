@@ -1,10 +1,11 @@
-"""``python -m ceiling.run.watchdog PGID OWNER_PID``: end an engine's group when ceiling dies.
+"""``python -m ceiling.run.watchdog PGID OWNER_PID [TOKEN]``: end an engine's group when ceiling dies.
 
 Started by the launcher beside each engine (see :mod:`ceiling.run.guard`), in its own session.
 It blocks on a pidfd of the owner (Linux >= 5.3; else it polls ``getppid`` once a second), and
 checks once a second whether the engine's group still exists: when the group is gone (ceiling
 stopped it), it exits; when the owner is gone first, it ends the group (SIGTERM, SIGKILL after
-:data:`ceiling.run.guard.KILL_GRACE_S`) and removes the server's record. It imports nothing heavy.
+:data:`ceiling.run.guard.KILL_GRACE_S`). Either way, once the group is gone it removes the
+server's record (the one holding TOKEN: never a newer server's that got the same PID). It imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ def watch(pgid: int, owner: int) -> str:
 
 def main(argv: list[str]) -> int:
     pgid, owner = int(argv[0]), int(argv[1])
+    token = argv[2] if len(argv) > 2 else None
     if watch(pgid, owner) == "owner died" and group_members(pgid):
         end_group(pgid)
-        if not group_members(pgid):
-            remove_record(pgid)
+    if not group_members(pgid):  # gone (ended here, by ceiling, or it died): its record goes
+        remove_record(pgid, token=token)
     return 0
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ceiling.errors import CeilingError
 from ceiling.inputs import read_json
+from ceiling.outputs import write_atomic
 
 SCHEMA_VERSION = 1
 
@@ -129,6 +130,5 @@ def load_profile(path: str | Path) -> HardwareProfile:
 
 def save_profile(profile: HardwareProfile, path: str | Path) -> Path:
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(profile.model_dump_json(indent=2) + "\n")
+    write_atomic(p, profile.model_dump_json(indent=2) + "\n", what="profile")
     return p

@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field, ValidationError
 from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError
 from ceiling.inputs import read_text
+from ceiling.outputs import inside, safe_name, write_atomic
 
 SCHEMA_VERSION = 1
 
@@ -112,6 +113,13 @@ def load_plan(path: str | Path) -> Plan:
             f"plan {p}: duplicate variant names {sorted(dup)}",
             fix="give every variant a unique name",
         )
+    files = [safe_name(n) for n in names]  # the names files get ('a/b' and 'a_b' collide)
+    clash = sorted({n for n, f in zip(names, files, strict=True) if files.count(f) > 1})
+    if clash:
+        raise CeilingError(
+            f"plan {p}: variant names {clash} give the same file name",
+            fix="name variants with letters, digits, '.', '-', '_' only",
+        )
     if plan.baseline_name not in names:
         raise CeilingError(
             f"plan {p}: baseline {plan.baseline_name!r} is not a variant", fix=f"use one of {names}"
@@ -154,8 +162,9 @@ def materialize(plan: Plan, work_dir: str | Path) -> dict[str, Path]:
         elif isinstance(extra.get("model"), str) and extra["model"].startswith("."):
             extra["model"] = str((base / extra["model"]).resolve())
         extra["name"] = v.name
-        target = out / f"{v.name}.yaml"
-        target.write_text(yaml.safe_dump(extra, sort_keys=True), encoding="utf-8")
+        target = inside(work_dir, out / f"{safe_name(v.name)}.yaml", "variant copy")
+        write_atomic(target, yaml.safe_dump(extra, sort_keys=True), mode=0o600,
+                     what="variant copy", keep_previous=False)  # fmt: skip
         paths[v.name] = target
     return paths
 

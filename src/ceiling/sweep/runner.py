@@ -24,6 +24,7 @@ from ceiling.engines.preflight import preflight
 from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError
 from ceiling.inputs import check_out_dir
+from ceiling.outputs import write_atomic
 from ceiling.report import render
 from ceiling.sweep.early_stop import decide, gain_interval
 from ceiling.sweep.ledger import FINISHED, Ledger
@@ -304,6 +305,6 @@ def run_sweep(
         verdict=_sweep_verdict(plan, rows),
         reproduce=[f"ceiling sweep {plan.source} --out {out} --resume"],
     )
-    (out / "sweep.json").write_text(dumps(result) + "\n", encoding="utf-8")
+    write_atomic(out / "sweep.json", dumps(result) + "\n", what="sweep result")
     render(result, out)
     return result

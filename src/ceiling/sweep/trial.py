@@ -22,6 +22,7 @@ from ceiling.bench.config import BenchConfig
 from ceiling.bench.runner import run_bench
 from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError
+from ceiling.outputs import inside, safe_name
 from ceiling.redact import use_api_key
 from ceiling.run.launcher import launch
 from ceiling.sanity.run import doctor_gate
@@ -80,7 +81,8 @@ def execute_trial(spec: TrialSpec) -> Iterator[Event]:
                     return
                 yield {"type": "sanity", **event}
             for idx in range(spec.repeats_done, spec.repeats_total):
-                out = Path(spec.out_dir) / "results" / f"{spec.name}-{spec.fingerprint}-r{idx}.json"
+                name = f"{safe_name(spec.name)}-{spec.fingerprint}-r{idx}.json"
+                out = inside(spec.out_dir, Path(spec.out_dir) / "results" / name, "result")
                 cfg = BenchConfig(
                     **{
                         **spec.bench,
