@@ -140,7 +140,7 @@ def test_inputs_are_regular_files_only(target, tmp_path):
     path = {"/dev/zero": "/dev/zero", "fifo": tmp_path / "f", "dir": tmp_path}[target]
     if target == "fifo":
         os.mkfifo(path)  # a read would block for ever
-    with pytest.raises(CeilingError, match="not a regular file|directory"):
+    with pytest.raises(CeilingError, match=r"not a regular file|directory"):
         read_text(path, "variant file", fix="x")
 
 
@@ -156,7 +156,7 @@ def test_inputs_have_a_size_limit(tmp_path):
 def test_json_inputs_refuse_nan_and_infinity(tmp_path):
     from ceiling.inputs import read_json
 
-    for text in ('{"a": NaN}', '{"a": Infinity}', '[-Infinity]'):
+    for text in ('{"a": NaN}', '{"a": Infinity}', "[-Infinity]"):
         (tmp_path / "c.json").write_text(text)
         with pytest.raises(CeilingError, match="not a number"):
             read_json(tmp_path / "c.json", "model config", fix="x")

@@ -9,10 +9,8 @@ holder used the other path. Identity is device + inode, never the path text.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -33,8 +31,6 @@ sys.stdin.read()
 """
 
 SHM = Path("/dev/shm")
-
-
 
 
 def _make(d: Path) -> dict[str, Path]:
