@@ -46,6 +46,7 @@ class KernelPattern(BaseModel):
     """One kernel-name pattern: a regex searched in the name, the op class it means."""
 
     match: str
+    example: str = Field(min_length=1, description="a real name it matches (tested)")
     op_class: OpClass
     impl: str = Field("", description="implementation, e.g. nccl_{algo}_{proto}; {group} fields")
     source: str = Field(min_length=3, description="the engine source file the name comes from")

@@ -1,0 +1,48 @@
+"""The kernel-name tables (engines/data/trace/*.yaml): every pattern classifies its example."""
+
+from __future__ import annotations
+
+import pytest
+
+from ceiling.engines.trace_patterns import ENGINES, Classifier, table
+from ceiling.trace.split import class_table
+
+CASES = [
+    (engine, i, p) for engine in ("generic", *ENGINES) for i, p in enumerate(table(engine).patterns)
+]
+
+
+@pytest.mark.parametrize(
+    ("engine", "index", "pattern"), CASES, ids=[f"{e}-{i}" for e, i, _ in CASES]
+)
+def test_every_pattern_classifies_its_example(engine, index, pattern):
+    cls = Classifier(None if engine == "generic" else engine)
+    hit = cls.classify(pattern.example)
+    assert hit.op_class == pattern.op_class, pattern.example
+    assert hit.pattern == pattern.match, f"an earlier pattern took {pattern.example!r}"
+    assert hit.table == engine
+
+
+def test_every_class_is_described_and_every_pattern_cites_a_source():
+    described = set(class_table())
+    for engine in ("generic", *ENGINES):
+        for p in table(engine).patterns:
+            assert p.op_class in described
+            assert len(p.source) > 10
+
+
+def test_nccl_algorithm_and_protocol_are_read_from_the_name():
+    cls = Classifier(None)
+    assert cls.classify("ncclDevKernel_AllReduce_Sum_bf16_TREE_LL128(x)").impl == "nccl_tree_ll128"
+    assert cls.classify("ncclKernel_AllReduce_RING_LL_Sum_half(x)").impl == "nccl_ring_ll"
+    assert cls.classify("ncclDevKernel_AllReduce_Sum_f32_NVLS_SIMPLE(x)").impl == "nccl_nvls_simple"
+
+
+def test_engine_tables_come_first_and_unknown_names_stay_unmatched():
+    fused = "fused_moe_kernel"
+    assert Classifier("vllm").classify(fused).op_class == "moe_experts"
+    assert Classifier(None).classify(fused).op_class == "unmatched"
+    assert Classifier("vllm").classify("totally_new_kernel<1>").op_class == "unmatched"
+    assert Classifier("llama.cpp").engine == "llamacpp"
+    assert Classifier("llamacpp-python").engine == "llamacpp"
+    assert Classifier("trtllm").engine is None  # no table: generic names only
