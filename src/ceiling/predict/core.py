@@ -388,6 +388,10 @@ def _assumptions(s: Setup, req: PredictRequest, gpus: int, step: Step) -> list[s
         )
     if s.profile is not None:
         out.append(f"measured profile applied: {req.profile}")
+        from_trace = sorted({r.name for r in step.ops if r.source == "trace"})
+        if from_trace:
+            out.append("ops timed by the engine's trace: " + ", ".join(from_trace))
+        out.extend(step.details.get("trace_evidence") or [])
     out.extend(spec.notes)
     return out
 

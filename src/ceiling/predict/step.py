@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ceiling.predict import trace_evidence
 from ceiling.predict.collectives import allreduce_us, alltoall_us, send_us
 from ceiling.predict.moe import expected_distinct, expected_max_load
 from ceiling.predict.overlap import clamp_bound, hide, shared_stream_rule, take_from
@@ -388,8 +389,8 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
     bw_bound = ev.bound_bw()
     n_kernels = 0
     coll_calls = 0.0
-    for op in ops:
-        t = ev.time(op)
+    times, trace_notes = trace_evidence.apply(s, ops, [ev.time(op) for op in ops], batch, context)
+    for op, t in zip(ops, times, strict=True):
         row = OpRow(
             op.name, op.kind, op.count, op.count * t.expected_us / 1e3,
             op.count * t.bound_us / 1e3, t.source, t.confidence, t.family, t.note,
@@ -450,6 +451,8 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
     if send is not None:
         details["pp_sends"] = int(send.count)
         details["send_us"] = round(send.expected_ms / send.count * 1e3, 2)
+    if trace_notes:
+        details["trace_evidence"] = trace_notes
     if hidden > 0:
         details["shared_expert_stream"] = {"hidden_ms": round(hidden, 4), "rule": why}
     if s.spec.is_moe:

@@ -61,6 +61,24 @@ class OpFit(BaseModel):
     note: str = ""
 
 
+class TraceOp(BaseModel):
+    """Per-step time of one op class measured in an engine's own trace (``ceiling trace
+    --out``): predict uses it in place of profile fits, tables and priors for the ops it
+    names (source ``trace``). A ``group`` class (e.g. every GEMM, when kernel names do not tell
+    the layer role) scales its ops' expected times together to the measured sum."""
+
+    op_class: str
+    ops: list[str] = Field(description="predict's op names (ceiling/predict/ops.py) it measures")
+    group: bool = False
+    ms_per_step: float
+    calls_per_step: float = 0.0
+    engine: str | None = Field(None, description="the engine whose kernels these are")
+    batch: int | None = Field(None, description="sequences per step in the trace, if known")
+    context: int | None = Field(None, description="tokens of context per sequence, if known")
+    kernels: list[str] = Field(default_factory=list, description="the largest kernels")
+    trace: str = Field("", description="the trace file(s)")
+
+
 class HardwareProfile(BaseModel):
     """Measured numbers for one machine; each None means 'use the datasheet'."""
 
@@ -89,13 +107,16 @@ class HardwareProfile(BaseModel):
     ops: list[OpFit] = Field(
         default_factory=list, description="per kernel family (calibrate --ops)"
     )
+    trace_ops: list[TraceOp] = Field(
+        default_factory=list, description="per op class, from an engine's trace (ceiling trace)"
+    )
     notes: list[str] = Field(default_factory=list)
 
     def merge(self, other: HardwareProfile) -> HardwareProfile:
         """Combine two profiles (e.g. calibrate + commbench); ``other`` wins where both measured."""
         data = self.model_dump()
         for key, value in other.model_dump().items():
-            if key in ("collectives", "ops"):
+            if key in ("collectives", "ops", "trace_ops"):
                 data[key] = data[key] + value
             elif key == "gemv_bw_GBps":
                 data[key] = {**data[key], **value}

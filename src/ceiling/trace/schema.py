@@ -140,6 +140,8 @@ class TraceSplit(BaseModel):
     steps_skipped: dict[str, int] = Field(
         default_factory=dict, description="why steps were left out (partial, prefill, ...)"
     )
+    batch: int | None = Field(None, description="sequences per step (the engine's annotation)")
+    context: int | None = Field(None, description="mean context per sequence, if annotated")
     step_ms: float = Field(description="measured step, mean over the steps counted")
     step_ms_min: float = 0.0
     step_ms_max: float = 0.0

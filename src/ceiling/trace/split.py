@@ -65,6 +65,8 @@ class _Rank:
     skipped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     source: str = ""
     notes: list[str] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)  # sequences per counted step
+    contexts: list[float] = field(default_factory=list)  # mean context per counted step
     wait_us: dict[str, float] | None = None  # collectives: waiting for the slowest rank
     matched_steps: int = 0  # steps whose collectives matched across ranks
 
@@ -167,6 +169,11 @@ def _rank(t: RankTrace, cls: Classifier, window: tuple[float, float] | None) -> 
             r.skipped["prefill (context requests in the step)"] += 1
             continue
         bounds.append((m.start_us, end, m.label))
+        g = m.groups or {}
+        if g.get("generation", "").isdigit():
+            r.batches.append(int(g["generation"]))
+            if g.get("generation_seq_sum", "").isdigit() and int(g["generation"]):
+                r.contexts.append(int(g["generation_seq_sum"]) / int(g["generation"]))
     _attribute(r, events, bounds, main, cls)
     return r
 
@@ -447,6 +454,8 @@ def _result(r: _Rank, cls: Classifier, engine: str | None, traces: list[RankTrac
         step_source=r.source,
         steps=n,
         steps_skipped=dict(r.skipped),
+        batch=r.batches[0] if r.batches and len(set(r.batches)) == 1 else None,
+        context=round(sum(r.contexts) / len(r.contexts)) if r.contexts else None,
         step_ms=round(step_ms, 6),
         step_ms_min=round(min(s.ms for s in r.steps), 6),
         step_ms_max=round(max(s.ms for s in r.steps), 6),

@@ -20,6 +20,7 @@ class StepMark:
     label: str
     decode: bool = True
     end_hint_us: float | None = None  # the annotation's end (used for a lone step)
+    groups: dict[str, str] | None = None  # what the annotation says (requests, tokens)
 
 
 def from_annotations(
@@ -45,7 +46,7 @@ def from_annotations(
             start = a.ts_us if not gpu else _first_launched(events, launch_sorted, a)
             if start is None:
                 continue  # an annotation that launched nothing on the GPU (an empty step)
-            marks.append(StepMark(start, a.name, decode, a.ts_us + a.dur_us))
+            marks.append(StepMark(start, a.name, decode, a.ts_us + a.dur_us, groups))
         marks.sort(key=lambda s: s.start_us)
         label = pat.match
         return marks, label
