@@ -178,7 +178,7 @@ def test_evidence_check_splits_each_measured_step(priors_only):
     exactly when it alone costs more than the slack, and it tells the two kinds of miss apart:
     the small-active MoE on an RTX 5090 (evidence too slow for the measured 3.9 ms step) and the
     2025 SGLang build on 8x H200 (the model leaves ~24 ms of a 33 ms step unexplained)."""
-    from ceiling.predict.api import _core
+    from ceiling.predict.api import predict_one
     from ceiling.predict.calibration import evidence_check, evidence_checks, request_for
 
     rows = {r["id"]: r for p in validation_csvs() for r in csv.DictReader(p.open())}
@@ -194,7 +194,7 @@ def test_evidence_check_splits_each_measured_step(priors_only):
     for rid, c in checks.items():  # every op matched to its floor (hidden ops have none)
         req, _ = request_for(rows[rid])
         assert req is not None
-        p = _core(req, curve=False, strict=False)
+        p = predict_one(req, curve=False, strict=False)
         assert p.expected is not None and p.bound is not None
         total = c.bound_ms + sum(c.excess_ms_by_source.values())
         assert total == pytest.approx(p.expected.decode_ms_per_token, rel=2e-3), rid

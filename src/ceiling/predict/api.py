@@ -43,10 +43,6 @@ __all__ = [
     "variant",
 ]
 
-# the names probe/calibrate_ops.py and predict/calibration.py import (issue 11b edits the
-# latter in parallel: both move to predict.core's names once it has landed)
-_setup, _core, _model = setup, predict_one, load_spec
-
 
 def predict(req: PredictRequest) -> Prediction:
     """The prediction, with the batch curve, the prefill estimate and (if asked) the what-ifs.

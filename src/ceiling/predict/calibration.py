@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from ceiling.errors import CeilingError
-from ceiling.predict.api import Prediction, PredictRequest, _core
+from ceiling.predict.api import Prediction, PredictRequest, load_spec, predict_one
 from ceiling.predict.slack import SlackSplit, split_slack
 
 LATENCY_METRICS = {"tpot_ms", "e2e_batch_latency_s"}
@@ -228,7 +228,7 @@ def _decode_step(req: PredictRequest) -> Prediction:
 
 @functools.lru_cache(maxsize=256)
 def _decode_step_cached(req_json: str, _with_tables: bool) -> Prediction:
-    return _core(PredictRequest.model_validate_json(req_json), curve=False, strict=False)
+    return predict_one(PredictRequest.model_validate_json(req_json), curve=False, strict=False)
 
 
 def predict_row(row: dict[str, str]) -> tuple[tuple[float, float] | None, str]:
@@ -242,7 +242,7 @@ def predict_row(row: dict[str, str]) -> tuple[tuple[float, float] | None, str]:
             # batch of `conc` prompts of input_len, then output_len decode steps (ctx grows)
             inp, out = int(row["input_len"]), int(row["output_len"])
             req = req.model_copy(update={"context": inp + out // 2, "prompt_len": inp * req.batch})
-            p = _core(req, strict=False)
+            p = predict_one(req, strict=False)
             pre = p.prefill["prefill_ms"]
             return (
                 (pre + out * p.decode_ms_per_token) / 1e3,
@@ -300,9 +300,8 @@ def evidence_checks(paths: list[Path] | None = None) -> list[EvidenceCheck]:
 
 
 def _fmt_label(req: PredictRequest) -> str:
-    from ceiling.predict.api import _model
 
-    spec = _model(req.model, req.weight_format)
+    spec = load_spec(req.model, req.weight_format)
     fm = spec.formats()
     top = max(fm, key=lambda k: fm[k])
     for prefix, label in (("int4", "int4"), ("awq", "awq"), ("gptq", "gptq"), ("fp8", "fp8")):
@@ -331,7 +330,6 @@ def evaluate(path: Path | list[Path] | None = None) -> dict[str, Any]:
             latency = row["metric"] in LATENCY_METRICS
             # margin: + when the measurement is slower than the bound (as physics requires)
             margin = (meas / bnd - 1) if latency else (bnd / meas - 1)
-            from ceiling.predict.api import _model
 
             modelled.append(
                 RowResult(
@@ -343,7 +341,7 @@ def evaluate(path: Path | list[Path] | None = None) -> dict[str, Any]:
                     engine=req.engine,
                     gpu=req.gpu,
                     weight_format=_fmt_label(req),
-                    moe=_model(req.model, req.weight_format).is_moe,
+                    moe=load_spec(req.model, req.weight_format).is_moe,
                     measured=meas,
                     expected=round(exp, 3),
                     bound=round(bnd, 3),

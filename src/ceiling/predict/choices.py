@@ -14,41 +14,37 @@
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
 
 from ceiling.errors import CeilingError
-from ceiling.spec._data import load_yaml
+from ceiling.predict.datafiles import BackendPatterns, Pattern, kernels
+from ceiling.predict.resolved import Setup
+from ceiling.spec.deployment import EngineEntry, engines_table
 
 
-@cache
-def _engines() -> dict[str, Any]:
-    return load_yaml("predict/engines.yaml")
-
-
-@cache
-def _backends() -> dict[str, Any]:
-    return load_yaml("predict/kernels.yaml").get("backends") or {}
+def _backends() -> dict[str, dict[str, BackendPatterns]]:
+    """engine -> attention | moe -> backend -> family -> patterns (kernels.yaml ``backends``)."""
+    return kernels().backends
 
 
 @cache
 def kv_parallel_attention() -> tuple[str, ...]:
     """Table-key patterns of decode-attention kernels bounded by their KV splits per head."""
-    return tuple(load_yaml("predict/kernels.yaml").get("kv_parallel_attention") or ())
+    return tuple(kernels().kv_parallel_attention)
 
 
 def _norm(name: str) -> str:
     return name.strip().lower().replace("-", "_")
 
 
-def engine_rule(engine: str, name: str) -> dict[str, Any]:
-    """One named rule of ``engine`` in ``data/predict/engines.yaml`` ({} when it has none)."""
-    rule = (_engines().get(engine) or {}).get(name)
-    return dict(rule) if isinstance(rule, dict) else {}
+def engine_entry(engine: str) -> EngineEntry | None:
+    """``engine``'s rules in ``data/predict/engines.yaml`` (None: an engine it does not list)."""
+    return engines_table().get(engine)
 
 
-def overlap_off_reason(s: Any) -> str:
+def overlap_off_reason(s: Setup) -> str:
     """Why the engine runs its scheduler synchronously for this model by default ('' if not)."""
-    rules = engine_rule(s.dep.engine, "overlap_off")
+    entry = engine_entry(s.dep.engine)
+    rules = entry.overlap_off if entry is not None else {}
     if "hybrid_linear_attention" in rules and any(
         layer.attention == "linear" for layer in s.spec.layers
     ):
@@ -56,13 +52,13 @@ def overlap_off_reason(s: Any) -> str:
     return ""
 
 
-def host_cost(s: Any) -> tuple[float, str]:
+def host_cost(s: Setup) -> tuple[float, str]:
     """(exposed host ms per step, why) for this setup."""
-    e = _engines().get(s.dep.engine) or {}
-    async_ms = float(e.get("host_ms", 0.0))
-    sync_ms = float(e.get("host_sync_ms", async_ms))
-    src = str(e.get("host_source", "estimate")).strip()
-    choice = getattr(s, "async_scheduling", None)
+    e = engine_entry(s.dep.engine)
+    async_ms = e.host_ms if e is not None else 0.0
+    sync_ms = e.host_sync_ms if e is not None else async_ms
+    src = e.host_source.strip() if e is not None else "estimate"
+    choice = s.async_scheduling
     if choice is False:
         return sync_ms, f"scheduler synchronous (--no-async-scheduling): {sync_ms} ms; {src}"
     if choice is None:
@@ -92,10 +88,10 @@ def check_backends(engine: str, attention: str | None, moe: str | None) -> None:
             )
 
 
-def backend_patterns(s: Any, kind: str, family: str) -> tuple[list[tuple[str, str]] | None, str]:
+def backend_patterns(s: Setup, kind: str, family: str) -> tuple[list[Pattern] | None, str]:
     """(table patterns for the user's backend, note) — (None, '') when the user chose none;
     (None, note) when the chosen backend has no rows for this family."""
-    name = getattr(s, "attention_backend" if kind == "attention" else "moe_backend", None)
+    name = s.attention_backend if kind == "attention" else s.moe_backend
     if not name:
         return None, ""
     rules = ((_backends().get(s.dep.engine) or {}).get(kind) or {}).get(_norm(name)) or {}

@@ -17,10 +17,9 @@ ring otherwise, or a faster measured fit), never the engine's choice.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ceiling.predict.collectives import allreduce_us, alltoall_us, send_us
-from ceiling.predict.ops import OpSpec, OpTime
+from ceiling.predict.opspec import CommShape, OpSpec, OpTime
+from ceiling.predict.resolved import Setup
 
 # aiconfigurator allreduce table rows per implementation (kernel_source substrings)
 _TABLE_IMPL = {
@@ -32,7 +31,7 @@ _TABLE_IMPL = {
 }
 
 
-def _algorithm(s: Any, nbytes: float) -> tuple[str, str]:
+def _algorithm(s: Setup, nbytes: float) -> tuple[str, str]:
     """(implementation, why) for one allreduce of ``nbytes`` under the engine's rules."""
     impl = s.allreduce_impl
     n = s.dep.tp
@@ -47,7 +46,7 @@ def _algorithm(s: Any, nbytes: float) -> tuple[str, str]:
     return "oneshot", ""
 
 
-def _link_us(s: Any, impl: str, n: int, nbytes: float) -> float:
+def _link_us(s: Setup, impl: str, n: int, nbytes: float) -> float:
     link = s.link
     if impl == "twoshot" and link.oneshot is not None:
         o = link.oneshot
@@ -55,7 +54,7 @@ def _link_us(s: Any, impl: str, n: int, nbytes: float) -> float:
     return allreduce_us(link, "nccl" if impl == "twoshot" else impl, n, nbytes)
 
 
-def _table_us(s: Any, impl: str, n: int, nbytes: float) -> tuple[float, str] | None:
+def _table_us(s: Setup, impl: str, n: int, nbytes: float) -> tuple[float, str] | None:
     """Allreduce latency from aiconfigurator's table for this GPU (NVLink boxes only: the tables
     were measured on NVSwitch systems; a PCIe box's topology varies too much)."""
     if s.link.kind != "nvlink" or not s.gpu.aic_system or not s.gpu.nvlink:
@@ -73,7 +72,7 @@ def _table_us(s: Any, impl: str, n: int, nbytes: float) -> tuple[float, str] | N
     return tables.interp_points(pts, nbytes), f"table {s.gpu.aic_system} {needles[0]}"
 
 
-def best_allreduce_us(s: Any, n: int, nbytes: float) -> float:
+def best_allreduce_us(s: Setup, n: int, nbytes: float) -> float:
     """The bound: the fastest allreduce the link allows at this size."""
     link = s.link
     options = [allreduce_us(link, "nccl", n, nbytes)]
@@ -88,16 +87,17 @@ def best_allreduce_us(s: Any, n: int, nbytes: float) -> float:
     return min(options)
 
 
-def comm_time(s: Any, op: OpSpec) -> OpTime:
+def comm_time(s: Setup, op: OpSpec) -> OpTime:
     """Expected and bound latency (us per call) of one collective op."""
     sh = op.shape
-    n = int(sh["ranks"])
-    nbytes = float(sh["bytes"])
-    coll = sh["collective"]
+    assert isinstance(sh, CommShape)  # every comm op carries one (ops._comm_ops)
+    n = int(sh.ranks)
+    nbytes = float(sh.bytes)
+    coll = sh.collective
     link = s.link
     if coll == "allreduce":
         impl, why = _algorithm(s, nbytes)
-        bound = best_allreduce_us(s, n, nbytes) * float(s.consts.get("bound_comm_fraction", 0.8))
+        bound = best_allreduce_us(s, n, nbytes) * s.consts.bound_comm_fraction
         base_impl = "nccl" if impl == "twoshot" and link.oneshot is None else impl
         fit_impl = "oneshot" if impl == "twoshot" else base_impl
         if s.profile is not None and any(

@@ -12,6 +12,7 @@ from typing import Any
 from ceiling.errors import CeilingError
 from ceiling.predict import tables
 from ceiling.predict.choices import check_backends, host_cost
+from ceiling.predict.datafiles import constants
 from ceiling.predict.schema import (
     BatchPoint,
     DeploymentUsed,
@@ -33,7 +34,6 @@ from ceiling.predict.step import (
     weight_resident_bytes,
 )
 from ceiling.predict.validate import check_engine_vendor
-from ceiling.spec._data import load_yaml
 from ceiling.spec.checks import check_parallel
 from ceiling.spec.deployment import Deployment, engine_rules
 from ceiling.spec.hardware import GPU, list_links, load_gpu, load_link
@@ -132,7 +132,7 @@ def setup(req: PredictRequest, spec: ModelSpec | None = None) -> tuple[Setup, in
         allreduce=req.allreduce,
     )
     rules = engine_rules(req.engine)
-    consts = load_yaml("predict/constants.yaml")
+    consts = constants()
     profile = load_profile(req.profile) if req.profile else None
     impl, reason = dep.resolve_allreduce(link)
     kvb, kv_reason = dep.kv_elem_bytes(spec.quant.kv_cache_dtype)

@@ -24,11 +24,20 @@ algorithm the link allows (``ceiling.predict.comm``); no host time.
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Any
+import math
 
-from ceiling.predict.ops import OpSpec, OpTime
-from ceiling.spec._data import load_yaml
+from ceiling.predict.datafiles import KernelPrior, kernel_priors, kernels
+from ceiling.predict.opspec import (
+    AttentionShape,
+    GdnShape,
+    GemmShape,
+    MlaShape,
+    MoeShape,
+    OpSpec,
+    OpTime,
+)
+from ceiling.predict.resolved import Setup
+from ceiling.spec.profile import OpFit
 
 # When a class has no prior for a family, borrow from these classes (in order), lower confidence.
 _BORROW = {
@@ -41,16 +50,6 @@ _BORROW = {
 }
 
 
-@cache
-def _kernels() -> dict[str, Any]:
-    return load_yaml("predict/kernels.yaml")
-
-
-@cache
-def _priors() -> dict[str, Any]:
-    return load_yaml("predict/kernel_priors.yaml")["classes"]
-
-
 def family_for(op: OpSpec, arch_class: str) -> str:
     """The kernel family an op runs in (kernels.yaml `formats` rules)."""
     if op.kind in ("attention",):
@@ -59,7 +58,7 @@ def family_for(op: OpSpec, arch_class: str) -> str:
         return "attn_mla"
     if op.kind == "gdn":
         return "attn_gdn"
-    table = _kernels()["formats"]["moe" if op.kind == "moe" else "gemm"]
+    table = kernels().formats["moe" if op.kind == "moe" else "gemm"]
     for prefix, rule in table.items():
         if op.fmt.startswith(prefix):
             return rule.get(arch_class) or rule["default"]
@@ -67,13 +66,13 @@ def family_for(op: OpSpec, arch_class: str) -> str:
 
 
 def table_patterns(engine: str, family: str, arch_class: str) -> list[tuple[str, str]]:
-    rules = (_kernels()["tables"].get(engine) or {}).get(family) or {}
+    rules = kernels().tables.get(engine, {}).get(family) or {}
     pats = rules.get(arch_class) or rules.get("default") or []
     return [(str(a), str(b)) for a, b in pats]
 
 
 def chosen_patterns(
-    s: Any, kind: str, family: str, arch_class: str
+    s: Setup, kind: str, family: str, arch_class: str
 ) -> tuple[list[tuple[str, str]], str, bool]:
     """Table patterns of the user's backend choice for this family (its MoE rows take the
     default's dtypes), else the engine's default for the GPU class; a note; whether the
@@ -90,37 +89,36 @@ def chosen_patterns(
     return user, note, True
 
 
-def prior(family: str, arch_class: str) -> tuple[dict[str, Any], float, str]:
+def prior(family: str, arch_class: str) -> tuple[KernelPrior, float, str]:
     """(prior record, confidence, note) for a family on a GPU class, borrowing if needed."""
-    pri = _priors()
-    rec = (pri.get(arch_class) or {}).get(family)
+    pri = kernel_priors().classes
+    rec = pri.get(arch_class, {}).get(family)
     if rec is not None:
-        merged = dict(rec)
-        if "eff" not in merged:  # fixed cost known, bandwidth borrowed
+        if rec.eff is None:  # fixed cost known, bandwidth borrowed
             for other in _BORROW.get(arch_class, []):
-                eff = ((pri.get(other) or {}).get(family) or {}).get("eff")
-                if eff:
-                    merged["eff"] = eff
+                lent = pri.get(other, {}).get(family)
+                if lent is not None and lent.eff:
+                    rec = rec.model_copy(update={"eff": lent.eff})
                     break
-        return merged, 0.5, ""
+        return rec, 0.5, ""
     for other in _BORROW.get(arch_class, []):
-        rec = (pri.get(other) or {}).get(family)
+        rec = pri.get(other, {}).get(family)
         if rec is not None:
-            return dict(rec), 0.3, f"no {arch_class} data for {family}: {other} prior"
-    return {"t0_us": 5.0, "eff": 0.7}, 0.2, f"no prior for {family}: generic 5 us + 70 % BW"
+            return rec, 0.3, f"no {arch_class} data for {family}: {other} prior"
+    return KernelPrior(t0_us=5.0, eff=0.7), 0.2, f"no prior for {family}: generic 5 us + 70 % BW"
 
 
 class Evidence:
     """Resolves op timings for one prediction setup (``predict.step.Setup``)."""
 
-    def __init__(self, s: Any) -> None:
+    def __init__(self, s: Setup) -> None:
         self.s = s
         self.gpu = s.gpu
         self.cls = s.gpu.arch_class
         self.engine = s.dep.engine
         self.consts = s.consts
         self.bw_ds = float(s.gpu.mem_bw_GBps)
-        self.cold = float(s.consts.get("table_cold_us", 0.0))
+        self.cold = s.consts.table_cold_us
         self.clock = s.gpu.clock_scale
         self.system = s.gpu.aic_system if self.engine in ("vllm", "sglang", "trtllm") else None
         from ceiling.predict import tables
@@ -132,7 +130,7 @@ class Evidence:
     # -------------------------------------------------------------------------- helpers
     def bound_bw(self) -> float:
         """Bandwidth the bound reads at (GB/s): the best of datasheet x fraction and measured."""
-        frac = float(self.consts.get("bound_bw_fraction", 0.92))
+        frac = self.consts.bound_bw_fraction
         best = self.bw_ds * frac
         if self.gpu.measured_bw_GBps:
             best = max(best, self.gpu.measured_bw_GBps)
@@ -149,10 +147,10 @@ class Evidence:
     def _bound(self, op: OpSpec, fixed: bool) -> float:
         mem = (op.weight_bytes + op.kv_bytes + op.act_bytes) / (self.bound_bw() * 1e3)
         cmp = op.flops / self.peak_flops(op.compute) * 1e6 if op.flops else 0.0
-        floor = float(self.consts.get("bound_op_us", 0.5)) if fixed else 0.0
+        floor = self.consts.bound_op_us if fixed else 0.0
         return max(mem, cmp) + floor
 
-    def _profile_fit(self, family: str):
+    def _profile_fit(self, family: str) -> OpFit | None:
         p = self.profile
         if p is None:
             return None
@@ -160,8 +158,6 @@ class Evidence:
             if f.family == family and (f.engine_kernel or self.generic):
                 return f
         if family == "gemm_bf16" and p.gemm_fixed_us_graph and (p.gemv_bw_GBps or {}).get("bf16"):
-            from ceiling.spec.profile import OpFit
-
             return OpFit(
                 family=family, t0_us=p.gemm_fixed_us_graph, bw_GBps=p.gemv_bw_GBps["bf16"],
                 note="calibrate's bf16 GEMV fit",
@@ -172,7 +168,7 @@ class Evidence:
         """Compute-bound time (us) at the dense peak x compute_efficiency."""
         if not op.flops:
             return 0.0
-        eff = float(self.consts["compute_efficiency"])
+        eff = self.consts.compute_efficiency
         return op.flops / (self.peak_flops(op.compute) * eff) * 1e6
 
     # -------------------------------------------------------------------------- ops
@@ -221,7 +217,7 @@ class Evidence:
         if p is not None and p.kernel_launch_us_graph:
             t0, src, conf = p.kernel_launch_us_graph + 1.0, "profile", 0.6
         else:
-            t0, src, conf = float(self.consts["elementwise_us"]), "prior", 0.4
+            t0, src, conf = self.consts.elementwise_us, "prior", 0.4
         us = op.kernels * t0 / self.clock + op.act_bytes / (0.8 * self.bw_ds * 1e3)
         return OpTime(us, self._bound(op, fixed=False), src, conf, "elementwise")
 
@@ -239,29 +235,28 @@ class Evidence:
         us = max(us, self._compute_floor(op))
         return OpTime(us, self._bound(op, op.kind != "elementwise"), "prior", 0.6, "pytorch")
 
-    def _prior_us(self, rec: dict[str, Any], op: OpSpec, tokens: float, hidden: int = 0) -> float:
-        t0 = float(rec.get("t0_us", 5.0))
-        t0 += float(rec.get("t0_per_khidden_us", 0.0)) * hidden / 1000
-        eff = float(rec.get("eff") or 0.7)
-        if tokens > 1 and rec.get("eff_64"):
+    def _prior_us(self, rec: KernelPrior, op: OpSpec, tokens: float, hidden: int = 0) -> float:
+        t0 = rec.t0_us
+        t0 += rec.t0_per_khidden_us * hidden / 1000
+        eff = rec.eff or 0.7
+        if tokens > 1 and rec.eff_64:
             # between 1 and 64 tokens: log-interpolate the fits at 1 and 64 (beyond: the 64 fit)
-            import math
-
             w = min(math.log(tokens) / math.log(64), 1.0)
-            eff = eff + w * (float(rec["eff_64"]) - eff)
-            t0 = t0 + w * max(float(rec.get("t0_64_us", t0)) - float(rec.get("t0_us", 5.0)), 0.0)
+            eff = eff + w * (rec.eff_64 - eff)
+            t0_64 = rec.t0_64_us if rec.t0_64_us is not None else t0
+            t0 = t0 + w * max(t0_64 - rec.t0_us, 0.0)
         else:
-            t0 += float(rec.get("t0_per_token_us", 0.0)) * max(min(tokens, 64) - 1, 0)
+            t0 += rec.t0_per_token_us * max(min(tokens, 64) - 1, 0)
         nbytes = op.weight_bytes + op.kv_bytes
         return (t0 + self.cold) / self.clock + nbytes / (eff * self.bw_ds * 1e3)
 
-    def _stream_floor(self, rec: dict[str, Any], op: OpSpec) -> float:
+    def _stream_floor(self, rec: KernelPrior, op: OpSpec) -> float:
         """A table row timed in a loop keeps small weights/KV in L2; a decode step streams them
         from DRAM: never below the bytes at the family's streamed efficiency (the prior's)."""
-        eff = float(rec.get("eff") or 0.7)
+        eff = rec.eff or 0.7
         return self.cold + (op.weight_bytes + op.kv_bytes) / (eff * self.bw_ds * 1e3)
 
-    def _proxy(self, us: float, op: OpSpec, rec: dict[str, Any]) -> float:
+    def _proxy(self, us: float, op: OpSpec, rec: KernelPrior) -> float:
         """A table measured on another GPU of the class (the catalog's ``aic_system``: the L40S
         for an RTX 4090, the A100 80GB SXM for an A100 40GB, the H100 SXM for an H100 PCIe):
         its streamed bytes move at this GPU's bandwidth instead (datasheet ratio, at the
@@ -269,7 +264,7 @@ class Evidence:
         sys_bw = self._system_bw()
         if not sys_bw or abs(sys_bw / self.bw_ds - 1) < 0.03:
             return us
-        eff = float(rec.get("eff") or 0.7)
+        eff = rec.eff or 0.7
         nbytes = op.weight_bytes + op.kv_bytes
         delta = nbytes / eff * (1 / self.bw_ds - 1 / sys_bw) / 1e3
         return max(us + delta, 0.0)
@@ -287,7 +282,9 @@ class Evidence:
             )
         return ""
 
-    def _finish(self, op: OpSpec, us: float, src: str, conf: float, family: str, note: str):
+    def _finish(
+        self, op: OpSpec, us: float, src: str, conf: float, family: str, note: str
+    ) -> OpTime:
         us = max(us, self._compute_floor(op))
         bound = self._bound(op, fixed=True)
         # physics: no measurement of a streamed op beats the bound
@@ -295,19 +292,20 @@ class Evidence:
         return OpTime(us, bound, src, conf, family, note)
 
     def _gemm(self, op: OpSpec, family: str) -> OpTime:
-        m = float(op.shape.get("m", 1))
+        assert isinstance(op.shape, GemmShape)  # ops.build_ops gives every GEMM its shape
+        m = float(op.shape.m)
         rec, pconf, pnote = prior(family, self.cls)
         prior_us = self._prior_us(rec, op, m)
         fit = self._profile_fit(family)
         if fit is not None:
-            bw = fit.bw_GBps or float(rec.get("eff") or 0.7) * self.bw_ds
+            bw = fit.bw_GBps or (rec.eff or 0.7) * self.bw_ds
             us = fit.t0_us / self.clock + op.weight_bytes / (bw * 1e3)
             return self._finish(op, us, "profile", 0.9, family, fit.note)
         note = pnote
         if self.tables is not None and op.name not in ("mla.w_uk_bmm", "mla.w_uv_bmm"):
             pats = table_patterns(self.engine, family, self.cls)
             meas = self.tables.gemm_measured(
-                self.system, self.engine, pats, m, int(op.shape["n"]), int(op.shape["k"])
+                self.system, self.engine, pats, m, int(op.shape.n), int(op.shape.k)
             )
             if meas is not None:
                 us = max(self._proxy(meas.us, op, rec) + self.cold, self._stream_floor(rec, op))
@@ -320,12 +318,13 @@ class Evidence:
 
     def _moe(self, op: OpSpec, family: str) -> OpTime:
         sh = op.shape
-        tokens = float(sh["tokens"])
+        assert isinstance(sh, MoeShape)
+        tokens = float(sh.tokens)
         rec, pconf, pnote = prior(family, self.cls)
-        prior_us = self._prior_us(rec, op, tokens, int(sh["hidden"]))
+        prior_us = self._prior_us(rec, op, tokens, int(sh.hidden))
         fit = self._profile_fit(family)
         if fit is not None:
-            bw = fit.bw_GBps or float(rec.get("eff") or 0.7) * self.bw_ds
+            bw = fit.bw_GBps or (rec.eff or 0.7) * self.bw_ds
             us = fit.t0_us / self.clock + op.weight_bytes / (bw * 1e3)
             return self._finish(op, us, "profile", 0.9, family, fit.note)
         note = pnote
@@ -333,16 +332,16 @@ class Evidence:
             pats, bnote, _chosen = chosen_patterns(self.s, "moe", family, self.cls)
             note = "; ".join(x for x in (note, bnote) if x)
             meas = self.tables.moe_measured(
-                self.system, self.engine, pats, tokens, int(sh["hidden"]), int(sh["inter"]),
-                int(sh["experts"]), int(sh["topk"]), int(sh["moe_tp"]),
+                self.system, self.engine, pats, tokens, int(sh.hidden), int(sh.inter),
+                int(sh.experts), int(sh.topk), int(sh.moe_tp),
             )  # fmt: skip
             if meas is not None:
                 us = self._proxy(meas.us, op, rec) + self.cold
-                if int(sh.get("ep", 1)) > 1:
+                if int(sh.ep) > 1:
                     # the table holds EP=1 rows: swap its expert bytes (top-k experts of every
                     # token) for the busiest EP rank's, at the prior's bandwidth
-                    eff = float(rec.get("eff") or 0.7) * self.bw_ds * 1e3
-                    table_bytes = sh["expert_bytes"] * min(sh["experts"], tokens * sh["topk"])
+                    eff = (rec.eff or 0.7) * self.bw_ds * 1e3
+                    table_bytes = sh.expert_bytes * min(sh.experts, tokens * sh.topk)
                     us += (op.weight_bytes - table_bytes) / eff
                 us = max(us, self._stream_floor(rec, op))
                 bad = self._check(us, prior_us)
@@ -357,12 +356,14 @@ class Evidence:
 
     def _attention(self, op: OpSpec, family: str) -> OpTime:
         sh = op.shape
-        batch = float(sh.get("batch", 1))
+        # attention, MLA and GDN ops carry one of these (ops.build_ops)
+        assert isinstance(sh, AttentionShape | MlaShape | GdnShape)
+        batch = float(sh.batch)
         rec, pconf, pnote = prior(family, self.cls)
         prior_us = self._prior_us(rec, op, batch)
         fit = self._profile_fit(family)
         if fit is not None:
-            bw = fit.bw_GBps or float(rec.get("eff") or 0.7) * self.bw_ds
+            bw = fit.bw_GBps or (rec.eff or 0.7) * self.bw_ds
             us = fit.t0_us / self.clock + op.kv_bytes / (bw * 1e3)
             return self._finish(op, us, "profile", 0.9, family, fit.note)
         note = pnote
@@ -372,19 +373,19 @@ class Evidence:
             pats, bnote, chosen = chosen_patterns(self.s, "attention", family, self.cls)
             note = "; ".join(x for x in (note, bnote) if x)
             meas = None
-            if family == "attn_gqa":
-                kvd = sh.get("kv_dtype", "bfloat16")
+            if family == "attn_gqa" and isinstance(sh, AttentionShape):
+                kvd = sh.kv_dtype
                 pats = [(a, b or kvd) for a, b in pats]
                 meas = self.tables.attention_measured(
-                    self.system, self.engine, pats, batch, float(sh["context"]),
-                    int(sh["heads"]), int(sh["kv_heads"]), int(sh["head_dim"]),
+                    self.system, self.engine, pats, batch, float(sh.context),
+                    int(sh.heads), int(sh.kv_heads), int(sh.head_dim),
                     bw_GBps=self.bw_ds, kv_parallel=kv_parallel_attention(),
                 )  # fmt: skip
-            elif family == "attn_mla":
+            elif family == "attn_mla" and isinstance(sh, MlaShape):
                 kvd = "fp8" if self.s.kv_bytes <= 1 else "bfloat16"
                 pats = [(a, b or kvd) for a, b in pats]
                 meas = self.tables.mla_measured(
-                    self.system, self.engine, pats, batch, float(sh["context"]), int(sh["heads"])
+                    self.system, self.engine, pats, batch, float(sh.context), int(sh.heads)
                 )
             if meas is not None:
                 us = max(self._proxy(meas.us, op, rec) + self.cold, self._stream_floor(rec, op))

@@ -19,40 +19,20 @@ or prior) and its bound; ``ceiling.predict.step`` sums them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
 
+from ceiling.predict.datafiles import kernels
 from ceiling.predict.moe import expected_distinct, expected_max_load
+from ceiling.predict.opspec import (
+    AttentionShape,
+    CommShape,
+    GdnShape,
+    GemmShape,
+    MlaShape,
+    MoeShape,
+    OpSpec,
+)
+from ceiling.predict.resolved import Setup
 from ceiling.spec.model import LayerSpec, Module
-
-
-@dataclass
-class OpSpec:
-    """One operation of a decode step (``count`` identical calls per step, per GPU)."""
-
-    name: str
-    kind: str  # gemm | moe | attention | mla | gdn | elementwise | comm | sampling | host
-    count: float
-    weight_bytes: float = 0.0  # per call, this GPU
-    kv_bytes: float = 0.0  # KV cache / recurrent state bytes per call
-    act_bytes: float = 0.0
-    flops: float = 0.0  # per call
-    fmt: str = "bf16"  # weight storage format (WeightFormat.name)
-    compute: str = "bf16"  # tensor-core dtype
-    kernels: int = 1  # kernel launches per call (eager issue cost)
-    shape: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class OpTime:
-    """One call of one op: expected and bound latency (us) and where the number came from."""
-
-    expected_us: float
-    bound_us: float
-    source: str  # profile | table | prior | engine | physics
-    confidence: float
-    family: str = ""
-    note: str = ""
 
 
 def _fmt_of(mods: list[Module]) -> tuple[str, str]:
@@ -63,7 +43,9 @@ def _fmt_of(mods: list[Module]) -> tuple[str, str]:
     return m.fmt.name, m.fmt.compute
 
 
-def _gemm(name: str, count: float, mods: list[Module], share: float, m: float, n: int, k: int):
+def _gemm(
+    name: str, count: float, mods: list[Module], share: float, m: float, n: float, k: float
+) -> OpSpec:
     """A GEMM over ``mods`` (fused), ``share`` of their bytes on this GPU, output n x input k."""
     fmt, comp = _fmt_of(mods)
     nbytes = sum(x.nbytes for x in mods) * share
@@ -75,7 +57,7 @@ def _gemm(name: str, count: float, mods: list[Module], share: float, m: float, n
         flops=2.0 * m * n * k,
         fmt=fmt,
         compute=comp,
-        shape={"m": m, "n": max(int(n), 1), "k": max(int(k), 1)},
+        shape=GemmShape(m=m, n=max(int(n), 1), k=max(int(k), 1)),
     )
 
 
@@ -83,8 +65,8 @@ def _small(name: str, count: float, nbytes: float, kernels: int = 1) -> OpSpec:
     return OpSpec(name, "elementwise", count, act_bytes=nbytes, kernels=kernels)
 
 
-def build_ops(s: Any, batch: int, context: int) -> list[OpSpec]:
-    """Every op of one decode step of replica ``s`` (a predict.step.Setup)."""
+def build_ops(s: Setup, batch: int, context: int) -> list[OpSpec]:
+    """Every op of one decode step of replica ``s``."""
     spec, d = s.spec, s.dep
     tp = d.tp
     B = float(batch)
@@ -98,7 +80,7 @@ def build_ops(s: Any, batch: int, context: int) -> list[OpSpec]:
             by_layer.setdefault(mod.layer, []).append(mod)
 
     # group identical layers (same attention/MLP kind and formats) so ops carry counts
-    groups: dict[tuple, tuple[LayerSpec, list[Module], int]] = {}
+    groups: dict[tuple[object, ...], tuple[LayerSpec, list[Module], int]] = {}
     for layer in spec.layers:
         mods = by_layer.get(layer.index, [])
         key = (
@@ -153,28 +135,31 @@ def build_ops(s: Any, batch: int, context: int) -> list[OpSpec]:
     return [op for op in ops if op.count > 0]
 
 
-def _unfused(s: Any, ops: list[OpSpec]) -> OpSpec:
+def _unfused(s: Setup, ops: list[OpSpec]) -> OpSpec:
     """Plain PyTorch (engine `generic`) runs more small kernels than the fused ops above: the
     per-block counts in constants.yaml (`kernels.pytorch`, counted with torch.profiler on an
     H200) minus the ones already listed."""
-    table = s.consts["kernels"]["pytorch"]
-    want = table["per_step"]["other"]
+    table = s.consts.kernels["pytorch"]
+    want = table.per_step.other
     for layer in s.spec.layers:
         attn = {"mla": "attn_mla", "linear": "attn_linear"}.get(layer.attention, "attn_gqa")
-        want += table[attn]["other"]
+        want += table.block(attn).other
         if layer.mlp == "moe":
-            want += table["moe"]["other"] + (
-                table["shared_expert"]["other"] if s.spec.n_shared else 0
-            )
+            want += table.moe.other + (table.shared_expert.other if s.spec.n_shared else 0)
         else:
-            want += table["mlp_dense"]["other"]
+            want += table.mlp_dense.other
     have = sum(
         op.count * op.kernels for op in ops if op.kind in ("elementwise", "attention", "mla", "gdn")
     )
     return _small("pytorch.unfused_kernels", max(want - have, 0), 0.0)
 
 
-def _gqa_ops(s, layer, kinds, n, B, context, kvb) -> list[OpSpec]:
+Kinds = dict[str, list[Module]]
+
+
+def _gqa_ops(
+    s: Setup, layer: LayerSpec, kinds: Kinds, n: int, B: float, context: int, kvb: float
+) -> list[OpSpec]:
     spec, tp = s.spec, s.dep.tp
     h, hd = spec.hidden, spec.head_dim
     attn = kinds.get("attn", [])
@@ -200,7 +185,7 @@ def _gqa_ops(s, layer, kinds, n, B, context, kvb) -> list[OpSpec]:
             flops=2 * B * n_out * h,
             fmt=fmt,
             compute=comp,
-            shape={"m": B, "n": int(n_out), "k": h},
+            shape=GemmShape(m=B, n=int(n_out), k=h),
         ),
         _small("attn.rope_kv_write", n, B * (n_out * 2 + 2 * kv_r * hd * kvb)),
     ]
@@ -214,21 +199,23 @@ def _gqa_ops(s, layer, kinds, n, B, context, kvb) -> list[OpSpec]:
             kv_bytes=kv_bytes,
             flops=4.0 * B * ctx * heads_r * hd,
             kernels=2,
-            shape={
-                "batch": B,
-                "context": ctx,
-                "heads": heads_r,
-                "kv_heads": kv_r,
-                "head_dim": hd,
-                "kv_dtype": "fp8" if kvb <= 1 else "bfloat16",
-            },
+            shape=AttentionShape(
+                batch=B,
+                context=ctx,
+                heads=heads_r,
+                kv_heads=kv_r,
+                head_dim=hd,
+                kv_dtype="fp8" if kvb <= 1 else "bfloat16",
+            ),
         )
     )
     ops.append(_gemm("attn.o_proj", n, o, 1 / tp, B, h, spec.heads * hd / tp))
     return ops
 
 
-def _mla_ops(s, layer, kinds, n, B, context, kvb) -> list[OpSpec]:
+def _mla_ops(
+    s: Setup, layer: LayerSpec, kinds: Kinds, n: int, B: float, context: int, kvb: float
+) -> list[OpSpec]:
     spec, tp = s.spec, s.dep.tp
     h, mla = spec.hidden, spec.mla
     heads_r = max(1, spec.heads // tp)
@@ -255,7 +242,7 @@ def _mla_ops(s, layer, kinds, n, B, context, kvb) -> list[OpSpec]:
         for name, nbytes in (("mla.w_uk_bmm", uk), ("mla.w_uv_bmm", kv_b_bf16 - uk)):
             ops.append(
                 OpSpec(name, "gemm", n, weight_bytes=nbytes, flops=2 * B * nbytes / 2,
-                       shape={"m": B * heads_r, "n": mla["kv_lora_rank"], "k": max(nope, v)})
+                       shape=GemmShape(m=B * heads_r, n=mla["kv_lora_rank"], k=max(nope, v)))
             )  # fmt: skip
     ops.append(_small("mla.rope_kv_write", n, B * (mla["kv_lora_rank"] + 64) * 4))
     latent = mla["kv_lora_rank"] + mla["qk_rope_head_dim"]
@@ -267,8 +254,8 @@ def _mla_ops(s, layer, kinds, n, B, context, kvb) -> list[OpSpec]:
         ops.append(_gemm("mla.indexer_proj", n, idx, 1.0, B, sum(m.rows for m in idx), h))
         ops.append(
             OpSpec("mla.indexer_scores", "attention", n, kv_bytes=B * context * index_dim * kvb,
-                   kernels=3, shape={"batch": B, "context": context, "heads": 1, "kv_heads": 1,
-                                     "head_dim": index_dim, "kv_dtype": "fp8"})
+                   kernels=3, shape=AttentionShape(batch=B, context=context, heads=1, kv_heads=1,
+                                                   head_dim=index_dim, kv_dtype="fp8"))
         )  # fmt: skip
         if topk:
             ctx = min(context, topk)
@@ -280,14 +267,14 @@ def _mla_ops(s, layer, kinds, n, B, context, kvb) -> list[OpSpec]:
             kv_bytes=B * ctx * latent * kvb,
             flops=2.0 * B * ctx * heads_r * (2 * mla["kv_lora_rank"] + mla["qk_rope_head_dim"]),
             kernels=2,
-            shape={"batch": B, "context": ctx, "heads": heads_r},
+            shape=MlaShape(batch=B, context=ctx, heads=heads_r),
         )
     )
     ops.append(_gemm("mla.o_proj", n, o, 1 / tp, B, h, o[0].cols / tp if o else h))
     return ops
 
 
-def _gdn_ops(s, layer, kinds, n, B) -> list[OpSpec]:
+def _gdn_ops(s: Setup, layer: LayerSpec, kinds: Kinds, n: int, B: float) -> list[OpSpec]:
     spec, tp = s.spec, s.dep.tp
     h = spec.hidden
     lin = kinds.get("linear_attn", [])
@@ -314,7 +301,7 @@ def _gdn_ops(s, layer, kinds, n, B) -> list[OpSpec]:
             "gdn",
             n,
             kv_bytes=2 * B * layer.state_bytes / tp,
-            shape={"batch": B, "state_bytes": layer.state_bytes / tp},
+            shape=GdnShape(batch=B, state_bytes=layer.state_bytes / tp),
             kernels=1,
         ),
         _small("gdn.gated_norm", n, B * h * 4),
@@ -323,7 +310,7 @@ def _gdn_ops(s, layer, kinds, n, B) -> list[OpSpec]:
     return ops
 
 
-def _moe_ops(s, kinds, n, B) -> list[OpSpec]:
+def _moe_ops(s: Setup, kinds: Kinds, n: int, B: float) -> list[OpSpec]:
     spec, d = s.spec, s.dep
     h = spec.hidden
     ops: list[OpSpec] = []
@@ -348,17 +335,17 @@ def _moe_ops(s, kinds, n, B) -> list[OpSpec]:
             fmt=fmt,
             compute=comp,
             kernels=5,
-            shape={
-                "tokens": tokens,
-                "hidden": h,
-                "inter": inter,
-                "experts": spec.n_experts,
-                "topk": spec.top_k,
-                "moe_tp": s.expert_tp,
-                "ep": d.ep,
-                "busiest_experts": busiest,
-                "expert_bytes": per_expert / s.expert_tp,
-            },
+            shape=MoeShape(
+                tokens=tokens,
+                hidden=h,
+                inter=inter,
+                experts=spec.n_experts,
+                topk=spec.top_k,
+                moe_tp=s.expert_tp,
+                ep=d.ep,
+                busiest_experts=busiest,
+                expert_bytes=per_expert / s.expert_tp,
+            ),
         )
     )
     shared = kinds.get("shared", [])
@@ -378,7 +365,7 @@ def _moe_ops(s, kinds, n, B) -> list[OpSpec]:
     return ops
 
 
-def _comm_ops(s, B: float) -> list[OpSpec]:
+def _comm_ops(s: Setup, B: float) -> list[OpSpec]:
     """Collectives of one step (count and bytes; the latency comes from evidence.comm)."""
     spec, d = s.spec, s.dep
     act = B * spec.hidden * 2  # bf16 activations
@@ -386,46 +373,42 @@ def _comm_ops(s, B: float) -> list[OpSpec]:
     if d.tp > 1:
         ops.append(
             OpSpec("allreduce", "comm", 2 * spec.num_layers + 1, act_bytes=act,
-                   shape={"collective": "allreduce", "bytes": act, "ranks": d.tp})
+                   shape=CommShape(collective="allreduce", bytes=act, ranks=d.tp))
         )  # fmt: skip
         logits = B * spec.vocab / d.tp * 2
         ops.append(
             OpSpec("logits.gather", "comm", 1, act_bytes=logits,
-                   shape={"collective": "gather", "bytes": logits, "ranks": d.tp})
+                   shape=CommShape(collective="gather", bytes=logits, ranks=d.tp))
         )  # fmt: skip
         ops += _model_collectives(s, B)
     if d.ep > 1 and d.dp > 1:
         per_rank = B * spec.top_k * spec.hidden * 2
         ops.append(
             OpSpec("alltoall.dispatch_combine", "comm", 2 * spec.moe_layers, act_bytes=per_rank,
-                   shape={"collective": "alltoall", "bytes": per_rank, "ranks": d.ep})
+                   shape=CommShape(collective="alltoall", bytes=per_rank, ranks=d.ep))
         )  # fmt: skip
     if d.pp > 1:
         ops.append(
             OpSpec("pp.send", "comm", d.pp - 1, act_bytes=act,
-                   shape={"collective": "send", "bytes": act, "ranks": 2})
+                   shape=CommShape(collective="send", bytes=act, ranks=2))
         )  # fmt: skip
     return ops
 
 
-def _model_collectives(s: Any, B: float) -> list[OpSpec]:
+def _model_collectives(s: Setup, B: float) -> list[OpSpec]:
     """Collectives a model's implementation adds under TP (kernels.yaml
     ``tp_layer_collectives``: MiniMax-M2's full-width QK norm allreduces its sums of squares in
     every attention layer, in vLLM and SGLang alike)."""
-    from ceiling.spec._data import load_yaml
-
-    rule = (load_yaml("predict/kernels.yaml").get("tp_layer_collectives") or {}).get(
-        s.spec.architecture
-    )
-    if not rule:
+    rule = kernels().tp_layer_collectives.get(s.spec.architecture)
+    if rule is None:
         return []
     layers = sum(1 for layer in s.spec.layers if layer.attention != "linear")
-    nbytes = B * float(rule["bytes_per_token"])
+    nbytes = B * rule.bytes_per_token
     out = [
-        OpSpec(str(rule["name"]), "comm", layers * int(rule.get("per_layer", 1)),
-               act_bytes=nbytes, shape={"collective": "allreduce", "bytes": nbytes,
-                                        "ranks": s.dep.tp})
+        OpSpec(rule.name, "comm", layers * rule.per_layer,
+               act_bytes=nbytes, shape=CommShape(collective="allreduce", bytes=nbytes,
+                                                 ranks=s.dep.tp))
     ]  # fmt: skip
-    if rule.get("kernels"):
-        out.append(_small(str(rule["name"]) + ".norm", layers, 0.0, int(rule["kernels"])))
+    if rule.kernels:
+        out.append(_small(rule.name + ".norm", layers, 0.0, rule.kernels))
     return out

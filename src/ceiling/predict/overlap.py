@@ -23,30 +23,33 @@ gets the same treatment (the best engine overlaps too).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
-from ceiling.predict.choices import engine_rule
+from ceiling.predict.choices import engine_entry
+from ceiling.predict.opspec import OpRow, OpSpec
+from ceiling.predict.resolved import Setup
 
 MAIN = ("moe.router", "moe.topk", "moe.experts")
 AUX_PREFIX = "moe.shared."
 
 
-def shared_stream_rule(s: Any, batch: int) -> str:
+def shared_stream_rule(s: Setup, batch: int) -> str:
     """Why the engine overlaps the shared expert in this setup ('' when it does not)."""
-    rule = engine_rule(s.dep.engine, "shared_expert_stream")
-    if not rule or not s.spec.is_moe or not getattr(s.spec, "n_shared", 0):
+    entry = engine_entry(s.dep.engine)
+    rule = entry.shared_expert_stream if entry is not None else None
+    if rule is None or not s.spec.is_moe or not s.spec.n_shared:
         return ""
-    if batch > int(rule.get("max_tokens", 0)):
+    if batch > rule.max_tokens:
         return ""
-    if str(s.gpu.arch) in {str(a) for a in rule.get("skip_arch") or ()}:
+    if s.gpu.arch in rule.skip_arch:
         return ""
-    archs = rule.get("architectures")
-    if archs and not str(s.spec.architecture).startswith(tuple(str(a) for a in archs)):
+    archs = rule.architectures
+    if archs and not s.spec.architecture.startswith(tuple(archs)):
         return ""
-    return str(rule.get("rule", "")).strip()
+    return rule.rule.strip()
 
 
-def _bytes_ms(rows: list[Any], ops: list[Any], bw_GBps: float) -> float:
+def _bytes_ms(rows: list[OpRow], ops: list[OpSpec], bw_GBps: float) -> float:
     return (
         sum(r.count * op.weight_bytes for r, op in zip(rows, ops, strict=True))
         / (bw_GBps * 1e9)
@@ -54,7 +57,13 @@ def _bytes_ms(rows: list[Any], ops: list[Any], bw_GBps: float) -> float:
     )
 
 
-def hide(rows: list[Any], ops: list[Any], attr: str, bw_GBps: float, share: float = 1.0) -> float:
+def hide(
+    rows: list[OpRow],
+    ops: list[OpSpec],
+    attr: Literal["expected_ms", "bound_ms"],
+    bw_GBps: float,
+    share: float = 1.0,
+) -> float:
     """Apply the overlap to ``attr`` (``expected_ms`` or ``bound_ms``) of the shared-expert
     rows; return the ms per step it hides (0 when there is nothing to overlap)."""
     main = [(r, op) for r, op in zip(rows, ops, strict=True) if r.name in MAIN]
@@ -85,7 +94,7 @@ def hide(rows: list[Any], ops: list[Any], attr: str, bw_GBps: float, share: floa
     return hidden
 
 
-def clamp_bound(rows: list[Any]) -> float:
+def clamp_bound(rows: list[OpRow]) -> float:
     """Keep every shared-expert row's bound at or below its expected time without losing the
     bound's bytes: the expected figure hides more of the shared expert (its fixed costs) than
     the bound (bytes only), so the shared expert's bytes that exceed its expected row are

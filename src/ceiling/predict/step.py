@@ -25,79 +25,19 @@ from typing import Any
 
 from ceiling.predict import trace_evidence
 from ceiling.predict.collectives import allreduce_us, alltoall_us, send_us
+from ceiling.predict.datafiles import Constants, KernelCount
 from ceiling.predict.moe import expected_distinct, expected_max_load
+from ceiling.predict.ops import build_ops
+from ceiling.predict.opspec import CommShape, OpRow, OpSpec
 from ceiling.predict.overlap import clamp_bound, hide, shared_stream_rule, take_from
-from ceiling.spec.deployment import Deployment, EngineRules
-from ceiling.spec.hardware import GPU, Link
+from ceiling.predict.resolved import Setup
+from ceiling.spec.hardware import GPU
 from ceiling.spec.model import ModelSpec
 from ceiling.spec.profile import HardwareProfile
 
+__all__ = ["GiB", "Setup", "Step"]  # Setup: re-exported for readers of the step model
+
 GiB = 2**30
-
-
-@dataclass
-class Setup:
-    """Everything resolved for one prediction (model, box, layout, constants)."""
-
-    spec: ModelSpec
-    gpu: GPU
-    link: Link
-    dep: Deployment
-    rules: EngineRules
-    consts: dict[str, Any]
-    profile: HardwareProfile | None
-    allreduce_impl: str
-    allreduce_reason: str
-    kv_bytes: float
-    kv_reason: str
-    bw_GBps: float
-    bw_reason: str
-    # the user's engine choices (None: the engine's default for this GPU and model)
-    attention_backend: str | None = None
-    moe_backend: str | None = None
-    async_scheduling: bool | None = None
-
-    @property
-    def expert_tp(self) -> int:
-        """How many ways each routed expert is split (TP when EP=1; EP ranks hold whole experts)."""
-        d = self.dep
-        if d.ep <= 1:
-            return d.tp
-        return max(1, (d.tp * d.dp) // d.ep)
-
-    @property
-    def small_kernel_us(self) -> float:
-        """GPU cost of one non-GEMM kernel in a CUDA graph (profile's launch figure if any)."""
-        p = self.profile
-        if p and p.kernel_launch_us_graph:
-            return p.kernel_launch_us_graph
-        return float(self.consts["small_kernel_us_graph"])
-
-    @property
-    def gemm_kernel_us(self) -> float:
-        """Fixed GPU cost of one weight-reading GEMM kernel, on top of bytes / bandwidth."""
-        p = self.profile
-        if p and p.gemm_fixed_us_graph:
-            return p.gemm_fixed_us_graph
-        return float(self.consts["gemm_kernel_us_graph"])
-
-    @property
-    def eager_kernel_us(self) -> float:
-        """CPU cost of issuing one kernel eagerly."""
-        # calibrate times a bare op (t.add_) issued in a loop: the floor of the eager
-        # per-kernel cost. A real eager decode step also runs module code per kernel (the
-        # constant is measured on one: 19 us per kernel on an H200 host), so the larger of
-        # the two governs; a slow host shows up through the profile's figure.
-        const = float(self.consts["kernel_us_eager"])
-        p = self.profile
-        if p and p.kernel_launch_us_eager:
-            return max(p.kernel_launch_us_eager, const)
-        return const
-
-    def kernel_ms(self, kernels: tuple[int, int]) -> float:
-        """GPU time of (gemm, other) kernel boundaries in a CUDA graph, milliseconds."""
-        gemm, other = kernels
-        return (gemm * self.gemm_kernel_us + other * self.small_kernel_us) / 1e3
 
 
 @dataclass
@@ -107,7 +47,7 @@ class Step:
     components: dict[str, float]
     details: dict[str, Any] = field(default_factory=dict)
     bound_components: dict[str, float] = field(default_factory=dict)
-    ops: list[Any] = field(default_factory=list)
+    ops: list[OpRow] = field(default_factory=list)
 
     @property
     def ms(self) -> float:
@@ -118,9 +58,7 @@ class Step:
         return sum(self.bound_components.values())
 
 
-def achieved_bw(
-    gpu: GPU, consts: dict[str, Any], profile: HardwareProfile | None
-) -> tuple[float, str]:
+def achieved_bw(gpu: GPU, consts: Constants, profile: HardwareProfile | None) -> tuple[float, str]:
     """Achieved weight-read bandwidth (GB/s) and where the number comes from."""
     if profile is not None:
         if profile.gemv_bw_GBps:
@@ -144,7 +82,7 @@ def achieved_bw(
             gpu.measured_bw_GBps,
             f"weight-read bandwidth {gpu.measured_bw_GBps:.0f} GB/s (measured on this GPU model, catalog)",
         )
-    eff = float(consts["bw_efficiency"])
+    eff = consts.bw_efficiency
     bw = gpu.mem_bw_GBps * eff
     return (
         bw,
@@ -243,12 +181,13 @@ def _act_quant_groups(spec: ModelSpec) -> int:
 
 def kernels_per_step(s: Setup) -> tuple[int, int]:
     """(GEMM kernels, other kernels) of one decode step; collectives have their own component."""
-    table = s.consts["kernels"][s.rules.kernels]
+    table = s.consts.kernels[s.rules.kernels]
     counts = {"gemm": 0, "other": 0}
 
     def add(block: str, times: int = 1) -> None:
-        for key in counts:
-            counts[key] += int(table[block][key]) * times
+        k: KernelCount = table.block(block)
+        counts["gemm"] += k.gemm * times
+        counts["other"] += k.other * times
 
     add("per_step")
     for layer in s.spec.layers:
@@ -269,11 +208,11 @@ def kernels_per_step(s: Setup) -> tuple[int, int]:
     return counts["gemm"], counts["other"]
 
 
-def collectives_per_step(s: Setup, tokens: float) -> tuple[float, dict[str, Any]]:
+def collectives_per_step(s: Setup, tokens: float) -> tuple[float, dict[str, str | int | float]]:
     """Milliseconds of collectives in one decode step, and what they are."""
     spec, d, link = s.spec, s.dep, s.link
     act_bytes = tokens * spec.hidden * 2  # bf16 activations
-    info: dict[str, Any] = {"allreduce_impl": s.allreduce_impl}
+    info: dict[str, str | int | float] = {"allreduce_impl": s.allreduce_impl}
     total_us = 0.0
     if d.tp > 1:
         n_ar = 2 * spec.num_layers + 2  # attention + MLP per layer, embedding, logits gather
@@ -332,25 +271,7 @@ def flops_per_gpu(s: Setup, tokens: float, context: float, causal_prefill: bool 
 # ----------------------------------------------------------------------------- the step
 
 
-@dataclass
-class OpRow:
-    """One op of a step with its timing (per step: count x per-call)."""
-
-    name: str
-    kind: str
-    count: float
-    expected_ms: float
-    bound_ms: float
-    source: str
-    confidence: float
-    family: str
-    note: str
-    weight_bytes: float
-    kv_bytes: float
-    hidden_ms: float = 0.0  # expected time hidden behind another stream (predict.overlap)
-
-
-def _split(row: OpRow, op: Any, bw_ref: float, consts: dict[str, Any], gpu: GPU) -> dict:
+def _split(row: OpRow, op: OpSpec, bw_ref: float, consts: Constants, gpu: GPU) -> dict[str, float]:
     """Components of one op's time: roofline parts at the reference bandwidth, the rest launch."""
     if row.kind == "comm":
         return {"collectives": row.expected_ms}
@@ -359,7 +280,7 @@ def _split(row: OpRow, op: Any, bw_ref: float, consts: dict[str, Any], gpu: GPU)
     w = row.count * op.weight_bytes / (bw_ref * 1e9) * 1e3
     kv = row.count * op.kv_bytes / (bw_ref * 1e9) * 1e3
     mem = w + kv
-    comp_peak = gpu.peak_tflops(op.compute) * 1e12 * float(consts["compute_efficiency"])
+    comp_peak = gpu.peak_tflops(op.compute) * 1e12 * consts.compute_efficiency
     cmp = row.count * op.flops / comp_peak * 1e3 if op.flops else 0.0
     total = row.expected_ms
     out: dict[str, float] = {}
@@ -378,7 +299,6 @@ def _split(row: OpRow, op: Any, bw_ref: float, consts: dict[str, Any], gpu: GPU)
 def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) -> Step:
     """Decode step of one replica at ``batch`` sequences of ``context``: expected and bound."""
     from ceiling.predict.evidence import Evidence
-    from ceiling.predict.ops import build_ops
 
     graphs = s.dep.cuda_graphs if graphs is None else graphs
     ops = build_ops(s, batch, context)
@@ -409,7 +329,7 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
     why = shared_stream_rule(s, batch)
     hidden = 0.0
     if why:  # the shared expert on a second stream: its fixed costs hide behind the main one
-        share = float(s.consts["stream_overlap_share"])  # measured (constants.yaml)
+        share = s.consts.stream_overlap_share  # measured (constants.yaml)
         hidden = hide(rows, ops, "expected_ms", s.bw_GBps, share)
         take_from(comps, hidden)
         # the bound: the best engine's kernels could overlap fully
@@ -426,7 +346,11 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
     w_bytes, w_by_kind = weight_read_bytes(s, float(batch))
     kv_tok, state = kv_bytes_per_token_gpu(s, context)
     kv_read = batch * (context * kv_tok + 2 * state)
-    allreduces = sum(op.count for op in ops if op.shape.get("collective") == "allreduce")
+    allreduces = sum(
+        op.count
+        for op in ops
+        if isinstance(op.shape, CommShape) and op.shape.collective == "allreduce"
+    )
     ar = next((r for r in rows if r.name == "allreduce"), None)
     details: dict[str, Any] = {
         "weight_bytes_read_per_gpu": int(w_bytes),
@@ -465,8 +389,8 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
 
 def prefill_ms(s: Setup, prompt_len: int) -> dict[str, float]:
     """Prefill time of one prompt: chunked, each chunk max(compute, weight read) + collectives."""
-    chunk = int(s.consts["prefill_chunk_tokens"])
-    peak = s.gpu.peak_tflops(_compute_dtype(s.spec)) * 1e12 * float(s.consts["compute_efficiency"])
+    chunk = s.consts.prefill_chunk_tokens
+    peak = s.gpu.peak_tflops(_compute_dtype(s.spec)) * 1e12 * s.consts.compute_efficiency
     total = 0.0
     done = 0
     n_k = kernels_per_step(s)

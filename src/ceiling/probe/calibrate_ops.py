@@ -32,8 +32,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
-from ceiling.predict.api import PredictRequest, _setup
+from ceiling.predict.api import PredictRequest, setup
 from ceiling.predict.ops import build_ops
+from ceiling.predict.opspec import AttentionShape, GemmShape, MlaShape, MoeShape
 from ceiling.probe.calibrate import _graphed, _import_torch, _Timer
 from ceiling.probe.topology import catalog_gpu
 from ceiling.spec.profile import HardwareProfile, OpFit
@@ -83,20 +84,23 @@ def _shapes(models: list[str], tp: int) -> dict[str, Any]:
     mla: set[int] = set()
     hidden: set[int] = set()
     for name in models:
-        s, _ = _setup(PredictRequest(model=name, gpu="h200", tp=tp, gpus=tp))
+        s, _ = setup(PredictRequest(model=name, gpu="h200", tp=tp, gpus=tp))
         hidden.add(s.spec.hidden)
         for op in build_ops(s, 1, 1024):
-            if op.kind == "gemm" and "bmm" not in op.name:
-                gemm.add((int(op.shape["n"]), int(op.shape["k"])))
-            elif op.kind == "moe":
-                sh = op.shape
-                moe.add((int(sh["experts"]), int(sh["topk"]), int(sh["hidden"]),
-                         max(int(sh["inter"]) // int(sh["moe_tp"]), 16)))  # fmt: skip
-            elif op.kind == "attention" and op.name.startswith("attention"):
-                sh = op.shape
-                gqa.add((int(sh["heads"]), int(sh["kv_heads"]), int(sh["head_dim"])))
-            elif op.kind == "mla":
-                mla.add(int(op.shape["heads"]))
+            sh = op.shape
+            if op.kind == "gemm" and "bmm" not in op.name and isinstance(sh, GemmShape):
+                gemm.add((int(sh.n), int(sh.k)))
+            elif op.kind == "moe" and isinstance(sh, MoeShape):
+                moe.add((int(sh.experts), int(sh.topk), int(sh.hidden),
+                         max(int(sh.inter) // int(sh.moe_tp), 16)))  # fmt: skip
+            elif (
+                op.kind == "attention"
+                and op.name.startswith("attention")
+                and isinstance(sh, AttentionShape)
+            ):
+                gqa.add((int(sh.heads), int(sh.kv_heads), int(sh.head_dim)))
+            elif op.kind == "mla" and isinstance(sh, MlaShape):
+                mla.add(int(sh.heads))
     return {"gemm": sorted(gemm), "moe": sorted(moe), "gqa": sorted(gqa), "mla": sorted(mla),
             "hidden": sorted(hidden)}  # fmt: skip
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, RootModel
 
 from ceiling.errors import CeilingError
-from ceiling.spec._data import load_yaml
+from ceiling.spec._data import DataModel, load_yaml
 from ceiling.spec.hardware import Link
 
 KV_DTYPE_BYTES = {
@@ -22,6 +22,52 @@ KV_DTYPE_BYTES = {
     "fp8_e4m3": 1.0,
     "fp8_e5m2": 1.0,
 }
+
+
+class CustomAllreduceRule(DataModel):
+    """When the engine uses its custom (one-shot) allreduce instead of NCCL."""
+
+    world_sizes: list[int]
+    pcie_max_world: int
+    requires_p2p: bool
+    max_bytes: int = Field(8 * 2**20, description="the custom-allreduce buffer (vLLM: 8 MiB)")
+    rule: str
+
+
+class SharedExpertStreamRule(DataModel):
+    """When the engine runs a MoE layer's shared expert on a second CUDA stream."""
+
+    max_tokens: int
+    skip_arch: list[str] = Field(default_factory=list)
+    architectures: list[str] = Field(
+        default_factory=list, description="model architecture prefixes (empty: every MoE model)"
+    )
+    rule: str
+
+
+class EngineEntry(DataModel):
+    """One engine of ``data/predict/engines.yaml``."""
+
+    custom_allreduce: CustomAllreduceRule
+    host_ms: float
+    host_sync_ms: float
+    host_source: str
+    overlap_off: dict[str, str] = Field(
+        default_factory=dict, description="model kind -> why the engine runs synchronously"
+    )
+    kernels: Literal["fused", "pytorch"]
+    shared_expert_stream: SharedExpertStreamRule | None = None
+    gpu_memory_utilization: float
+    activation_reserve_GiB: float
+
+
+class EnginesFile(RootModel[dict[str, EngineEntry]]):
+    """``data/predict/engines.yaml``: engine name -> its rules."""
+
+
+def engines_table() -> dict[str, EngineEntry]:
+    """Every engine's rules (``data/predict/engines.yaml``, validated)."""
+    return load_yaml("predict/engines.yaml", schema=EnginesFile).root
 
 
 class EngineRules(BaseModel):
@@ -38,22 +84,22 @@ class EngineRules(BaseModel):
 
 
 def engine_rules(engine: str) -> EngineRules:
-    table = load_yaml("predict/engines.yaml")
+    table = engines_table()
     if engine not in table:
         raise CeilingError(f"unknown engine '{engine}'", fix="one of: " + ", ".join(table))
     e = table[engine]
-    ar = e["custom_allreduce"]
+    ar = e.custom_allreduce
     return EngineRules(
         name=engine,
-        world_sizes=ar["world_sizes"],
-        pcie_max_world=ar["pcie_max_world"],
-        requires_p2p=ar["requires_p2p"],
-        rule=ar["rule"],
-        custom_ar_max_bytes=int(ar.get("max_bytes", 8 * 2**20)),
-        host_ms=e["host_ms"],
-        kernels=e["kernels"],
-        gpu_memory_utilization=e["gpu_memory_utilization"],
-        activation_reserve_GiB=e["activation_reserve_GiB"],
+        world_sizes=ar.world_sizes,
+        pcie_max_world=ar.pcie_max_world,
+        requires_p2p=ar.requires_p2p,
+        rule=ar.rule,
+        custom_ar_max_bytes=ar.max_bytes,
+        host_ms=e.host_ms,
+        kernels=e.kernels,
+        gpu_memory_utilization=e.gpu_memory_utilization,
+        activation_reserve_GiB=e.activation_reserve_GiB,
     )
 
 
