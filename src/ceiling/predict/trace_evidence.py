@@ -11,9 +11,9 @@ recorded at another batch (or, for attention, another context) does not apply.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
-from ceiling.predict.ops import OpSpec, OpTime
+from ceiling.predict.opspec import OpSpec, OpTime
+from ceiling.predict.resolved import Setup
 
 #: op kinds whose time grows with the context: a trace at another context does not time them
 _CONTEXT_KINDS = frozenset({"attention", "mla", "gdn"})
@@ -21,7 +21,7 @@ _CONTEXT_TOLERANCE = 0.10
 
 
 def apply(
-    s: Any, ops: list[OpSpec], times: list[OpTime], batch: int, context: int
+    s: Setup, ops: list[OpSpec], times: list[OpTime], batch: int, context: int
 ) -> tuple[list[OpTime], list[str]]:
     """``times`` with the trace's measurements in place where the profile has them; notes
     that say which entries applied and which did not (and why)."""
