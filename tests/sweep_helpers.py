@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ceiling.sweep.runner import Event, TrialSpec
+from ceiling.flows.sweep import Event, TrialSpec
 
 # name -> per-repeat tok/s cycle: "same" is within noise of "base", "fast" clearly faster.
 RATES = {

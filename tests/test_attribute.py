@@ -107,7 +107,7 @@ def test_cpu_floors_scale_with_bytes_and_batch():
 
 
 def test_last_level_cache_from_sysfs(tmp_path):
-    from ceiling.diagnose.cpu_host import last_level_cache_bytes
+    from ceiling.probe.cpu_host import last_level_cache_bytes
 
     base = tmp_path / "devices/system/cpu/cpu0/cache"
     for idx, size in (("index0", "32K"), ("index2", "512K"), ("index3", "32768K")):

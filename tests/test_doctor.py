@@ -17,12 +17,12 @@ import pytest
 
 from ceiling.bench.results import LevelResult
 from ceiling.cli import main
-from ceiling.diagnose.doctor import DoctorConfig
-from ceiling.diagnose.doctor import run_doctor as _run_doctor
 from ceiling.diagnose.hypotheses import NcclHypothesis
 from ceiling.diagnose.measured import measured_step
 from ceiling.diagnose.schema import DoctorResult
 from ceiling.errors import CeilingError
+from ceiling.flows.doctor import DoctorConfig
+from ceiling.flows.doctor import run as _run_doctor
 from ceiling.predict.api import load_spec
 from ceiling.predict.cpu import weight_bytes_per_step
 from ceiling.report import render

@@ -238,8 +238,8 @@ def test_variant_and_plan_files_through_the_cli(tmp_path_factory, data):
     | json_values
 )
 def test_plan_files(tmp_path_factory, doc):
+    from ceiling.flows.sweep import _check_bench
     from ceiling.sweep.plan import load_plan
-    from ceiling.sweep.runner import _check_bench
 
     path = tmp_path_factory.mktemp("p") / "plan.yaml"
     path.write_text(yaml.safe_dump(doc))

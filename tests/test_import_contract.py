@@ -8,6 +8,13 @@ too (the team's ``import_cycles.py`` counts the same way). Rules (issue 14):
 - no import cycle between modules;
 - ``ceiling.engines`` never imports ``ceiling.diagnose`` (engines are data the diagnosis reads);
 - ``ceiling.diagnose`` never imports ``ceiling.report`` (a report renders a diagnosis);
+- the flow layer (issue 22): ``ceiling.flows`` may import any library; no library imports
+  ``ceiling.flows`` or ``ceiling.cli`` (only ``ceiling.cli`` and ``ceiling.__main__`` sit above);
+- ``ceiling.diagnose`` is pure: it imports none of the modules that do I/O (:data:`IO_MODULES`:
+  HTTP clients, process launchers, hardware probes, the sanity checks' requests, preflight's
+  engine calls, envcheck, the flows) nor the standard library's process/network modules;
+- ``ceiling.sweep`` never imports ``ceiling.report`` and the report reads only the sweep's nouns
+  (``ceiling.sweep.schema``): the flow imports both;
 - no module over 500 lines.
 
 What is broken today is listed below as KNOWN_*: a new violation fails, and so does a known one
@@ -30,7 +37,45 @@ KNOWN_CYCLES: set[frozenset[str]] = set()
 # Layering breaks that exist today: (importer, imported).
 KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
 KNOWN_LONG_MODULES: set[str] = set()
-FORBIDDEN = (("ceiling.engines", "ceiling.diagnose"), ("ceiling.diagnose", "ceiling.report"))
+FORBIDDEN = (
+    ("ceiling.engines", "ceiling.diagnose"),
+    ("ceiling.diagnose", "ceiling.report"),
+    ("ceiling.sweep", "ceiling.report"),
+)
+#: The layers above the libraries: a library never imports these.
+TOP = ("ceiling.flows", "ceiling.cli", "ceiling.__main__")
+#: Modules (or packages) that do I/O: network, processes, hardware, the engines' installs.
+IO_MODULES = (
+    "ceiling.bench.runner",
+    "ceiling.bench.client",
+    "ceiling.bench.http",
+    "ceiling.bench.pool",
+    "ceiling.bench.workers",
+    "ceiling.bench.rayworkers",
+    "ceiling.bench.load",
+    "ceiling.bench.telemetry",
+    "ceiling.run",
+    "ceiling.probe.topology",
+    "ceiling.probe.telemetry",
+    "ceiling.probe.nvml",
+    "ceiling.probe.commbench",
+    "ceiling.probe.commbench_worker",
+    "ceiling.probe.calibrate",
+    "ceiling.probe.calibrate_ops",
+    "ceiling.probe.commands",
+    "ceiling.probe.cpu_host",
+    "ceiling.probe.ranks",
+    "ceiling.probe.rankstage",
+    "ceiling.sanity.run",
+    "ceiling.sanity.checks",
+    "ceiling.sanity.reference",
+    "ceiling.engines.preflight",
+    "ceiling.envcheck",
+    "ceiling.deploy",
+    *TOP,
+)
+#: Standard-library modules that talk to processes or the network.
+IO_STDLIB = ("subprocess", "socket", "http", "urllib.request", "asyncio", "multiprocessing")
 
 
 def _modules() -> dict[str, Path]:
@@ -127,9 +172,10 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_the_graph_sees_function_local_and_relative_imports(graph):
-    # sweep.runner imports report and bench.stats inside functions: both edges count
-    assert "ceiling.report" in graph["ceiling.sweep.runner"]
-    assert "ceiling.bench.stats" in graph["ceiling.sweep.runner"]
+    # flows.sweep imports report and bench.stats: both edges count
+    assert "ceiling.report" in graph["ceiling.flows.sweep"]
+    assert "ceiling.bench.stats" in graph["ceiling.flows.sweep"]
+    assert "ceiling.bench.client" in graph["ceiling.flows.target"]  # a function-local import
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {frozenset("abc")}
     assert cycles({"a": {"b"}, "b": set()}) == set()
 
@@ -163,3 +209,46 @@ def test_no_module_over_500_lines():
     new, gone = long - KNOWN_LONG_MODULES, KNOWN_LONG_MODULES - long
     assert not new, f"module(s) over {MAX_LINES} lines: split them:\n  {_fmt(new)}"
     assert not gone, f"now short, remove from KNOWN_LONG_MODULES:\n  {_fmt(gone)}"
+
+
+def test_libraries_never_import_the_flows_or_the_cli(graph):
+    up = {
+        (a, b)
+        for a, targets in graph.items()
+        if not any(_within(a, top) for top in TOP)
+        for b in targets
+        if any(_within(b, top) for top in TOP)
+    }
+    assert not up, f"a library imports a flow or the CLI:\n  {_fmt(up)}"
+    assert any(_within(b, "ceiling.run") for b in graph["ceiling.flows.doctor"])  # flows may
+
+
+def test_diagnose_is_pure_it_imports_no_io(graph):
+    io = {
+        (a, b)
+        for a, targets in graph.items()
+        if _within(a, "ceiling.diagnose")
+        for b in targets
+        if any(_within(b, m) for m in IO_MODULES)
+    }
+    assert not io, f"ceiling.diagnose imports I/O (move it to ceiling.flows):\n  {_fmt(io)}"
+    stdlib = set()
+    for name, path in _modules().items():
+        if not _within(name, "ceiling.diagnose"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for target in _targets(node, name, path.name == "__init__.py"):
+                if any(target == m or target.startswith(m + ".") for m in IO_STDLIB):
+                    stdlib.add((name, target))
+    assert not stdlib, f"ceiling.diagnose does process/network I/O:\n  {_fmt(stdlib)}"
+
+
+def test_the_report_reads_only_the_sweeps_nouns(graph):
+    reads = {
+        b
+        for a, targets in graph.items()
+        if _within(a, "ceiling.report")
+        for b in targets
+        if _within(b, "ceiling.sweep")
+    }
+    assert reads == {"ceiling.sweep.schema"}

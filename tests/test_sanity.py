@@ -364,7 +364,8 @@ def test_short_loop_found_wherever_it_is():
 
 
 def test_doctor_stops_before_benchmarking_a_broken_server(intact, tmp_path):
-    from ceiling.diagnose.doctor import DoctorConfig, run_doctor
+    from ceiling.flows.doctor import DoctorConfig
+    from ceiling.flows.doctor import run as run_doctor
     from ceiling.report import render
     from ceiling.sanity.run import SanityBroken
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from ceiling.errors import CeilingError
+from ceiling.flows.sweep import run as run_sweep
 from ceiling.sweep.early_stop import decide
 from ceiling.sweep.ledger import Ledger
 from ceiling.sweep.plan import EarlyStop, load_plan
-from ceiling.sweep.runner import run_sweep
 from sweep_helpers import synthetic_trial, write_plan
 
 TESTS = Path(__file__).parent
@@ -58,12 +58,12 @@ def test_kill_mid_sweep_loses_nothing_and_resume_continues(tmp_path):
     calls = tmp_path / "calls.txt"
     script = (
         "import sys; from sweep_helpers import synthetic_trial;"
-        "from ceiling.sweep.runner import run_sweep;"
+        "from ceiling.flows.sweep import run as run_sweep;"
         f"run_sweep({str(plan)!r}, {str(out)!r}, trial_fn=synthetic_trial, preflight_fn=None)"
     )
     env = {
         **os.environ,
-        "PYTHONPATH": str(TESTS),
+        "PYTHONPATH": os.pathsep.join([str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])]),
         "SWEEP_DELAY_S": "0.3",
         "SWEEP_CALLS": str(calls),
     }

@@ -10,8 +10,9 @@ ray = pytest.importorskip("ray")
 from ray import cloudpickle  # noqa: E402  (vendored by ray)
 
 import sweep_helpers  # noqa: E402
+from ceiling.flows.sweep import RayExecutor  # noqa: E402
+from ceiling.flows.sweep import run as run_sweep  # noqa: E402
 from ceiling.sweep.ledger import Ledger  # noqa: E402
-from ceiling.sweep.runner import RayExecutor, run_sweep  # noqa: E402
 from sweep_helpers import synthetic_trial, write_plan  # noqa: E402
 
 

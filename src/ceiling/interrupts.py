@@ -95,7 +95,7 @@ def shielded() -> Iterator[None]:
 
 
 def reset() -> None:
-    """Forget a previous interrupt: a run (the CLI, ``run_doctor``) cares about its own."""
+    """Forget a previous interrupt: a run (the CLI, ``flows.doctor.run``) cares about its own."""
     _state.update({"signal": None, "hurry": False, "pending": False})
 
 

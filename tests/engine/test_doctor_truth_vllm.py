@@ -29,11 +29,12 @@ import yaml
 
 from ceiling.bench.compare import SAME, compare
 from ceiling.bench.results import RunResult
-from ceiling.diagnose.doctor import DoctorConfig, run_doctor
 from ceiling.diagnose.finding_types import COMPONENTS, Finding
 from ceiling.diagnose.measured import ServerView
 from ceiling.diagnose.runtime import batch_width
 from ceiling.diagnose.schema import DoctorResult
+from ceiling.flows.doctor import DoctorConfig
+from ceiling.flows.doctor import run as run_doctor
 
 # One rerun when an assertion fails: these tests read effects (batches, preemptions, bursts)
 # out of a real engine on a shared 2-core box, where about one CI run in three saw one of them

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import pytest
 
-from ceiling.diagnose.doctor import DoctorConfig, run_doctor
 from ceiling.diagnose.runtime import batch_width
+from ceiling.flows.doctor import DoctorConfig
+from ceiling.flows.doctor import run as run_doctor
 from ceiling.report import render
 
 # One rerun when an assertion fails: these tests read effects (batches, preemptions, bursts)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from ceiling.diagnose.logs import detect_engine, inspect_log
-from ceiling.engines.preflight import preflight
 from ceiling.engines.variant import Arg
+from ceiling.flows.preflight import run as preflight
 from ceiling.run.launcher import EngineDied, _group_members, port_in_use, start
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]

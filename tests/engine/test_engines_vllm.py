@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ceiling.diagnose.logs import inspect_log
-from ceiling.engines.preflight import preflight
 from ceiling.engines.variant import load_variant
+from ceiling.flows.preflight import run as preflight
 from ceiling.run.launcher import EngineDied, _group_members, start
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "variants"

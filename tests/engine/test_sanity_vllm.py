@@ -15,8 +15,9 @@ import sys
 
 import pytest
 
-from ceiling.diagnose.doctor import DoctorConfig, run_doctor
 from ceiling.engines.variant import load_variant
+from ceiling.flows.doctor import DoctorConfig
+from ceiling.flows.doctor import run as run_doctor
 from ceiling.sanity.checks import check_server
 from ceiling.sanity.run import SanityBroken
 
@@ -87,7 +88,7 @@ def test_doctor_stops_on_a_misread_norm_epsilon(
 
 
 def test_sweep_reports_wrongly_served_variants_broken(cpu_tiny_variant, tiny_faults, tmp_path):
-    from ceiling.sweep.runner import run_sweep
+    from ceiling.flows.sweep import run as run_sweep
 
     names = ("swapped-v-heads", "sibling-tokenizer")
     files = {n: _variant_file(tmp_path, cpu_tiny_variant, tiny_faults[n], n) for n in names}

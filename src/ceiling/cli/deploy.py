@@ -28,10 +28,10 @@ def deploy_cmd(
 
     Secrets are referenced (EnvironmentFile= / env_file:), never written.
     """
-    from ceiling.deploy.command import deploy
+    from ceiling.flows import deploy
     from ceiling.render import deploy as show
 
-    result = deploy(
+    result = deploy.run(
         variant,
         out,
         dry_run=dry_run,

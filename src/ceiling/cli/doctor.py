@@ -72,8 +72,9 @@ def doctor(
     4 server unreachable or refused, 130 interrupted (doctor.json written, interrupted: true).
     """
     from ceiling.console import console
-    from ceiling.diagnose.doctor import DoctorConfig, run_doctor
-    from ceiling.diagnose.doctor_checks import OPTION_NAMES, outcome
+    from ceiling.diagnose.schema import DoctorConfig
+    from ceiling.flows import doctor as doctor_flow
+    from ceiling.flows.doctor_checks import OPTION_NAMES, outcome
     from ceiling.inputs import model_from_options
     from ceiling.render import doctor as show
     from ceiling.report import render
@@ -101,7 +102,7 @@ def doctor(
         progress=not json_out,
     )
     cfg = model_from_options(DoctorConfig, options, "doctor", OPTION_NAMES)
-    res = run_doctor(cfg, report=render)
+    res = doctor_flow.run(cfg, report=render)
     code, why = outcome(res)
     show.doctor(res, json_out)
     if why:
@@ -125,8 +126,8 @@ def sweep(
     --resume. Without a terminal, each launch prints its start-up phases as lines.
     """
     from ceiling.console import console
+    from ceiling.flows import sweep as sweep_flow
     from ceiling.render import doctor as show
-    from ceiling.sweep.runner import run_sweep
 
     def on_event(name: str, ev: dict) -> None:
         if not json_out and ev.get("type") == "repeat":
@@ -134,7 +135,7 @@ def sweep(
         elif not json_out and ev.get("type") in ("stopped_early", "failed"):
             console().print(f"{name}: {ev['type']}: {ev.get('reason') or ev.get('error')}")
 
-    show.sweep(run_sweep(plan, out, resume=resume, on_event=on_event), out, json_out)
+    show.sweep(sweep_flow.run(plan, out, resume=resume, on_event=on_event), out, json_out)
 
 
 def report(

@@ -35,11 +35,11 @@ def preflight_cmd(
       ceiling preflight examples/variants/cpu-tiny.yaml
     """
     from ceiling.console import Progress
-    from ceiling.engines.preflight import preflight_files
+    from ceiling.flows import preflight
     from ceiling.render import engines as show
 
     with Progress("preflight", enabled=not json_out) as shown:
-        run = preflight_files(
+        run = preflight.run_files(
             variants,
             refresh=refresh,
             on_variant=lambda v: shown.update(f"{v.name}: asking {v.engine} for its flags"),
@@ -70,11 +70,11 @@ def launch_cmd(
     engine at once; an engine still starting gets SIGKILL after 5 s. If ceiling itself is
     killed, a watchdog ends the engine; `ceiling stop` ends any that outlived it anyway.
     """
+    from ceiling.flows import launch
     from ceiling.render import engines as show
-    from ceiling.run.serve import launch_variant, serve
 
-    serve(
-        launch_variant(variant, timeout_s=timeout, port=port),
+    launch.run(
+        launch.launch_variant(variant, timeout_s=timeout, port=port),
         timeout_s=timeout,
         exit_when_ready=exit_when_ready,
         skip_preflight=skip_preflight,

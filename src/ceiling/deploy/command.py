@@ -1,4 +1,5 @@
-"""``ceiling deploy``: render (render.py), write, validate (validate.py), print."""
+"""``ceiling deploy``'s files: write a rendered plan (render.py) and validate it (validate.py);
+``DeployResult`` is what the command returns (``ceiling.flows.deploy.run`` puts it together)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, computed_field
 
-from ceiling.deploy.render import DeployFile, DeployPlan, build_plan
+from ceiling.deploy.render import DeployFile, DeployPlan
 from ceiling.deploy.validate import Validation, verify_compose, verify_unit
-from ceiling.engines.variant import load_variant
 from ceiling.outputs import write_atomic
 
 
@@ -46,27 +46,3 @@ class DeployResult(BaseModel):
     @property
     def ok(self) -> bool:
         return not any(c.status == "failed" for c in self.validation)
-
-
-def deploy(
-    variant_path: Path,
-    out: Path | None,
-    dry_run: bool,
-    image: str | None,
-    gpus: int | None,
-    ready_timeout_s: int,
-    env_file: Path | None,
-    validate: bool,
-) -> DeployResult:
-    """``ceiling deploy``: render the variant's unit and Compose service, write and validate
-    them (``dry_run``: only render)."""
-    variant = load_variant(variant_path)
-    out_dir = out or Path("ceiling-out") / "deploy" / variant.name
-    plan = build_plan(variant, out_dir, image=image, gpus=gpus, ready_timeout_s=ready_timeout_s,
-                      env_file=env_file)  # fmt: skip
-    result = DeployResult(plan=plan, dry_run=dry_run)
-    if not dry_run:
-        result.written = write_plan(plan)
-        if validate:
-            result.validation = validate_plan(plan)
-    return result

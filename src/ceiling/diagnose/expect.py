@@ -1,25 +1,22 @@
 """What the hardware allows for the deployment the doctor examines (its "expected" side).
 
-Why a module of its own: the doctor's flow (``doctor.py``) only sequences stages; deciding what
-the hardware is (probed GPUs, or this CPU measured on the spot), which model and configuration
-to predict (TP and CUDA graphs from options, the engine log or the variant) and asking predict
-lives here. Pure functions: options and facts in, nouns out; nothing is written into a result.
+Why a module of its own: the doctor's flow (``ceiling.flows.doctor``) sequences stages and
+finds the hardware and the model (``ceiling.flows.hardware``: probing is I/O); deciding which
+configuration to predict (TP and CUDA graphs from options, the engine log or the variant) and
+asking predict lives here. Pure functions: options and facts in, nouns out; no I/O.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ceiling.diagnose.cpu_host import describe_cpu
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorConfig, ModelInfo
 from ceiling.errors import CeilingError
 from ceiling.predict.api import Prediction, PredictRequest, predict
-from ceiling.probe.topology import probe
-from ceiling.spec.hardware import CpuHardware, GpuHardware, Hardware
+from ceiling.spec.hardware import CpuHardware, Hardware
 
 PREDICTED_ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -30,51 +27,6 @@ def arg_value(variant: Any, *names: str) -> str | None:
         if a.flag.lstrip("-") in names:
             return str(a.values[0]) if a.values else "true"
     return None
-
-
-def describe_hardware(cfg: DoctorConfig) -> tuple[Hardware, list[str]]:
-    """(the hardware, assumptions it adds): probed GPUs, the ``--gpu`` named, else this CPU
-    (measured unless ``measure_cpu`` is off)."""
-    topo = probe()
-    if topo.gpus and not cfg.gpu:
-        g = topo.gpus[0]
-        return GpuHardware(
-            name=g.catalog_name or g.name,
-            gpus=len(topo.gpus),
-            link=topo.link_for([x.index for x in topo.gpus]),
-            # peer-to-peer on every pair (None: not probed); findings check advice against it
-            p2p=None
-            if not topo.pairs or any(p.p2p is None for p in topo.pairs)
-            else all(p.p2p for p in topo.pairs),
-            description=f"{len(topo.gpus)} x {g.name}"
-            + (
-                f" (catalog: {g.catalog_name})"
-                if g.catalog_name
-                else " (not in the predict catalog: pass --gpu)"
-            ),
-        ), []
-    if cfg.gpu:
-        return GpuHardware(
-            name=cfg.gpu,
-            gpus=cfg.tp or 1,
-            description=f"{cfg.gpu} (given with --gpu, not probed)",
-        ), []
-    cpu = describe_cpu(measure=cfg.measure_cpu, gpu_probe=topo.reason or "no NVIDIA GPU found")
-    notes = [] if cpu.measured else [f"CPU rates are assumed, not measured: {cpu.source}"]
-    return cpu, notes
-
-
-def find_model_dir(cfg: DoctorConfig, variant: Any, models: list[dict[str, Any]]) -> str | None:
-    """The model to predict: ``--model-path``, the variant's model, else the served root."""
-    if cfg.model_path:
-        return cfg.model_path
-    if variant is not None and variant.model_path() is not None:
-        return str(variant.model_path())
-    for m in models:
-        root = m.get("root")
-        if root and Path(root).exists():
-            return str(root)
-    return str(models[0]["root"]) if models and models[0].get("root") else None
 
 
 def request_for(

@@ -20,11 +20,11 @@ from ceiling.diagnose.attribute import Attribution, LevelAttribution
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.finding_types import Finding
 from ceiling.diagnose.verdict_model import Verdict
-from ceiling.engines.preflight import PreflightReport
+from ceiling.engines.preflight_model import PreflightReport
 from ceiling.predict.schema import Prediction
-from ceiling.probe.telemetry import TelemetrySeries
+from ceiling.probe.telemetry_model import TelemetrySeries
 from ceiling.result_model import ResultModel
-from ceiling.sanity.checks import SanityReport
+from ceiling.sanity.report import SanityReport
 from ceiling.spec.hardware import Hardware
 
 SCHEMA_VERSION = 1

@@ -45,7 +45,7 @@ from ceiling.diagnose.verdict_model import (
 from ceiling.diagnose.wording import clip
 from ceiling.predict.schema import Prediction, WhatIf
 from ceiling.predict.slack import split_slack
-from ceiling.sanity.checks import SanityReport
+from ceiling.sanity.report import SanityReport
 
 # Above this share of the step, the unexplained remainder is what bounds the deployment.
 HOST_BOUND_SHARE_PCT = 50.0

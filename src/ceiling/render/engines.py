@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ceiling.console import say
 from ceiling.diagnose.facts import EngineFacts
-from ceiling.engines.preflight import PreflightRun
+from ceiling.engines.preflight_model import PreflightRun
 from ceiling.render import console, emit_json, esc, out
 from ceiling.run.guard import StopReport
 from ceiling.run.launcher import Server, StopResult

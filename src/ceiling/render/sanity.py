@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ceiling.render import emit_json, esc, out
-from ceiling.sanity.checks import SanityReport
+from ceiling.sanity.report import SanityReport
 
 
 def report(result: SanityReport, json_out: bool = False) -> None:

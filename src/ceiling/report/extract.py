@@ -13,7 +13,7 @@ import math
 
 from ceiling.bench.results import LevelResult, RunResult
 from ceiling.diagnose.measured import decode_stat, levels
-from ceiling.probe.telemetry import TelemetrySeries
+from ceiling.probe.telemetry_model import TelemetrySeries
 
 __all__ = [
     "ci_text",

@@ -17,70 +17,15 @@ import math
 import time
 import urllib.error
 import urllib.request
-from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlparse
-
-from pydantic import BaseModel, Field
 
 import ceiling.sanity.detect as detect
 from ceiling.errors import CeilingError, ExitStatus
+from ceiling.sanity.report import Check, Probe, SanityReport, Status, Verdict
 from ceiling.sanity.spec import SanitySpec, load_spec
 
-Status = Literal["ok", "suspect", "broken", "skipped"]
-Verdict = Literal["ok", "suspect", "broken"]
-SCHEMA_VERSION = 1
 _RANK = {"skipped": -1, "ok": 0, "suspect": 1, "broken": 2}
-
-
-class Probe(BaseModel):
-    """One greedy completion and what was expected of it."""
-
-    id: str
-    prompt: str
-    expect: str | None = None
-    text: str = ""
-    token_ids: list[int] | None = None
-    finish_reason: str | None = None
-    completion_tokens: int | None = None
-    max_tokens: int = 0
-    forced_length: bool = False  # asked with end-of-sequence ignored (and the server took it)
-    passed: bool | None = None
-    seconds: float = 0.0
-
-
-class Check(BaseModel):
-    """One question the gate asked, its answer and the evidence."""
-
-    name: str
-    status: Status
-    summary: str
-    value: float | None = None
-    evidence: list[str] = Field(default_factory=list)
-
-
-class SanityReport(BaseModel):
-    """The sanity gate's result (``ceiling sanity --json``; ``sanity`` in doctor.json)."""
-
-    schema_version: int = SCHEMA_VERSION
-    kind: str = "sanity"
-    created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
-    url: str
-    model: str
-    engine: str | None = None
-    model_dir: str | None = None
-    dtype: str | None = None
-    family: str
-    family_reason: str
-    verdict: Verdict
-    headline: str
-    checks: list[Check]
-    probes: list[Probe] = Field(default_factory=list)
-    perplexity: float | None = None
-    seconds: float = 0.0
-
-    def check(self, name: str) -> Check | None:
-        return next((c for c in self.checks if c.name == name), None)
 
 
 class _Server:

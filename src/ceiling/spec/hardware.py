@@ -234,7 +234,7 @@ class GpuHardware(BaseModel):
 
 class CpuHardware(BaseModel):
     """A CPU as a decode engine sees it: the memory-read bandwidth and the matrix-multiply rate
-    it achieves, measured on the spot (``ceiling.diagnose.cpu_host``) or assumed, and said
+    it achieves, measured on the spot (``ceiling.probe.cpu_host``) or assumed, and said
     which."""
 
     model_config = ConfigDict(extra="forbid")

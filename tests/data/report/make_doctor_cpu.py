@@ -20,7 +20,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # tests/: the synthetic server
 
 from ceiling.console import dumps  # noqa: E402
-from ceiling.diagnose.doctor import DoctorConfig, run_doctor  # noqa: E402
+from ceiling.flows.doctor import DoctorConfig  # noqa: E402
+from ceiling.flows.doctor import run as run_doctor  # noqa: E402
 from sse_server import Plan, SSEServer  # noqa: E402
 
 TINY_LLAMA = {

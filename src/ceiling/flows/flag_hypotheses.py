@@ -6,8 +6,8 @@ with its reason, at no cost of a model load (the founding story lost 36 minutes 
 from __future__ import annotations
 
 from ceiling.engines import engine_names, get_engine
-from ceiling.engines.preflight import preflight
 from ceiling.engines.variant import Arg, Variant
+from ceiling.flows import preflight
 
 
 def flag_checks(
@@ -22,7 +22,7 @@ def flag_checks(
         for flag in flags:
             trial = variant.model_copy(deep=True)
             trial.args.append(Arg(flag=flag, values=["8"]))
-            rep = preflight(trial)
+            rep = preflight.run(trial)
             probs = [p for p in rep.errors if flag.lstrip("-") in (p.subject + p.message)]
             msg = probs[0].message if probs else None
             if msg and rep.engine_version and rep.engine_version not in msg:

@@ -1,4 +1,5 @@
-"""``ceiling doctor``: predict -> preflight -> launch -> bench -> inspect -> attribute -> verdict.
+"""``ceiling doctor``: preflight -> launch -> inspect -> sanity -> predict -> bench -> attribute
+-> verdict. Entry point: :func:`run` (``run(config, report) -> DoctorResult``).
 
 Why one flow: the questions an engineer asks of a slow deployment (what could it do, what does
 it do, where does the difference go, what is worth changing) need all the other modules, in
@@ -12,11 +13,13 @@ The model comes from ``--model-path``, the variant's model, or the path the serv
 GPUs, from a measured description of the CPU (``cpu_host``): predict's CPU backend then gives
 the floors of this CPU's measured bandwidth and FLOP rate, and the report says so.
 
-The stages' work lives beside their nouns: ``expect`` (hardware and prediction), ``judge``
-(attribution and verdict), ``runtime`` (the log's and the run's findings), the sanity gate.
-This module sequences them and writes ``doctor.json``; the report is rendered by whoever
-asks for it (``report``: the CLI passes ``ceiling.report.render``): a diagnosis never imports
-its report.
+The stages' decisions live in ``ceiling.diagnose`` without I/O: ``expect`` (the prediction),
+``judge`` (attribution and verdict), ``runtime`` (the log's and the run's findings); the I/O
+lives here and in the libraries this flow calls (``hardware``: probing; ``target``: the
+server over HTTP; bench, launch, sanity, telemetry). One function per stage (``_*_stage``),
+called in order by :func:`_flow`: a new stage is one function and one line there. This module
+writes ``doctor.json``; the report is rendered by whoever asks for it (``report``: the CLI
+passes ``ceiling.report.render``): a diagnosis never imports its report.
 """
 
 from __future__ import annotations
@@ -32,9 +35,7 @@ from ceiling import interrupts
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.runner import run_bench
 from ceiling.console import console, dumps
-from ceiling.diagnose.doctor_checks import check_config
-from ceiling.diagnose.expect import describe_hardware, expect, find_model_dir
-from ceiling.diagnose.flags import flag_checks
+from ceiling.diagnose.expect import expect
 from ceiling.diagnose.judge import attribution, level_attributions, verdict
 from ceiling.diagnose.measured import measured_step
 from ceiling.diagnose.runtime import inspect_run
@@ -48,18 +49,21 @@ from ceiling.diagnose.schema import (
     Target,
     Telemetry,
 )
-from ceiling.diagnose.target import served_models, server_alive
 from ceiling.diagnose.verdict import broken_output_verdict
-from ceiling.engines.preflight import preflight
 from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError
+from ceiling.flows import preflight
+from ceiling.flows.doctor_checks import check_config
+from ceiling.flows.flag_hypotheses import flag_checks
+from ceiling.flows.hardware import describe_hardware, find_model_dir
+from ceiling.flows.target import served_models, server_alive
 from ceiling.outputs import write_atomic
 from ceiling.probe.telemetry import TelemetrySampler
 from ceiling.redact import redact, use_api_key
 from ceiling.run.launcher import launch
 from ceiling.sanity.run import SanityBroken, doctor_gate
 
-__all__ = ["DoctorConfig", "DoctorResult", "Measured", "measured_step", "run_doctor"]
+__all__ = ["DoctorConfig", "DoctorResult", "Measured", "measured_step", "run"]
 
 #: What renders the report of a result into a directory (``ceiling.report.render``).
 Reporter = Callable[[DoctorResult, Path], object]
@@ -142,7 +146,7 @@ def _bench_config(
     )
 
 
-def run_doctor(cfg: DoctorConfig, report: Reporter | None = None) -> DoctorResult:
+def run(cfg: DoctorConfig, report: Reporter | None = None) -> DoctorResult:
     """Run the whole flow; write ``doctor.json`` (and, given ``report``, the report) into
     ``cfg.out_dir``.
 
@@ -171,7 +175,7 @@ def run_doctor(cfg: DoctorConfig, report: Reporter | None = None) -> DoctorResul
 
 def _preflight_stage(rec: _Recorder, res: DoctorResult, variant: Variant) -> None:
     with rec.stage("preflight", fatal=True) as st:
-        rep = preflight(variant)
+        rep = preflight.run(variant)
         res.preflight = Preflight.model_validate(rep.model_dump())
         if not rep.ok:
             msgs = "; ".join(p.message for p in rep.errors)
@@ -214,50 +218,15 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
             _preflight_stage(rec, res, variant)
             # before the launch: answering "would flag X help?" must not cost a model load
             _flag_stage(rec, res, cfg, variant, variant.engine)
-        server = None
-        if variant is not None:
-            try:
-                with rec.stage("launch", fatal=True) as st:
-                    server = stack.enter_context(
-                        launch(
-                            variant,
-                            timeout_s=cfg.launch_timeout_s,
-                            progress=cfg.progress,
-                            timeout_option="--launch-timeout",
-                        )
-                    )
-                    st.message = f"ready in {server.ready_s or 0:.1f} s at {server.url}"
-                    if server.key_note():
-                        st.message += f"; {server.key_note()}"
-                    stack.enter_context(use_api_key(server.api_key))
-            except CeilingError as exc:
-                # the engine died before it was ready: the report says why, then we stop
-                res.server_died, res.server_death = True, f"at launch: {exc.message}"
-                log = str(getattr(exc, "log_path", "") or "") or None
-                res.target = Target(variant=cfg.variant, launched=False, log_path=log)
-                raise
+        server = _launch_stage(rec, res, cfg, variant, stack) if variant is not None else None
+        if server is not None:
             url, log_path = server.url, Path(server.log_path) if server.log_path else None
         else:
             url, log_path = str(cfg.url).rstrip("/"), Path(cfg.log) if cfg.log else None
         models = served_models(url)
-        served = (server.model if server is not None else None) or (
-            models[0]["id"] if models else None
-        )
-        engine = (
-            cfg.engine
-            or (variant.engine if variant is not None else None)
-            or (models[0].get("owned_by") if models else None)
-        )
-        res.target = Target(
-            url=url,
-            model=served,
-            variant=cfg.variant,
-            log_path=str(log_path) if log_path else None,
-            launched=server is not None,
-            engine=engine,
-        )
+        served = _target(res, cfg, variant, server, url, log_path, models)
         if variant is None:
-            _flag_stage(rec, res, cfg, None, engine)
+            _flag_stage(rec, res, cfg, None, res.target.engine)
         readable_log = log_path if log_path is not None and log_path.exists() else None
         if readable_log is not None:
             # start-up facts (TP, eager/CUDA graphs, dtype) describe the configuration to predict
@@ -265,38 +234,121 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
         else:
             rec.skip("inspect log", "no log file (pass --log with --url)")
         _sanity_stage(rec, res, cfg, url, served, variant)
-        with rec.stage("hardware") as st:
-            res.hardware, notes = describe_hardware(cfg)
-            res.assumptions += notes
-            st.message = res.hardware.description
-        with rec.stage("predict") as st:
-            exp = expect(
-                cfg, res.hardware, find_model_dir(cfg, variant, models), served, res.facts, variant
-            )
-            res.prediction, res.model, res.prediction_note = exp.prediction, exp.model, exp.note
-            res.assumptions += exp.assumptions
-            st.message = (
-                f"{exp.prediction.decode_tok_s_per_stream:.4g} tok/s per stream expected"
-                if exp.prediction.expected_tok_s is not None
-                else f"CPU floors: bound {exp.prediction.decode_tok_s_per_stream:.4g} tok/s "
-                "per stream (predict's GPU model does not apply)"
-            )
+        _hardware_stage(rec, res, cfg)
+        _predict_stage(rec, res, cfg, variant, models, served)
         modes: tuple[BenchMode, ...] = ("single", "concurrency")
         for mode in modes:
             _bench_stage(cfg, res, rec, mode, url, served, server, out)
         if readable_log is not None:
             _inspect_stage(rec, res, cfg, readable_log, "inspect log (after the bench)")
-        with rec.stage("attribute") as st:
-            res.levels = level_attributions(cfg, res)
-            res.measured = measured_step(res.bench.get("single"))
-            res.attribution = attribution(res, res.measured)
-            st.message = res.attribution.bound_by if res.attribution else "no decode measurement"
-        with rec.stage("verdict"):
-            res.verdict = verdict(cfg, res)
+        _attribute_stage(rec, res, cfg)
+        _verdict_stage(rec, res, cfg)
         where = res.hardware.name if res.hardware is not None else "?"
         is_cpu = res.hardware is not None and res.hardware.kind == "cpu"
         res.title = f"ceiling doctor — {served or 'server'} on {'CPU ' if is_cpu else ''}{where}"
         res.reproduce = reproduce(cfg, url, served)
+
+
+def _launch_stage(
+    rec: _Recorder,
+    res: DoctorResult,
+    cfg: DoctorConfig,
+    variant: Variant,
+    stack: contextlib.ExitStack,
+) -> Any:
+    """Launch the variant (stopped when ``stack`` closes); an engine that dies before it is
+    ready is recorded (``server_died``, its log) and the doctor stops."""
+    try:
+        with rec.stage("launch", fatal=True) as st:
+            server = stack.enter_context(
+                launch(
+                    variant,
+                    timeout_s=cfg.launch_timeout_s,
+                    progress=cfg.progress,
+                    timeout_option="--launch-timeout",
+                )
+            )
+            st.message = f"ready in {server.ready_s or 0:.1f} s at {server.url}"
+            if server.key_note():
+                st.message += f"; {server.key_note()}"
+            stack.enter_context(use_api_key(server.api_key))
+            return server
+    except CeilingError as exc:
+        # the engine died before it was ready: the report says why, then we stop
+        res.server_died, res.server_death = True, f"at launch: {exc.message}"
+        log = str(getattr(exc, "log_path", "") or "") or None
+        res.target = Target(variant=cfg.variant, launched=False, log_path=log)
+        raise
+
+
+def _target(
+    res: DoctorResult,
+    cfg: DoctorConfig,
+    variant: Variant | None,
+    server: Any,
+    url: str,
+    log_path: Path | None,
+    models: list[dict[str, Any]],
+) -> str | None:
+    """Record what is examined (``res.target``); the served model name."""
+    served = (server.model if server is not None else None) or (models[0]["id"] if models else None)
+    engine = (
+        cfg.engine
+        or (variant.engine if variant is not None else None)
+        or (models[0].get("owned_by") if models else None)
+    )
+    res.target = Target(
+        url=url,
+        model=served,
+        variant=cfg.variant,
+        log_path=str(log_path) if log_path else None,
+        launched=server is not None,
+        engine=engine,
+    )
+    return served
+
+
+def _hardware_stage(rec: _Recorder, res: DoctorResult, cfg: DoctorConfig) -> None:
+    with rec.stage("hardware") as st:
+        res.hardware, notes = describe_hardware(cfg)
+        res.assumptions += notes
+        st.message = res.hardware.description
+
+
+def _predict_stage(
+    rec: _Recorder,
+    res: DoctorResult,
+    cfg: DoctorConfig,
+    variant: Variant | None,
+    models: list[dict[str, Any]],
+    served: str | None,
+) -> None:
+    with rec.stage("predict") as st:
+        if res.hardware is None:  # the hardware stage failed (its stage says why)
+            raise CeilingError("no hardware to predict for", fix="see the hardware stage")
+        model_dir = find_model_dir(cfg, variant, models)
+        exp = expect(cfg, res.hardware, model_dir, served, res.facts, variant)
+        res.prediction, res.model, res.prediction_note = exp.prediction, exp.model, exp.note
+        res.assumptions += exp.assumptions
+        st.message = (
+            f"{exp.prediction.decode_tok_s_per_stream:.4g} tok/s per stream expected"
+            if exp.prediction.expected_tok_s is not None
+            else f"CPU floors: bound {exp.prediction.decode_tok_s_per_stream:.4g} tok/s "
+            "per stream (predict's GPU model does not apply)"
+        )
+
+
+def _attribute_stage(rec: _Recorder, res: DoctorResult, cfg: DoctorConfig) -> None:
+    with rec.stage("attribute") as st:
+        res.levels = level_attributions(cfg, res)
+        res.measured = measured_step(res.bench.get("single"))
+        res.attribution = attribution(res, res.measured)
+        st.message = res.attribution.bound_by if res.attribution else "no decode measurement"
+
+
+def _verdict_stage(rec: _Recorder, res: DoctorResult, cfg: DoctorConfig) -> None:
+    with rec.stage("verdict"):
+        res.verdict = verdict(cfg, res)
 
 
 def _inspect_stage(

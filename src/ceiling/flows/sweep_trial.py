@@ -6,7 +6,7 @@ stop early once the variant cannot significantly beat the baseline, tear the ser
 Trials are generators of events (``launched``, ``sanity``, ``broken``, ``repeat``,
 ``stopped_early``, ``failed``, ``done``) so that the same
 trial code runs in this process (:class:`LocalExecutor`) or as a Ray task on a cluster node
-(:class:`RayExecutor`) while the ledger stays on the driver (``runner.py``): a lost worker loses
+(:class:`RayExecutor`) while the ledger stays on the driver (``flows/sweep.py``): a lost worker loses
 at most the repeat it was running.
 """
 

@@ -5,7 +5,7 @@ committed to the ledger the moment it finishes), stop early once the variant can
 significantly beat the baseline, tear the server down. The baseline runs first and in full, so
 the others have something to be compared with.
 
-Trials (``trial.py``) stream events back; this module keeps the ledger on the driver, commits
+Trials (``sweep_trial.py``) stream events back; this module keeps the ledger on the driver, commits
 every event as it arrives, and writes ``sweep.json`` and the report at the end.
 """
 
@@ -20,17 +20,10 @@ from pydantic import ValidationError
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.stats import mean_ci
 from ceiling.console import dumps
-from ceiling.engines.preflight import preflight
 from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError
-from ceiling.inputs import check_out_dir
-from ceiling.outputs import write_atomic
-from ceiling.report import render
-from ceiling.sweep.early_stop import decide, gain_interval
-from ceiling.sweep.ledger import FINISHED, Ledger
-from ceiling.sweep.plan import Plan, fingerprint, load_plan, materialize
-from ceiling.sweep.schema import ComparisonRow, SweepResult, SweepVerdict, VariantSummary
-from ceiling.sweep.trial import (
+from ceiling.flows import preflight
+from ceiling.flows.sweep_trial import (
     Event,
     Executor,
     LocalExecutor,
@@ -39,6 +32,13 @@ from ceiling.sweep.trial import (
     TrialSpec,
     execute_trial,
 )
+from ceiling.inputs import check_out_dir
+from ceiling.outputs import write_atomic
+from ceiling.report import render
+from ceiling.sweep.early_stop import decide, gain_interval
+from ceiling.sweep.ledger import FINISHED, Ledger
+from ceiling.sweep.plan import Plan, fingerprint, load_plan, materialize
+from ceiling.sweep.schema import ComparisonRow, SweepResult, SweepVerdict, VariantSummary
 
 __all__ = [
     "Event",
@@ -48,7 +48,7 @@ __all__ = [
     "SweepResult",
     "TrialSpec",
     "execute_trial",
-    "run_sweep",
+    "run",
 ]
 
 
@@ -142,7 +142,7 @@ def _preflight_all(paths: dict[str, Path]) -> dict[str, str]:
     """name -> problem text for every variant the installed engine would refuse."""
     bad: dict[str, str] = {}
     for name, path in paths.items():
-        report = preflight(load_variant(path))
+        report = preflight.run(load_variant(path))
         if not report.ok:
             probs = [p.message for p in report.errors]
             bad[name] = "; ".join(probs) or "preflight failed"
@@ -163,7 +163,7 @@ def _check_bench(plan: Plan) -> None:
         raise CeilingError(f"plan {plan.source}: bench: {err}", fix="see docs/sweep.md") from None
 
 
-def run_sweep(
+def run(
     plan_path: str | Path,
     out_dir: str | Path,
     *,

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ceiling.console import Progress
-from ceiling.engines.preflight import preflight
 from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError
+from ceiling.flows import preflight
 from ceiling.run.launcher import EngineDied, Server, StopResult, start
 from ceiling.run.ports import check_port
 
@@ -23,7 +23,7 @@ def launch_variant(path: Path, timeout_s: float, port: int | None = None) -> Var
     return variant if port is None else variant.with_overrides(port=port)
 
 
-def serve(
+def run(
     variant: Variant,
     timeout_s: float = 1800.0,
     exit_when_ready: bool = False,
@@ -37,7 +37,7 @@ def serve(
     ``exit_when_ready``), stop it. The ``on_*`` callbacks hear the server at each step."""
     if not skip_preflight:
         with Progress(f"{variant.name}: preflight", enabled=progress):
-            report = preflight(variant)
+            report = preflight.run(variant)
         if not report.ok:
             first = report.errors[0]
             raise CeilingError(
