@@ -42,12 +42,14 @@ def apply(
             notes.append(f"trace {e.op_class}: recorded at batch {e.batch}, not {batch}: not used")
             continue
         idx = [i for i, op in enumerate(ops) if op.name in e.ops and i not in done]
-        if e.context is not None and any(ops[i].kind in _CONTEXT_KINDS for i in idx):
-            if abs(context - e.context) > _CONTEXT_TOLERANCE * e.context:
-                notes.append(
-                    f"trace {e.op_class}: recorded at context {e.context}, not {context}: not used"
-                )
-                continue
+        off_context = e.context is not None and (
+            abs(context - e.context) > _CONTEXT_TOLERANCE * e.context
+        )
+        if off_context and any(ops[i].kind in _CONTEXT_KINDS for i in idx):
+            notes.append(
+                f"trace {e.op_class}: recorded at context {e.context}, not {context}: not used"
+            )
+            continue
         if not idx:
             continue
         measured_us = e.ms_per_step * 1e3
