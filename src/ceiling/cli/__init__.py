@@ -30,7 +30,9 @@ app = typer.Typer(
 )
 
 # Command groups, in the order --help lists them. Each module exposes ``register(app)``.
-_GROUPS = ("predict", "bench", "engines", "probe", "sanity", "doctor", "env", "deploy")
+_GROUPS = (
+    "predict", "bench", "engines", "probe", "sanity", "doctor", "trace", "env", "deploy",
+)  # fmt: skip
 
 
 _registered: list[str] = []

@@ -57,6 +57,7 @@ class KernelPattern(BaseModel):
 class StepAnnotation(BaseModel):
     """A profiler annotation that wraps one engine step (named groups: context, generation)."""
 
+    name: str = Field(min_length=1, description="how a person reads it")
     match: str
     source: str = Field(min_length=3)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ceiling.spec.profile import HardwareProfile, TraceOp
+from ceiling.trace.compare import buckets
 from ceiling.trace.schema import TraceSplit
-from ceiling.trace.split import class_table
 
 
 def to_profile(
@@ -22,24 +22,20 @@ def to_profile(
     """``split`` as a profile (merged into ``base``, e.g. a ``calibrate`` profile). ``batch``
     and ``context`` name the trace's setup when the trace does not (vLLM's annotations say the
     batch, detailed annotations the context): predict uses trace ops only at that batch."""
-    table = class_table()
     b = batch if batch is not None else split.batch
     c = context if context is not None else split.context
     trace = ", ".join(r.path for r in split.ranks)
-    tops: dict[str, list[str]] = {}
-    for k in split.top_kernels:
-        tops.setdefault(k.op_class, []).append(k.name[:120])
     ops: list[TraceOp] = []
-    for ct in split.classes:
-        rec = table.get(ct.op_class) or {}
-        names = list(rec.get("predict_ops") or [])
-        if not names:
+    # classes timing the same predict ops (rope and the KV write: attn.rope_kv_write) are one
+    # entry: predict applies each op's evidence once
+    for bk in buckets(split):
+        if not bk.ops:
             continue  # copies, fills, unmatched: no op of predict's to time
         ops.append(
             TraceOp(
-                op_class=ct.op_class, ops=names, group=bool(rec.get("group")),
-                ms_per_step=ct.ms, calls_per_step=ct.calls, engine=split.engine, batch=b,
-                context=c, kernels=tops.get(ct.op_class, [])[:3], trace=trace,
+                op_class=bk.name, ops=bk.ops, group=bk.group, ms_per_step=round(bk.ms, 6),
+                calls_per_step=round(bk.calls, 3), engine=split.engine, batch=b, context=c,
+                kernels=bk.kernels[:3], trace=trace,
             )
         )  # fmt: skip
     ops.append(

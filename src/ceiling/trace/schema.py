@@ -163,3 +163,32 @@ class TraceSplit(BaseModel):
 
     def class_ms(self, op_class: str) -> float:
         return next((c.ms for c in self.classes if c.op_class == op_class), 0.0)
+
+
+class ClassCompare(BaseModel):
+    """One bucket of the measured step beside predict's figures for the same ops."""
+
+    bucket: str = Field(description="op class, or classes timing the same predict ops (a+b)")
+    classes: list[str]
+    predict_ops: list[str] = Field(description="predict's ops counted in this bucket")
+    measured_ms: float
+    expected_ms: float = Field(description="predict's expected for those ops")
+    bound_ms: float = Field(description="predict's bound (the physics) for those ops")
+    gap_ms: float | None = Field(
+        None, description="measured - bound: the configurable part (None: no op to bound)"
+    )
+
+
+class TraceReport(BaseModel):
+    """What ``ceiling trace FILE...`` returns: the split, and beside a prediction when one was
+    asked for; the files it wrote."""
+
+    schema_version: int = SCHEMA_VERSION
+    files: list[str]
+    split: TraceSplit
+    prediction: str | None = Field(None, description="the setup predicted, one line")
+    predicted_step_ms: float | None = None
+    bound_step_ms: float | None = None
+    compare: list[ClassCompare] = Field(default_factory=list)
+    out: str | None = None
+    profile_out: str | None = None

@@ -48,8 +48,7 @@ def from_annotations(
                 continue  # an annotation that launched nothing on the GPU (an empty step)
             marks.append(StepMark(start, a.name, decode, a.ts_us + a.dur_us, groups))
         marks.sort(key=lambda s: s.start_us)
-        label = pat.match
-        return marks, label
+        return marks, f"{pat.name} annotations"
     return [], ""
 
 

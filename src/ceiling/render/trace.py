@@ -1,0 +1,110 @@
+"""What ``ceiling trace FILE...`` prints: the measured step, a bar of it by op class (beside
+predict's expected and bound when asked for), the classes, top kernels, unmatched kernels,
+overlap, ranks and notes."""
+
+from __future__ import annotations
+
+from ceiling.render import emit_json, esc, out, table
+from ceiling.trace.schema import TraceReport, TraceSplit
+
+_BAR = 60
+_GLYPHS = "█▓▒░#=+*%@&o"
+
+
+def report(rep: TraceReport, json_out: bool = False) -> None:
+    if json_out:
+        emit_json(rep)
+        return
+    o = out()
+    sp = rep.split
+    o.print(f"[bold]{esc(headline(sp))}[/bold]", soft_wrap=True)
+    o.print(
+        f"steps from {esc(sp.step_source)}; skipped: "
+        + (", ".join(f"{v} {esc(k)}" for k, v in sp.steps_skipped.items()) or "none"),
+        soft_wrap=True,
+    )
+    o.print(esc(stacked_bar(sp)), soft_wrap=True)
+    if rep.compare:
+        o.print(
+            f"predicted ({esc(rep.prediction)}): expected {rep.predicted_step_ms:.3f} ms, "
+            f"bound {rep.bound_step_ms or 0:.3f} ms per step",
+            soft_wrap=True,
+        )
+        rows = [
+            [esc(c.bucket), f"{c.measured_ms:.3f}", f"{c.expected_ms:.3f}", f"{c.bound_ms:.3f}",
+             "" if c.gap_ms is None else f"{c.gap_ms:+.3f}"]
+            for c in rep.compare
+        ]  # fmt: skip
+        o.print(table("measured vs predict (ms per step)", ["class", "measured", "expected",
+                                                           "bound", "gap over bound"], rows))  # fmt: skip
+    rows = [
+        [esc(c.op_class), f"{c.ms:.4f}", f"{c.share * 100:.1f} %", f"{c.calls:g}",
+         esc(", ".join(c.impl)),
+         "" if c.wait_ms is None else f"{c.transfer_ms:.4f} / {c.wait_ms:.4f}"]
+        for c in sp.classes
+    ]  # fmt: skip
+    rows.append(["idle (host/launch)", f"{sp.idle_ms:.4f}",
+                 f"{sp.idle_ms / sp.step_ms * 100 if sp.step_ms else 0:.1f} %", "", "", ""])  # fmt: skip
+    o.print(table("by op class (ms per step)", ["class", "ms", "share", "calls", "impl",
+                                               "transfer / wait"], rows))  # fmt: skip
+    rows = [
+        [esc(k.name[:110]), esc(k.op_class), f"{k.ms:.4f}", f"{k.calls:g}", f"{k.mean_us:.1f}"]
+        for k in sp.top_kernels
+    ]
+    o.print(table("top kernels", ["kernel", "class", "ms/step", "calls/step", "us/call"], rows))
+    if sp.unmatched:
+        rows = [[esc(u.name[:110]), f"{u.ms:.4f}", f"{u.count:g}"] for u in sp.unmatched[:30]]
+        o.print(table(f"unmatched kernels ({len(sp.unmatched)})", ["kernel", "ms/step", "calls/step"], rows))  # fmt: skip
+    for ov in sp.overlap:
+        o.print(
+            f"overlap: stream {ov.stream} ran {ov.own_ms:.4f} ms/step of {esc(ov.op_class)} "
+            f"({esc(', '.join(k[:50] for k in ov.top_kernels))}); {ov.hidden_ms:.4f} ms of it "
+            "under the main stream, counted once",
+            soft_wrap=True,
+        )
+    if len(sp.ranks) > 1:
+        rows = [
+            [str(r.rank), f"{r.step_ms:.4f}", f"{r.idle_ms:.4f}", str(r.steps),
+             "" if r.collective_wait_ms is None else f"{r.collective_wait_ms:.4f}"]
+            for r in sp.ranks
+        ]  # fmt: skip
+        o.print(table("ranks", ["rank", "step ms", "idle ms", "steps", "collective wait ms"], rows))
+    for n in sp.notes:
+        o.print(f"[dim]note: {esc(n)}[/dim]", soft_wrap=True)
+    for label, path in (("report", rep.out), ("profile (predict --profile)", rep.profile_out)):
+        if path:
+            o.print(f"wrote {label}: {esc(path)}")
+
+
+def headline(sp: TraceSplit) -> str:
+    """One line: the step, its steps, coverage, and the largest class."""
+    top = sp.classes[0] if sp.classes else None
+    what = f"; largest: {top.op_class} {top.ms:.3f} ms ({top.share * 100:.0f} %)" if top else ""
+    ranks = f", slowest of {len(sp.ranks)} ranks: {sp.slowest_rank}" if len(sp.ranks) > 1 else ""
+    coll = [c for c in sp.classes if c.wait_ms is not None]
+    waits = "".join(
+        f"; {c.op_class}: {c.ms:.3f} ms of the {sp.step_ms:.3f} ms step "
+        f"({c.ms / sp.step_ms * 100:.0f} %), of which {c.wait_ms:.3f} ms waiting for the slowest rank"
+        for c in coll
+        if sp.step_ms
+    )
+    return (
+        f"measured step {sp.step_ms:.3f} ms ({sp.steps} steps, {sp.device}{ranks}): "
+        f"kernels {sp.busy_ms:.3f} ms, idle {sp.idle_ms:.3f} ms; "
+        f"{sp.coverage * 100:.1f} % classified{what}{waits}"
+    )
+
+
+def stacked_bar(sp: TraceSplit, width: int = _BAR) -> str:
+    """The step as one text bar, a glyph per class (idle as blanks), with its legend."""
+    if sp.step_ms <= 0:
+        return ""
+    parts = [(c.op_class, c.ms) for c in sp.classes] + [("idle", sp.idle_ms)]
+    bar, legend = "", []
+    for i, (name, ms) in enumerate(parts):
+        n = round(ms / sp.step_ms * width)
+        g = " " if name == "idle" else _GLYPHS[i % len(_GLYPHS)]
+        bar += g * n
+        if ms / sp.step_ms >= 0.005:
+            legend.append(f"{'·' if g == ' ' else g} {name} {ms:.3f}")
+    return f"|{bar[:width]:<{width}}| " + "  ".join(legend)

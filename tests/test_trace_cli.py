@@ -1,0 +1,72 @@
+"""`ceiling trace FILE...`: the report (JSON keys), files written, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.trace_synth import Synth
+
+from ceiling.cli import main
+from ceiling.spec.profile import load_profile
+
+STEP = [
+    ("nvjet_tst_64x8_64x16_4x1_v_bz_splitK_TNT", 600.0),
+    ("void flash_fwd_splitkv_kernel<x>(x)", 90.0),
+    ("void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(x)", 30.0),
+    ("weird_kernel", 3.0),
+]
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    s = Synth(meta={"vllm_version": '"0.32.0"'})
+    for _ in range(6):
+        s.gpu_step(STEP, "execute_context_0(0)_generation_1(1)", gap=200.0)
+    return s.write(tmp_path / "vllm_rank0.json.gz", gz=True)
+
+
+def test_json_report_has_every_section(trace_file, tmp_path, capsys):
+    out, prof = tmp_path / "rep.json", tmp_path / "prof.json"
+    rc = main(["trace", str(trace_file), "--model", "llama-3.1-8b", "--gpu", "h200", "--json",
+               "--out", str(out), "--profile-out", str(prof)])  # fmt: skip
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    d = json.loads(cap.out)
+    assert d == json.loads(out.read_text())
+    sp = d["split"]
+    for key in ("schema_version", "step_ms", "idle_ms", "classes", "coverage", "unmatched",
+                "top_kernels", "overlap", "per_step", "ranks", "steps", "batch"):  # fmt: skip
+        assert key in sp, key
+    assert sp["engine"] == "vllm" and sp["engine_version"] == "0.32.0" and sp["batch"] == 1
+    assert [u["name"] for u in sp["unmatched"]] == ["weird_kernel"]
+    assert sum(c["ms"] for c in sp["classes"]) + sp["idle_ms"] == pytest.approx(sp["step_ms"])
+    buckets = {c["bucket"]: c for c in d["compare"]}
+    assert buckets["gemm"]["measured_ms"] == pytest.approx(0.6)
+    assert buckets["gemm"]["expected_ms"] > 0 and buckets["gemm"]["bound_ms"] > 0
+    assert buckets["idle"]["predict_ops"] == ["host"]
+    assert d["predicted_step_ms"] > 0 and "llama-3.1-8b" in d["prediction"]
+    assert load_profile(prof).trace_ops
+
+
+def test_human_output_names_the_step_and_unmatched(trace_file, capsys):
+    assert main(["trace", str(trace_file)]) == 0
+    text = capsys.readouterr().out
+    assert "measured step 0.923 ms" in text
+    assert "unmatched kernels (1)" in text and "weird_kernel" in text
+    assert "vLLM execute_context" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["trace", "/nonexistent/t.json"], "does not exist"),
+        (["trace", "{f}", "--window", "9:3"], "START < END"),
+        (["trace", "{f}", "--model", "llama-3.1-8b"], "--model needs --gpu"),
+    ],
+)
+def test_errors_are_one_line_with_fix(trace_file, capsys, argv, needle):
+    argv = [a.replace("{f}", str(trace_file)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "fix:" in err and "Traceback" not in err
