@@ -204,7 +204,7 @@ def test_evidence_check_splits_each_measured_step(priors_only):
     assert checks["V020"].unexplained_ms > 20
     # rows that are not single-stream decode, or are skipped, have no check
     assert evidence_check(rows["V021"]) is None  # concurrency 8
-    assert "D005" not in checks  # speculative decoding
+    assert "D005" in checks  # speculative decoding is modelled: its step is checked too
 
 
 # ----------------------------------------------------------------------------- GPUs

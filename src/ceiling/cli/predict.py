@@ -82,6 +82,28 @@ def register(app: typer.Typer) -> None:
             "--async-scheduling/--no-async-scheduling",
             help="the engine's async/overlap scheduler (default: the engine's rule)",
         ),
+        spec: str = typer.Option(
+            "none",
+            "--spec",
+            help="speculative decoding: none | mtp (the checkpoint's MTP layers) | eagle | "
+            "eagle3 (a draft model) | ngram (prompt lookup)",
+        ),
+        spec_tokens: int | None = typer.Option(
+            None, "--spec-tokens", help="drafted tokens per step (default 3)"
+        ),
+        spec_draft_layers: int | None = typer.Option(
+            None, "--spec-draft-layers", help="EAGLE draft decoder layers (default 1)"
+        ),
+        spec_acceptance_rate: float | None = typer.Option(
+            None,
+            "--spec-acceptance-rate",
+            help="accepted / drafted tokens, 0-1 (vLLM's draft acceptance rate)",
+        ),
+        spec_acceptance_length: float | None = typer.Option(
+            None,
+            "--spec-acceptance-length",
+            help="mean tokens per step, bonus token included (1 to tokens + 1)",
+        ),
         what_if: bool = typer.Option(
             False, "--what-if", help="also rank one-knob changes by expected tok/s"
         ),
@@ -122,7 +144,10 @@ def register(app: typer.Typer) -> None:
                 context=context, prompt_len=prompt_len, kv_dtype=kv_dtype,
                 weight_format=weight_format, profile=profile, power_limit=power_limit,
                 mem_clock=mem_clock, what_if=what_if, attention_backend=attention_backend,
-                moe_backend=moe_backend, async_scheduling=async_scheduling,
+                moe_backend=moe_backend, async_scheduling=async_scheduling, spec=spec,
+                spec_tokens=spec_tokens, spec_draft_layers=spec_draft_layers,
+                spec_acceptance_rate=spec_acceptance_rate,
+                spec_acceptance_length=spec_acceptance_length,
             )  # fmt: skip
         except ValidationError as exc:
             err = exc.errors()[0]

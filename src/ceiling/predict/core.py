@@ -23,6 +23,8 @@ from ceiling.predict.schema import (
     PredictRequest,
     StepBlock,
 )
+from ceiling.predict.specdec import assumption as spec_assumption
+from ceiling.predict.specdec import spec_step
 from ceiling.predict.step import (
     GiB,
     Setup,
@@ -245,7 +247,7 @@ def predict_one(
             fix=f"use --batch {max(max_batch, 1)} or less, a shorter --context, --kv-dtype fp8, "
             "or more GPUs",
         )
-    step = decode_step(s, req.batch, req.context)
+    step = spec_step(s, req) if req.spec != "none" else decode_step(s, req.batch, req.context)
     ms = step.ms
     per_stream = 1e3 / ms
     pre = prefill_ms(s, req.prompt_len) if curve else {}
@@ -386,6 +388,9 @@ def _assumptions(s: Setup, req: PredictRequest, gpus: int, step: Step) -> list[s
         out.append(
             "linear-attention layers: recurrent state read and written each step, no per-token KV"
         )
+    sd = spec_assumption(step)
+    if sd:
+        out.append(sd)
     if s.profile is not None:
         out.append(f"measured profile applied: {req.profile}")
         from_trace = sorted({r.name for r in step.ops if r.source == "trace"})

@@ -50,6 +50,17 @@ class PredictRequest(BaseModel):
     attention_backend: str | None = Field(None, description="engine's attention backend flag")
     moe_backend: str | None = Field(None, description="engine's MoE runner backend")
     async_scheduling: bool | None = Field(None, description="None: the engine's default")
+    spec: Literal["none", "mtp", "eagle", "eagle3", "ngram"] = Field(
+        "none", description="speculative decoding method (predict.specdec)"
+    )
+    spec_tokens: int | None = Field(None, ge=1, le=16, description="drafted tokens per step")
+    spec_draft_layers: int | None = Field(None, ge=1, le=8, description="EAGLE draft layers")
+    spec_acceptance_rate: float | None = Field(
+        None, ge=0, le=1, description="accepted / drafted tokens (vLLM's draft acceptance rate)"
+    )
+    spec_acceptance_length: float | None = Field(
+        None, ge=1, le=17, description="mean tokens per verify step, the bonus token included"
+    )
     what_if: bool = False
 
     @model_validator(mode="after")

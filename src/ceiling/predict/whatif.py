@@ -11,6 +11,7 @@ from typing import Any
 
 from ceiling.predict.core import load_spec, variant
 from ceiling.predict.schema import Prediction, PredictRequest, WhatIf
+from ceiling.predict.specdec import mtp_layers, spec_data
 from ceiling.spec.hardware import list_links, load_gpu, load_link
 
 
@@ -30,6 +31,19 @@ def _p2p_twin(link_name: str) -> str | None:
 
 def _format_bytes(req: PredictRequest, fmt: str) -> float:
     return float(load_spec(req.model, fmt).weight_bytes())
+
+
+def _spec_variants(req: PredictRequest) -> list[tuple[str, dict[str, Any], str]]:
+    """Speculative decoding on (MTP where the checkpoint ships MTP layers, else EAGLE-3 with a
+    draft model), or off when the request has it; at the method's default acceptance."""
+    if req.spec != "none":
+        return [("speculative decoding off", {"spec": "none"}, "")]
+    k = int(spec_data()["default_tokens"])
+    if mtp_layers(load_spec(req.model, req.weight_format)) > 0:
+        return [(f"MTP speculative decoding ({k} tokens)", {"spec": "mtp"},
+                 "the checkpoint's MTP layer; default acceptance (spec_decode.yaml)")]  # fmt: skip
+    return [(f"EAGLE-3 speculative decoding ({k} tokens)", {"spec": "eagle3"},
+             "needs an EAGLE-3 draft for this model; default acceptance (spec_decode.yaml)")]  # fmt: skip
 
 
 def _variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str, Any], str]]:
@@ -77,6 +91,7 @@ def _variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str
     if req.tp <= 4 and req.pp == 1:
         more = req.tp * 2
         out.append((f"more GPUs: TP={more}", {"tp": more, "gpus": None}, ""))
+    out += _spec_variants(req)
     if req.engine != "generic":
         for eng in ("vllm", "sglang", "trtllm"):
             if eng != req.engine:

@@ -1,0 +1,98 @@
+"""Speculative decoding in predict: k draft passes + one verify at k+1 tokens per sequence,
+from the same per-op model, divided by the acceptance length."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ceiling.cli import main
+from ceiling.errors import CeilingError
+from ceiling.predict.api import PredictRequest, predict
+from ceiling.predict.specdec import acceptance, mtp_layers, spec_data
+from ceiling.spec.model import load_model
+
+QWEN = dict(model="qwen3.5-397b-a17b-nvfp4", gpu="rtx-pro-6000", gpus=4, tp=4)
+
+
+def test_step_is_drafts_plus_verify_over_the_acceptance_length(priors_only):
+    base = predict(PredictRequest(**QWEN))
+    p = predict(PredictRequest(**QWEN, spec="mtp", spec_tokens=2))
+    sp = p.details["speculative"]
+    assert sp["draft_tokens"] == 2 and sp["method"] == "mtp"
+    tau = sp["acceptance_length"]
+    assert p.decode_ms_per_token == pytest.approx(
+        (sp["verify_ms"] + sp["draft_ms"]) / tau, rel=1e-3
+    )
+    # the verify step reads the 3-token batch's weights (more experts) but each sequence's KV
+    # cache once (an MLA model: no recurrent state, whose per-token copies the engine keeps)
+    ds = dict(model="deepseek-v3", gpu="h200", tp=8, context=8192)
+    plain = predict(PredictRequest(**ds))
+    mtp = predict(PredictRequest(**ds, spec="mtp", spec_tokens=2))
+    assert mtp.details["kv_bytes_read_per_gpu"] == pytest.approx(
+        plain.details["kv_bytes_read_per_gpu"], rel=0.01
+    )
+    assert mtp.details["weight_bytes_read_per_gpu"] > plain.details["weight_bytes_read_per_gpu"]
+    assert sp["verify_ms"] > base.decode_ms_per_token
+    # the draft passes run the MTP layer (and the lm_head) each drafted token
+    names = {op.name for op in p.expected.ops}
+    assert any(n.startswith("draft.moe") for n in names) and "draft.lm_head" in names
+    assert "draft.eh_proj" in names
+    # the bound takes every draft accepted; expected never beats it
+    assert p.bound.decode_ms_per_token <= p.decode_ms_per_token
+    assert any("speculative decoding mtp" in a for a in p.assumptions)
+
+
+def test_acceptance_inputs_and_defaults():
+    a = float(spec_data()["methods"]["mtp"]["alpha"])
+    tau, src = acceptance("mtp", 3, None, None)
+    assert tau == pytest.approx(1 + a + a**2 + a**3) and "DeepSeek-V3" in src
+    assert acceptance("mtp", 2, 0.892, None)[0] == pytest.approx(2.784)
+    assert acceptance("eagle3", 3, None, 2.5)[0] == 2.5
+    with pytest.raises(CeilingError, match="outside 1-4"):
+        acceptance("eagle3", 3, None, 4.5)
+
+
+def test_low_acceptance_makes_it_slower(priors_only):
+    """A draft that is rarely accepted costs more than it saves: the sign flips."""
+    base = predict(PredictRequest(**QWEN)).decode_tok_s_per_stream
+    poor = predict(PredictRequest(**QWEN, spec="mtp", spec_acceptance_length=1.05))
+    good = predict(PredictRequest(**QWEN, spec="mtp", spec_acceptance_rate=0.9))
+    assert poor.decode_tok_s_per_stream < base < good.decode_tok_s_per_stream
+
+
+def test_methods_and_refusals(priors_only):
+    assert mtp_layers(load_model("deepseek-v3")) == 1
+    assert mtp_layers(load_model("llama-3.1-8b")) == 0
+    with pytest.raises(CeilingError) as exc:
+        predict(PredictRequest(model="llama-3.1-8b", gpu="h200", spec="mtp"))
+    assert "no MTP layers" in exc.value.message and "eagle3" in exc.value.fix
+    base = predict(PredictRequest(model="llama-3.1-8b", gpu="h200"))
+    e3 = predict(PredictRequest(model="llama-3.1-8b", gpu="h200", spec="eagle3"))
+    assert "draft.fc" in {op.name for op in e3.expected.ops}
+    ng = predict(PredictRequest(model="llama-3.1-8b", gpu="h200", spec="ngram"))
+    assert not any(op.name.startswith("draft.") for op in ng.expected.ops)
+    assert ng.details["speculative"]["draft_ms"] > 0  # the CPU lookup
+    assert e3.decode_tok_s_per_stream > base.decode_tok_s_per_stream
+
+
+def test_what_if_offers_speculative_decoding(priors_only):
+    p = predict(PredictRequest(**QWEN, what_if=True))
+    rows = {w.change: w for w in p.what_if or []}
+    assert any(c.startswith("MTP speculative decoding") for c in rows)
+    q = predict(PredictRequest(model="llama-3.1-8b", gpu="h200", what_if=True))
+    e3 = [w for c, w in {w.change: w for w in q.what_if or []}.items() if "EAGLE-3" in c]
+    assert e3 and "draft" in e3[0].note
+    r = predict(PredictRequest(**QWEN, spec="mtp", what_if=True))
+    assert any(w.change == "speculative decoding off" for w in r.what_if or [])
+
+
+def test_cli_spec_options(capsys, priors_only):
+    argv = ["predict", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--spec", "mtp",
+            "--spec-tokens", "3", "--spec-acceptance-rate", "0.8", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["details"]["speculative"]["acceptance_length"] == pytest.approx(3.4)
+    assert main([*argv[:-1], "--spec-acceptance-rate", "1.5"]) == 2
+    assert "error:" in capsys.readouterr().err
