@@ -168,7 +168,7 @@ def _fusion_gemm_ms(s: Setup, inputs: int, batch: int) -> tuple[float, float]:
     nbytes = inputs * h * h * 2 + batch * (inputs + 1) * h * 2
     bound_bw = Evidence(s).bound_bw()
     exp = s.gemm_kernel_us / 1e3 + nbytes / (s.bw_GBps * 1e6)
-    bnd = float(s.consts["bound_op_us"]) / 1e3 + nbytes / (bound_bw * 1e6)
+    bnd = s.consts.bound_op_us / 1e3 + nbytes / (bound_bw * 1e6)
     return exp, bnd
 
 
