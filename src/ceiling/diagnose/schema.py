@@ -26,6 +26,7 @@ from ceiling.probe.telemetry_model import TelemetrySeries
 from ceiling.result_model import ResultModel
 from ceiling.sanity.report import SanityReport
 from ceiling.spec.hardware import Hardware
+from ceiling.trace.capture import TraceCapture
 
 SCHEMA_VERSION = 1
 FLAG_HYPOTHESES = ("--num-scheduler-steps",)
@@ -60,6 +61,10 @@ class DoctorConfig(BaseModel):
     out_dir: str = "ceiling-out"
     flag_hypotheses: list[str] = Field(default_factory=lambda: list(FLAG_HYPOTHESES))
     sanity: bool = Field(True, description="gate on `ceiling sanity` before any measurement")
+    trace: bool = Field(
+        False, description="record the engine's own kernels (its profiler) in windows apart"
+    )
+    trace_steps: int = Field(32, ge=2, le=1000, description="decode steps per traced window")
     progress: bool = True
 
     @property
@@ -175,6 +180,9 @@ class DoctorResult(BaseModel):
     )
     attribution: Attribution | None = None
     levels: list[LevelAttribution] = Field(default_factory=list)
+    traces: list[TraceCapture] = Field(
+        default_factory=list, description="--trace: the windows recorded (single, each level)"
+    )
     verdict: Verdict | None = None
     stages: list[Stage] = Field(default_factory=list)
     server_died: bool = False

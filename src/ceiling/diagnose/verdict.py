@@ -33,6 +33,7 @@ from ceiling.diagnose.hypotheses import (
     NcclHypothesis,
     StreamsHypothesis,
 )
+from ceiling.diagnose.measured_split import MeasuredSplit
 from ceiling.diagnose.verdict_model import (
     BestConfig,
     Bottleneck,
@@ -75,6 +76,9 @@ class VerdictInputs(BaseModel):
     floors_detail: str | None = Field(None, description="e.g. '1.7 MB of weights at 9.8 GB/s'")
     server_death: str | None = None
     cpu_read: CpuReadNote | None = None
+    measured_split: MeasuredSplit | None = Field(
+        None, description="the engine's own split of the step (a trace): the verdict's basis"
+    )
 
     @property
     def kind(self) -> str:
@@ -90,6 +94,23 @@ def runnable_what_ifs(pred: Prediction | None) -> list[WhatIf]:
 
 def bottleneck(inp: VerdictInputs) -> Bottleneck:
     a, kind = inp.attribution, inp.kind
+    ms = inp.measured_split
+    largest = ms.largest() if ms is not None else None
+    if ms is not None and largest is not None:
+        # a trace: the headline is the engine's own split, never predict's forecast of it
+        return Bottleneck(
+            case="measured",
+            hardware_kind=kind,
+            step_ms=ms.step_ms,
+            predicted_step_ms=a.predicted_step_ms if a is not None else None,
+            floors_ms=ms.fundamental_ms,
+            configurable_ms=ms.configurable_ms,
+            component=largest.op_class,
+            component_ms=largest.measured_ms,
+            component_share_pct=largest.share_pct,
+            measured_component=largest.component,
+            measured_tok_s=inp.measured_tok_s,
+        )
     if a is None:
         if inp.measured_tok_s is None:
             return Bottleneck(case="no-measurement", hardware_kind=kind)
@@ -365,7 +386,15 @@ def build_verdict(inp: VerdictInputs) -> Verdict:
     ]
     best = best_config(pred)
     gap = None
-    if a is not None:
+    ms = inp.measured_split
+    if ms is not None:
+        gap = Gap(
+            fundamental_ms=ms.fundamental_ms,
+            configurable_ms=ms.configurable_ms,
+            unexplained_ms=ms.unbounded_ms,
+            measured_ms=ms.step_ms,
+        )
+    elif a is not None:
         gap = Gap(
             fundamental_ms=a.fundamental_ms,
             configurable_ms=a.configurable_ms,
@@ -390,6 +419,7 @@ def build_verdict(inp: VerdictInputs) -> Verdict:
         target=target_check(inp, best),
         server_death=inp.server_death,
         cpu_read=inp.cpu_read,
+        measured=ms,
     )
 
 

@@ -20,6 +20,7 @@ from pydantic import Field, computed_field
 
 from ceiling.diagnose.attribute import UNEXPLAINED_LABEL
 from ceiling.diagnose.hypotheses import Hypothesis
+from ceiling.diagnose.measured_split import MeasuredSplit
 from ceiling.diagnose.wording import HardwareKind, num, us_or_ms
 from ceiling.result_model import ResultModel
 
@@ -38,13 +39,15 @@ COMPONENT_LABELS = {
 class Bottleneck(ResultModel):
     """What bounds the deployment, as numbers (the headline and ``bound_by`` render them).
 
-    ``case``: ``component`` (the largest predicted component), ``host-bound`` (the unexplained
+    ``case``: ``measured`` (a trace of the engine's own kernels exists: its largest measured
+    class, and the split of the traced step into its classes' bounds and the configurable rest),
+    ``component`` (the largest predicted component), ``host-bound`` (the unexplained
     remainder is most of the step), ``overestimate`` (the step is much shorter than predicted),
     ``no-prediction``/``no-measurement``, or ``broken-output`` (the sanity gate stopped it).
     """
 
     case: Literal[
-        "component", "host-bound", "overestimate", "no-prediction", "no-measurement",
+        "measured", "component", "host-bound", "overestimate", "no-prediction", "no-measurement",
         "broken-output",
     ]  # fmt: skip
     hardware_kind: HardwareKind = "gpu"
@@ -63,10 +66,16 @@ class Bottleneck(ResultModel):
     slack_ms: float | None = Field(None, description="measured step minus the bound")
     evidence_op: str | None = Field(None, description="its op with the largest excess")
     evidence_op_ms: float | None = None
+    # measured: the largest class's predict component, and the traced step's configurable part
+    measured_component: str | None = None
+    configurable_ms: float | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def label(self) -> str:
+        if self.case == "measured":
+            name = self.measured_component or "unknown"
+            return "measured: " + COMPONENT_LABELS.get(name, f"bound by {self.component}")
         if self.case == "host-bound":
             return "host overhead" if self.hardware_kind == "cpu" else UNEXPLAINED_LABEL
         if self.case == "overestimate":
@@ -93,6 +102,14 @@ class Bottleneck(ResultModel):
             return (
                 f"Broken output: {(self.broken or '').removeprefix('broken: ')}. Not "
                 "benchmarked: speed figures of a server that computes the wrong thing mean nothing."
+            )
+        if self.case == "measured":
+            return (
+                f"Measured inside the engine: {self.component} is "
+                f"{us_or_ms(self.component_ms or 0.0)} of the {step} traced step "
+                f"({self.component_share_pct or 0.0:.3g} %); {us_or_ms(self.floors_ms or 0.0)} "
+                "of it is the bound of its classes (fundamental), "
+                f"{us_or_ms(self.configurable_ms or 0.0)} configurable."
             )
         if self.case == "host-bound":
             what = (
@@ -322,6 +339,9 @@ class Verdict(ResultModel):
     target: TargetCheck | None = None
     server_death: str | None = Field(None, description="when and how the server died")
     cpu_read: CpuReadNote | None = None
+    measured: MeasuredSplit | None = Field(
+        None, description="the engine's own split of the step (a trace), class by class"
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -346,6 +366,9 @@ class Verdict(ResultModel):
                 "Fix the deployment first (config, weights and tokenizer against the "
                 "checkpoint's); the sanity checks below say what was wrong."
             )
+        if self.measured is not None:
+            out.append(self.measured.allreduce_sentence())
+            out.extend(self.measured.notes)
         if self.cpu_read is not None:
             out.append(self.cpu_read.sentence())
         if self.pct_of_predicted is not None:

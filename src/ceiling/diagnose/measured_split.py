@@ -1,0 +1,210 @@
+"""The doctor's attribution from a trace: the engine's own measured split, class by class,
+against predict's expected and bound for the same class.
+
+Why: without a trace the doctor splits the step with predict's model, a forecast; with one, the
+split is measured (issue 23). Per class: the measured ms, predict's expected and bound for the
+ops that class measures (``ClassTime.predict_ops``), the fundamental part (the bound, or the
+measurement where it is shorter) and the configurable gap (measured - bound). GPU idle inside
+the step is its own row (host / launch overhead: no bound of its own, all configurable). Classes
+whose ops predict has no bound for (or a prediction that names other ops: a CPU's floors) are
+``unbounded``: measured, but neither fundamental nor configurable is claimed for them.
+
+Classes that share predict ops (rope and the KV write both measure ``attn.rope_kv_write``) are
+one row, so no predicted op is counted twice. On several ranks: the slowest rank's step (the
+headline), the spread between ranks, and inside collectives the time spent waiting for the
+slowest rank apart from the transfer itself.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from ceiling.predict.schema import Prediction, StepBlock
+from ceiling.trace.schema import ClassTime, TraceSplit
+from ceiling.trace.split import class_table
+
+IDLE = "idle (host / launch)"
+#: predict's op for the host's share of the step: what GPU idle is set against
+HOST_OP = "host"
+#: op classes that are collectives (their wait is measured across ranks)
+COLLECTIVE_COMPONENT = "collectives"
+
+
+class ClassRow(BaseModel):
+    """One measured class (or classes sharing predict ops) against predict's same ops."""
+
+    op_class: str
+    measured_ms: float
+    share_pct: float = Field(description="of the measured step")
+    component: str | None = Field(None, description="predict's step component it belongs to")
+    predict_ops: list[str] = Field(default_factory=list)
+    expected_ms: float | None = Field(None, description="predict's expected, same ops")
+    bound_ms: float | None = Field(None, description="predict's bound, same ops")
+    fundamental_ms: float | None = Field(None, description="the bound (or less, if measured)")
+    gap_ms: float | None = Field(None, description="measured - bound: the configurable part")
+    transfer_ms: float | None = None
+    wait_ms: float | None = Field(None, description="collectives: waiting for the slowest rank")
+
+
+class MeasuredSplit(BaseModel):
+    """The measured step by class, with the fundamental/configurable split it supports."""
+
+    source: str = "trace"
+    label: str = Field("single", description="the window it was recorded in")
+    files: list[str] = Field(default_factory=list)
+    device: str = "gpu"
+    steps: int
+    step_ms: float = Field(description="measured step (the slowest rank's)")
+    idle_ms: float
+    coverage: float
+    rows: list[ClassRow] = Field(description="largest first; they sum to the step")
+    fundamental_ms: float
+    configurable_ms: float
+    unbounded_ms: float = Field(description="measured in classes predict has no bound for")
+    unseen_ops: list[str] = Field(
+        default_factory=list, description="predicted ops (> 0 ms) no class of the trace measured"
+    )
+    ranks: int = 1
+    slowest_rank: int | None = None
+    rank_spread_pct: float | None = None
+    missing_ranks: list[int] = Field(default_factory=list)
+    allreduce_ms: float = 0.0
+    allreduce_wait_ms: float | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    def largest(self) -> ClassRow | None:
+        return max(self.rows, key=lambda r: r.measured_ms, default=None)
+
+    def allreduce_sentence(self) -> str:
+        """The founding question, answered from the trace."""
+        if self.allreduce_ms <= 0:
+            why = "one rank" if self.ranks <= 1 else f"{self.ranks} ranks"
+            return f"allreduce: none in the measured {self.step_ms:.3g} ms step ({why})."
+        pct = self.allreduce_ms / self.step_ms * 100 if self.step_ms else 0.0
+        head = (
+            f"allreduce: {self.allreduce_ms:.3g} ms of the {self.step_ms:.3g} ms step ({pct:.3g} %)"
+        )
+        if self.allreduce_wait_ms is None:
+            return head + "; waiting for the slowest rank needs every rank's trace."
+        return head + f", of which {self.allreduce_wait_ms:.3g} ms is waiting for the slowest rank."
+
+    def sentence(self) -> str:
+        top = self.largest()
+        if top is None:
+            return f"Measured inside the engine: a {self.step_ms:.3g} ms step."
+        return (
+            f"Measured inside the engine ({self.steps} steps, {self.coverage * 100:.3g} % of "
+            f"operator time classified): {top.op_class} is {top.measured_ms:.3g} ms of the "
+            f"{self.step_ms:.3g} ms step ({top.share_pct:.3g} %); {self.fundamental_ms:.3g} ms is "
+            f"the bound of its classes (fundamental), {self.configurable_ms:.3g} ms configurable"
+            + (f", {self.unbounded_ms:.3g} ms without a bound" if self.unbounded_ms > 0 else "")
+            + "."
+        )
+
+
+def _ops_ms(block: StepBlock | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for op in block.ops if block is not None else []:
+        out[op.name] = out.get(op.name, 0.0) + op.ms
+    return out
+
+
+def _groups(classes: list[ClassTime]) -> list[list[ClassTime]]:
+    """Classes joined where they share a predict op (union of overlapping op sets)."""
+    groups: list[list[ClassTime]] = []
+    for c in classes:
+        hit = [g for g in groups if any(set(c.predict_ops) & set(x.predict_ops) for x in g)]
+        merged = [c, *(x for g in hit for x in g)]
+        groups = [g for g in groups if g not in hit] + [merged]
+    return groups
+
+
+def measured_split(
+    sp: TraceSplit,
+    prediction: Prediction | None,
+    label: str = "single",
+    files: list[str] | None = None,
+) -> MeasuredSplit:
+    """``sp`` (a trace's split) set against ``prediction``'s expected and bound, per class."""
+    expected, bound = (
+        (_ops_ms(prediction.expected), _ops_ms(prediction.bound))
+        if prediction is not None
+        else ({}, {})
+    )
+    table = class_table()
+    rows: list[ClassRow] = []
+    claimed: set[str] = set()
+    for group in _groups([c for c in sp.classes if c.ms > 0 or c.calls > 0]):
+        group.sort(key=lambda c: (-c.ms, c.op_class))
+        ops = sorted({o for c in group for o in c.predict_ops})
+        claimed.update(ops)
+        ms = sum(c.ms for c in group)
+        known = [o for o in ops if o in bound]
+        b = sum(bound[o] for o in known) if known else None
+        e = sum(expected.get(o, 0.0) for o in known) if known and expected else None
+        coll = [c for c in group if c.wait_ms is not None]
+        rows.append(
+            ClassRow(
+                op_class=" + ".join(c.op_class for c in group),
+                measured_ms=ms,
+                share_pct=ms / sp.step_ms * 100 if sp.step_ms else 0.0,
+                component=(table.get(group[0].op_class) or {}).get("component"),
+                predict_ops=ops,
+                expected_ms=e,
+                bound_ms=b,
+                fundamental_ms=min(b, ms) if b is not None else None,
+                gap_ms=ms - b if b is not None else None,
+                transfer_ms=sum(c.transfer_ms or 0.0 for c in coll) if coll else None,
+                wait_ms=sum(c.wait_ms or 0.0 for c in coll) if coll else None,
+            )
+        )
+    rows.append(
+        ClassRow(
+            op_class=IDLE,
+            measured_ms=sp.idle_ms,
+            share_pct=sp.idle_ms / sp.step_ms * 100 if sp.step_ms else 0.0,
+            component="host",
+            predict_ops=[HOST_OP],
+            expected_ms=expected.get(HOST_OP) if expected else None,
+            bound_ms=0.0,  # the bound has no host time: all of the idle is configurable
+            fundamental_ms=0.0,
+            gap_ms=sp.idle_ms,
+        )
+    )
+    rows.sort(key=lambda r: -r.measured_ms)
+    fundamental = sum(r.fundamental_ms or 0.0 for r in rows)
+    configurable = sum(max(r.gap_ms or 0.0, 0.0) for r in rows if r.bound_ms is not None)
+    unbounded = sum(r.measured_ms for r in rows if r.bound_ms is None)
+    claimed.add(HOST_OP)
+    unseen = sorted(o for o, v in expected.items() if v > 0 and o not in claimed)
+    ar = [c for c in sp.classes if c.op_class == "allreduce"]
+    ar_wait = ar[0].wait_ms if ar else None
+    out = MeasuredSplit(
+        label=label,
+        files=list(files or []),
+        device=sp.device,
+        steps=sp.steps,
+        step_ms=sp.step_ms,
+        idle_ms=sp.idle_ms,
+        coverage=sp.coverage,
+        rows=rows,
+        fundamental_ms=fundamental,
+        configurable_ms=configurable,
+        unbounded_ms=unbounded,
+        unseen_ops=unseen,
+        ranks=max(len(sp.ranks), 1),
+        slowest_rank=sp.slowest_rank,
+        rank_spread_pct=sp.rank_spread_pct,
+        missing_ranks=list(sp.missing_ranks),
+        allreduce_ms=ar[0].ms if ar else 0.0,
+        allreduce_wait_ms=ar_wait,
+        notes=list(sp.notes),
+    )
+    if prediction is not None and not any(
+        r.bound_ms is not None for r in rows if r.op_class != IDLE
+    ):
+        out.notes.append(
+            "predict names none of the ops these classes measure (e.g. a CPU's floors): the "
+            "classes are measured without a bound of their own"
+        )
+    return out
