@@ -45,7 +45,7 @@ def test_step_is_drafts_plus_verify_over_the_acceptance_length(priors_only):
 
 
 def test_acceptance_inputs_and_defaults():
-    a = float(spec_data()["methods"]["mtp"]["alpha"])
+    a = spec_data().methods["mtp"].alpha
     tau, src = acceptance("mtp", 3, None, None)
     assert tau == pytest.approx(1 + a + a**2 + a**3) and "DeepSeek-V3" in src
     assert acceptance("mtp", 2, 0.892, None)[0] == pytest.approx(2.784)

@@ -29,12 +29,14 @@ import copy
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from ceiling.errors import CeilingError
 from ceiling.predict.evidence import Evidence
 from ceiling.predict.step import OpRow, Setup, Step, decode_step
-from ceiling.spec._data import load_yaml
+from ceiling.spec._data import DataModel, load_yaml
 from ceiling.spec.families import build_model
 from ceiling.spec.model import ModelSpec
 from ceiling.spec.quant import named_format
@@ -42,9 +44,24 @@ from ceiling.spec.quant import named_format
 METHODS = ("mtp", "eagle", "eagle3", "ngram")
 
 
-def spec_data() -> dict[str, Any]:
-    data: dict[str, Any] = load_yaml("predict/spec_decode.yaml")
-    return data
+class Method(DataModel):
+    """One method of ``data/predict/spec_decode.yaml``."""
+
+    draft: Literal["mtp_layers", "eagle_layer", "none"]
+    alpha: float = Field(gt=0, lt=1)
+    source: str
+    fc_inputs: int = 0
+    vocab: int | Literal["target"] = "target"
+    host_ms_per_seq: float = 0.0
+
+
+class SpecData(DataModel):
+    default_tokens: int = Field(ge=1)
+    methods: dict[str, Method]
+
+
+def spec_data() -> SpecData:
+    return load_yaml("predict/spec_decode.yaml", schema=SpecData)
 
 
 def mtp_layers(spec: ModelSpec) -> int:
@@ -91,15 +108,16 @@ def acceptance(method: str, k: int, rate: float | None, length: float | None) ->
         return length, "given (--spec-acceptance-length)"
     if rate is not None:
         return 1.0 + k * rate, f"given rate {rate:g} (accepted / drafted): 1 + k x rate"
-    m = spec_data()["methods"][method]
-    a = float(m["alpha"])
+    m = spec_data().methods[method]
+    a = m.alpha
     tau = (1 - a ** (k + 1)) / (1 - a)
-    return tau, f"default alpha {a} per drafted token (geometric): {m['source'].strip()}"
+    return tau, f"default alpha {a} per drafted token (geometric): {m.source.strip()}"
 
 
 def _draft_spec(s: Setup, method: str, draft_layers: int | None) -> ModelSpec | None:
     """The draft model as a ModelSpec, from the target's config (None: no GPU draft)."""
-    kind = spec_data()["methods"][method]["draft"]
+    m = spec_data().methods[method]
+    kind = m.draft
     if kind == "none":
         return None
     target = s.spec
@@ -124,7 +142,6 @@ def _draft_spec(s: Setup, method: str, draft_layers: int | None) -> ModelSpec | 
             # the checkpoint keeps its MTP layer out of quantization (as stored)
             mtp = mtp.with_weight_format(named_format("bf16"))
         return mtp
-    m = spec_data()["methods"][method]
     heads = int(cfg.get("num_attention_heads") or target.heads)
     draft = {
         "architectures": ["LlamaForCausalLM"],
@@ -136,8 +153,8 @@ def _draft_spec(s: Setup, method: str, draft_layers: int | None) -> ModelSpec | 
         "intermediate_size": int(cfg.get("intermediate_size") or 4 * target.hidden),
         "num_hidden_layers": draft_layers or 1,
         "vocab_size": int(cfg.get("vocab_size") or 0)
-        if m["vocab"] == "target"
-        else int(m["vocab"]),
+        if m.vocab == "target"
+        else int(m.vocab),
         "max_position_embeddings": int(cfg.get("max_position_embeddings") or 131072),
         "rms_norm_eps": 1e-5,
         "torch_dtype": "bfloat16",
@@ -188,7 +205,7 @@ def spec_step(s: Setup, req: Any) -> Step:
     """The decode step per token under speculative decoding (``req``: PredictRequest with
     ``spec`` set): components, ops and details are per generated token."""
     method = req.spec
-    k = int(req.spec_tokens or spec_data()["default_tokens"])
+    k = int(req.spec_tokens or spec_data().default_tokens)
     B, ctx = req.batch, req.context
     tau, tau_src = acceptance(method, k, req.spec_acceptance_rate, req.spec_acceptance_length)
     verify = decode_step(s, B * (k + 1), max(1, math.ceil(ctx / (k + 1))))
@@ -210,7 +227,7 @@ def spec_step(s: Setup, req: Any) -> Step:
                 bcomps[key] = bcomps.get(key, 0.0) + k * v
                 d_bound += k * v
         ops += _scaled([r for r in draft.ops if r.kind != "host"], k, "draft.")
-        fc = {"mtp": 2}.get(method) or int(spec_data()["methods"][method].get("fc_inputs", 0))
+        fc = {"mtp": 2}.get(method) or spec_data().methods[method].fc_inputs
         if fc:
             e, b = _fusion_gemm_ms(s, fc, B)
             comps["launch"] = comps.get("launch", 0.0) + k * (s.gemm_kernel_us / 1e3)
@@ -224,7 +241,7 @@ def spec_step(s: Setup, req: Any) -> Step:
             )  # fmt: skip
             d_ms, d_bound = d_ms + k * e, d_bound + k * b
     else:
-        host = float(spec_data()["methods"][method].get("host_ms_per_seq", 0.0)) * B
+        host = spec_data().methods[method].host_ms_per_seq * B
         comps["host"] = comps.get("host", 0.0) + host
         d_ms += host
     per_tok = {key: v / tau for key, v in comps.items()}

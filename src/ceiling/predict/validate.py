@@ -26,32 +26,55 @@ from typing import Any, get_args
 
 from ceiling.errors import CeilingError
 from ceiling.predict.schema import PredictRequest
-from ceiling.spec._data import load_yaml
+from ceiling.spec._data import DataModel, load_yaml
 from ceiling.spec.hardware import GPU, Link, load_gpu, load_link
 
 _NO_LINK = ("self", "none", "")
 
 
-def _data() -> dict[str, Any]:
-    data: dict[str, Any] = load_yaml("predict/validity.yaml")
-    return data
+class Rule(DataModel):
+    """A physical range with the reason for it."""
+
+    min: float | None = None
+    max: float
+    why: str
+
+
+class Stack(DataModel):
+    library: str
+    custom_allreduce: str
+
+
+class Validity(DataModel):
+    """``data/predict/validity.yaml``."""
+
+    vendors: dict[str, str]
+    engine_vendors: dict[str, list[str]]
+    words: dict[str, dict[str, str]]
+    collectives: dict[str, Stack]
+    request: dict[str, Rule]
+    gpu: dict[str, Rule]
+    model_max: dict[str, int]
+
+
+def _data() -> Validity:
+    return load_yaml("predict/validity.yaml", schema=Validity)
 
 
 def vendor_of(gpu: GPU) -> str:
     """``nvidia`` or ``amd``, by the GPU's architecture class (nvidia when unknown: sm > 0)."""
-    vendors: dict[str, str] = _data()["vendors"]
-    return vendors.get(gpu.arch, "nvidia" if gpu.sm else "unknown")
+    return _data().vendors.get(gpu.arch, "nvidia" if gpu.sm else "unknown")
 
 
 def check_engine_vendor(engine: str, gpu: GPU) -> None:
     """The engine runs on this GPU's vendor (TensorRT-LLM: NVIDIA only)."""
     vendor = vendor_of(gpu)
-    allowed: list[str] | None = _data()["engine_vendors"].get(engine)
+    allowed = _data().engine_vendors.get(engine)
     if allowed is not None and vendor not in allowed:
         known = get_args(PredictRequest.model_fields["engine"].annotation)
         ok = [
             e
-            for e, vs in _data()["engine_vendors"].items()
+            for e, vs in _data().engine_vendors.items()
             if vendor in vs and e != "generic" and e in known
         ]
         raise CeilingError(
@@ -68,7 +91,7 @@ def _finite(name: str, value: float | None) -> None:
 
 def check_gpu(gpu: GPU) -> None:
     """Every number of a GPU entry is finite, positive and within what any hardware has."""
-    ranges: dict[str, dict[str, Any]] = _data()["gpu"]
+    ranges = _data().gpu
     where = f"GPU {gpu.name}" + (f" ({gpu.source})" if gpu.source.startswith("user") else "")
     for field, rng in ranges.items():
         raw = getattr(gpu, field)
@@ -77,20 +100,20 @@ def check_gpu(gpu: GPU) -> None:
             label = f"{field}.{key}" if key else field
             if value is None:
                 continue
-            if not math.isfinite(value) or value <= 0 or value > rng["max"]:
+            if not math.isfinite(value) or value <= 0 or value > rng.max:
                 raise CeilingError(
                     f"{where}: {label} = {value!r} is outside what any GPU has "
-                    f"(0 < {label} <= {rng['max']}: {rng['why']})",
+                    f"(0 < {label} <= {rng.max:g}: {rng.why})",
                     fix=f"give {label} from the GPU's datasheet",
                 )
 
 
-def _range(name: str, value: float, rule: dict[str, Any], unit: str = "") -> None:
-    lo, hi = rule.get("min", -math.inf), rule.get("max", math.inf)
-    if not lo <= value <= hi:
-        bounds = f"{lo}-{hi}" if "min" in rule else f"at most {hi}"
+def _range(name: str, value: float, rule: Rule, unit: str = "") -> None:
+    lo = -math.inf if rule.min is None else rule.min
+    if not lo <= value <= rule.max:
+        bounds = f"{lo:g}-{rule.max:g}" if rule.min is not None else f"at most {rule.max:g}"
         raise CeilingError(
-            f"{name} {value:g}{unit} is physically impossible here ({bounds}: {rule['why']})",
+            f"{name} {value:g}{unit} is physically impossible here ({bounds}: {rule.why})",
             fix=f"pass a real {name} (see `ceiling predict --help`)",
         )
 
@@ -98,7 +121,7 @@ def _range(name: str, value: float, rule: dict[str, Any], unit: str = "") -> Non
 def check_request(req: Any) -> None:
     """The user's request describes hardware and a layout that exist (``req``:
     ``PredictRequest``; a CPU request only gets the number checks)."""
-    rules: dict[str, dict[str, Any]] = _data()["request"]
+    rules = _data().request
     _finite("--mem-clock", req.mem_clock)
     _finite("--power-limit", req.power_limit)
     _range("--context", req.context, rules["context"])
@@ -114,21 +137,21 @@ def check_request(req: Any) -> None:
     if req.mem_clock is not None and gpu.mem_clock_MHz:
         ratio = req.mem_clock / gpu.mem_clock_MHz
         rule = rules["mem_clock_ratio"]
-        if not rule["min"] <= ratio <= rule["max"]:
+        if not (rule.min or 0.0) <= ratio <= rule.max:
             raise CeilingError(
                 f"--mem-clock {req.mem_clock:g} MHz is {ratio:.3g}x {gpu.name}'s "
-                f"{gpu.mem_clock_MHz:g} MHz memory clock ({rule['why']})",
-                fix=f"pass the clock nvidia-smi reports under load, {rule['min'] * gpu.mem_clock_MHz:.0f}"
-                f"-{rule['max'] * gpu.mem_clock_MHz:.0f} MHz on {gpu.name}",
+                f"{gpu.mem_clock_MHz:g} MHz memory clock ({rule.why})",
+                fix=f"pass the clock nvidia-smi reports under load, {(rule.min or 0) * gpu.mem_clock_MHz:.0f}"
+                f"-{rule.max * gpu.mem_clock_MHz:.0f} MHz on {gpu.name}",
             )
     if req.power_limit is not None and gpu.tdp_W:
         ratio = req.power_limit / gpu.tdp_W
         rule = rules["power_limit_ratio"]
-        if not rule["min"] <= ratio <= rule["max"]:
+        if not (rule.min or 0.0) <= ratio <= rule.max:
             raise CeilingError(
                 f"--power-limit {req.power_limit:g} W is {ratio:.3g}x {gpu.name}'s "
-                f"{gpu.tdp_W:g} W board power ({rule['why']})",
-                fix=f"pass a cap of {rule['min'] * gpu.tdp_W:.0f}-{rule['max'] * gpu.tdp_W:.0f} W",
+                f"{gpu.tdp_W:g} W board power ({rule.why})",
+                fix=f"pass a cap of {(rule.min or 0) * gpu.tdp_W:.0f}-{rule.max * gpu.tdp_W:.0f} W",
             )
     check_engine_vendor(req.engine, gpu)
     if req.link and req.link.strip().lower() not in _NO_LINK:
@@ -177,8 +200,7 @@ def _pcie_default(gpu: GPU) -> str:
 
 def words(gpu: GPU) -> dict[str, str]:
     """The vendor's words for the mechanisms predict names (``data/predict/validity.yaml``)."""
-    table: dict[str, str] = _data()["words"].get(vendor_of(gpu)) or {}
-    return table
+    return _data().words.get(vendor_of(gpu)) or {}
 
 
 def reword(text: str, table: dict[str, str]) -> str:
@@ -188,9 +210,9 @@ def reword(text: str, table: dict[str, str]) -> str:
     return text
 
 
-def collectives(gpu: GPU) -> dict[str, str]:
+def collectives(gpu: GPU) -> Stack:
     """The collective library and custom allreduce of this GPU's software stack."""
-    stacks: dict[str, dict[str, str]] = _data()["collectives"]
+    stacks = _data().collectives
     return stacks.get(vendor_of(gpu), stacks["nvidia"])
 
 
@@ -203,7 +225,7 @@ def in_vendor_words(pred: Any, gpu: GPU) -> None:
         return
     stack = collectives(gpu)
     pred.assumptions = [reword(a, table) for a in pred.assumptions] + [
-        f"collectives on ROCm: {stack['library']}; {stack['custom_allreduce'].strip()}"
+        f"collectives on ROCm: {stack.library}; {stack.custom_allreduce.strip()}"
     ]
     pred.component_kind = {k: reword(v, table) for k, v in pred.component_kind.items()}
     for w in pred.what_if or []:

@@ -38,7 +38,7 @@ def _spec_variants(req: PredictRequest) -> list[tuple[str, dict[str, Any], str]]
     draft model), or off when the request has it; at the method's default acceptance."""
     if req.spec != "none":
         return [("speculative decoding off", {"spec": "none"}, "")]
-    k = int(spec_data()["default_tokens"])
+    k = spec_data().default_tokens
     if mtp_layers(load_spec(req.model, req.weight_format)) > 0:
         return [(f"MTP speculative decoding ({k} tokens)", {"spec": "mtp"},
                  "the checkpoint's MTP layer; default acceptance (spec_decode.yaml)")]  # fmt: skip

@@ -73,7 +73,9 @@ def check_config_values(cfg: dict[str, Any], where: str) -> None:
                 )
     # sizes beyond every published model (data/predict/validity.yaml: the largest published
     # value of each field, with headroom): a typo or a hostile file, never a model
-    for key, high in load_yaml("predict/validity.yaml")["model_max"].items():
+    for key, high in load_yaml("predict/validity.yaml")[
+        "model_max"
+    ].items():  # (raw: below predict)
         value = cfg.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > high:
             raise CeilingError(
