@@ -202,3 +202,21 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     a = read_trace(_rank(0, [15.0] * 3).write(tmp_path / "a.json"))
     with pytest.raises(CeilingError, match="claim rank 0"):
         split([a, a], "vllm")
+
+
+def test_a_gzipped_100mb_trace_parses_and_splits_right(tmp_path):
+    from tests.trace_synth import BIG_GAP_US, big_trace
+
+    path = tmp_path / "big.json.gz"
+    steps, step_us, busy_us = big_trace(path, 100 * 2**20)
+    out = split([read_trace(path)], None)  # the engine is read from the trace (vllm_version)
+    assert out.engine == "vllm" and out.engine_version == "0.32.0"
+    assert out.steps == steps - 1
+    assert out.step_ms == pytest.approx(step_us / 1e3, rel=1e-6)
+    assert out.idle_ms == pytest.approx(BIG_GAP_US / 1e3, rel=1e-4)
+    assert out.busy_ms == pytest.approx(busy_us / 1e3, rel=1e-6)
+    assert out.coverage == 1.0
+    assert out.class_ms("allreduce") == pytest.approx(32 * 12.0 / 1e3, rel=1e-6)
+    assert {c.op_class for c in out.classes} == {
+        "norm", "gemm", "rope", "kv_write", "attention", "allreduce", "activation"
+    }  # fmt: skip
