@@ -70,3 +70,19 @@ def test_errors_are_one_line_with_fix(trace_file, capsys, argv, needle):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and "fix:" in err and "Traceback" not in err
+
+
+def test_report_section_markdown_and_html(trace_file, tmp_path, capsys):
+    md, html = tmp_path / "t.md", tmp_path / "t.html"
+    base = ["trace", str(trace_file), "--model", "llama-3.1-8b", "--gpu", "h200"]
+    assert main([*base, "--report", str(md)]) == 0
+    assert main([*base, "--report", str(html)]) == 0
+    capsys.readouterr()
+    text = md.read_text()
+    assert "## Measured step (engine trace)" in text
+    assert "| class | measured ms | expected ms | bound ms | gap over bound ms |" in text
+    assert "Top kernels:" in text and "Unmatched kernels (1" in text and "weird_kernel" in text
+    page = html.read_text()
+    assert 'class="plot plot-stacked-step"' in page
+    for label in ("measured", "expected", "bound"):
+        assert f">{label}<" in page

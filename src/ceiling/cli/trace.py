@@ -33,6 +33,9 @@ def trace(
     profile_out: str = typer.Option(
         None, "--profile-out", help="write the trace as a profile for `predict --profile`"
     ),
+    report: str = typer.Option(
+        None, "--report", help="write the report section here (.md, or .html with the bar plot)"
+    ),
     json_out: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Measured split of an engine's decode step from its own profiler trace: per op class
@@ -57,6 +60,7 @@ def trace(
         request=request_for(model, gpu, tp, engine),
         out=out,
         profile_out=profile_out,
+        report=report,
         batch=batch,
         context=context,
     )

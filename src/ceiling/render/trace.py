@@ -17,7 +17,7 @@ def report(rep: TraceReport, json_out: bool = False) -> None:
         return
     o = out()
     sp = rep.split
-    o.print(f"[bold]{esc(headline(sp))}[/bold]", soft_wrap=True)
+    o.print(f"[bold]{esc(sp.headline)}[/bold]", soft_wrap=True)
     o.print(
         f"steps from {esc(sp.step_source)}; skipped: "
         + (", ".join(f"{v} {esc(k)}" for k, v in sp.steps_skipped.items()) or "none"),
@@ -71,28 +71,13 @@ def report(rep: TraceReport, json_out: bool = False) -> None:
         o.print(table("ranks", ["rank", "step ms", "idle ms", "steps", "collective wait ms"], rows))
     for n in sp.notes:
         o.print(f"[dim]note: {esc(n)}[/dim]", soft_wrap=True)
-    for label, path in (("report", rep.out), ("profile (predict --profile)", rep.profile_out)):
+    for label, path in (
+        ("result", rep.out),
+        ("report", rep.report),
+        ("profile (predict --profile)", rep.profile_out),
+    ):
         if path:
             o.print(f"wrote {label}: {esc(path)}")
-
-
-def headline(sp: TraceSplit) -> str:
-    """One line: the step, its steps, coverage, and the largest class."""
-    top = sp.classes[0] if sp.classes else None
-    what = f"; largest: {top.op_class} {top.ms:.3f} ms ({top.share * 100:.0f} %)" if top else ""
-    ranks = f", slowest of {len(sp.ranks)} ranks: {sp.slowest_rank}" if len(sp.ranks) > 1 else ""
-    coll = [c for c in sp.classes if c.wait_ms is not None]
-    waits = "".join(
-        f"; {c.op_class}: {c.ms:.3f} ms of the {sp.step_ms:.3f} ms step "
-        f"({c.ms / sp.step_ms * 100:.0f} %), of which {c.wait_ms:.3f} ms waiting for the slowest rank"
-        for c in coll
-        if sp.step_ms
-    )
-    return (
-        f"measured step {sp.step_ms:.3f} ms ({sp.steps} steps, {sp.device}{ranks}): "
-        f"kernels {sp.busy_ms:.3f} ms, idle {sp.idle_ms:.3f} ms; "
-        f"{sp.coverage * 100:.1f} % classified{what}{waits}"
-    )
 
 
 def stacked_bar(sp: TraceSplit, width: int = _BAR) -> str:

@@ -10,6 +10,7 @@ empty lists and the renderers say what is missing instead of failing.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ceiling.bench.results import LevelResult, RunResult
 from ceiling.diagnose.measured import decode_stat, levels
@@ -107,3 +108,14 @@ def telemetry_points(tel: TelemetrySeries | None, key: str) -> dict[str, list[tu
         if v is not None:
             out.setdefault(f"gpu{s.gpu}", []).append((s.t - t0, v))
     return out
+
+
+def _cell(v: Any) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A GitHub-flavoured Markdown table."""
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)

@@ -17,6 +17,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 import ceiling.report.plots as plots
+import ceiling.report.trace as trace_report
 from ceiling.diagnose.schema import DoctorResult
 from ceiling.report.extract import (
     itl_samples_ms,
@@ -27,6 +28,7 @@ from ceiling.report.extract import (
 )
 from ceiling.report.markdown import Doc, render_markdown
 from ceiling.sweep.schema import SweepResult
+from ceiling.trace.schema import TraceReport
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:980px;margin:2em auto;
@@ -152,16 +154,32 @@ def _doctor_plots(doc: DoctorResult) -> dict[str, list[str]]:
         reason = (doc.telemetry.reason if doc.telemetry else None) or "telemetry not recorded"
         tel_svgs = [plots.empty_plot("Telemetry", f"no telemetry: {reason}")]
     out.setdefault("Deployment", []).extend(tel_svgs)
+    trace = getattr(doc, "trace", None)  # set when doctor recorded the engine's trace
+    if trace is not None:
+        out[trace_report.HEADING] = [trace_report.trace_plot(trace)]
     return out
 
 
 def render_html(doc: Doc) -> str:
     """One self-contained HTML page for a doctor or sweep result document."""
-    md = render_markdown(doc)
-    body = markdown_to_html(md, build_plots(doc))
-    title = escape(doc.title or "ceiling report")
+    return page(doc.title or "ceiling report", render_markdown(doc), build_plots(doc))
+
+
+def page(title_text: str, md: str, plots_by_heading: dict[str, list[str]]) -> str:
+    """One self-contained HTML page of ``md`` with plots under their section headings."""
+    body = markdown_to_html(md, plots_by_heading)
+    title = escape(title_text)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<link rel="icon" href="data:,"><title>{title}</title><style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n'
+    )
+
+
+def render_trace_html(rep: TraceReport) -> str:
+    """``ceiling trace --report X.html``: the trace section as one page, with its plot."""
+    return page(
+        "ceiling trace",
+        trace_report.render_trace_markdown(rep),
+        {trace_report.HEADING: [trace_report.trace_plot(rep)]},
     )

@@ -20,8 +20,10 @@ from ceiling.report.extract import (
     itl_samples_ms,
     levels,
     num,
+    table,
     ttft_samples_ms,
 )
+from ceiling.report.trace import trace_lines
 from ceiling.sweep.schema import SweepResult
 
 Doc = DoctorResult | SweepResult
@@ -32,17 +34,6 @@ _HIDDEN_FACTS = {"findings", "evidence", "source", "schema_version", "warnings"}
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _cell(v: Any) -> str:
-    return str(v).replace("|", "\\|").replace("\n", " ")
-
-
-def table(headers: list[str], rows: list[list[Any]]) -> str:
-    """A GitHub-flavoured Markdown table."""
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
 
 
 def _quantiles(vals: list[float]) -> list[str]:
@@ -401,6 +392,12 @@ def _reproduce(doc: Doc) -> list[str]:
     return ["## Reproduce", "", "```sh", *doc.reproduce, "```", ""]
 
 
+def _trace(doc: Doc) -> list[str]:
+    """The engine trace's measured split, when doctor recorded one (``doc.trace``)."""
+    rep = getattr(doc, "trace", None)
+    return trace_lines(rep) if rep is not None else []
+
+
 def render_markdown(doc: Doc) -> str:
     """The full Markdown report of a doctor or sweep result."""
     parts = [f"# {doc.title or 'ceiling report'}", ""]
@@ -408,6 +405,7 @@ def render_markdown(doc: Doc) -> str:
         verdict_lines,
         _sanity,
         _attribution,
+        _trace,
         _changes,
         _hypotheses,
         _comparison,

@@ -320,3 +320,45 @@ def bars_ci(
         ax.grid(axis="y", visible=False)
 
     return _render("bars", title, draw, height=70 + 26 * len(items))
+
+
+def stacked_step(
+    bars: Sequence[tuple[str, Sequence[tuple[str, float]]]],
+    title: str = "Decode step by op class: measured (engine trace) vs predicted",
+) -> str:
+    """Horizontal stacked bars, one per row (``(label, [(class, ms), ...])``): the measured
+    step by op class beside predict's expected and bound for the same classes. One colour per
+    class across the rows; idle is grey."""
+    rows = [(label, [(c, ms) for c, ms in parts if ms > 0]) for label, parts in bars]
+    rows = [r for r in rows if r[1]]
+    if not rows:
+        return empty_plot(title, "no step-time data")
+    names: list[str] = []
+    for _, parts in rows:
+        names += [c for c, _ in parts if c not in names]
+    colour = {
+        c: ("#bbbbbb" if c == "idle" else PALETTE[i % len(PALETTE)]) for i, c in enumerate(names)
+    }
+
+    def draw(ax: Axes) -> None:
+        for y, (_, parts) in enumerate(rows):
+            left = 0.0
+            for c, ms in parts:
+                ax.barh(y, ms, left=left, height=0.6, color=colour[c], label=c if y == 0 or
+                        c not in [p for p, _ in rows[0][1]] else None)  # fmt: skip
+                left += ms
+            ax.text(left, y, f" {_fmt(left)} ms", va="center")
+        ax.set_yticks(list(range(len(rows))), [label for label, _ in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("ms per step")
+        total = max(sum(ms for _, ms in parts) for _, parts in rows)
+        ax.set_xlim(0, total * 1.2 or 1.0)
+        ax.grid(axis="y", visible=False)
+        handles, labels = ax.get_legend_handles_labels()
+        seen: dict[str, Any] = {}
+        for h, lab in zip(handles, labels, strict=True):
+            seen.setdefault(lab, h)
+        ax.legend(list(seen.values()), list(seen), loc="upper center", ncols=min(len(seen), 5),
+                  bbox_to_anchor=(0.5, -0.25), fontsize=8)  # fmt: skip
+
+    return _render("stacked-step", title, draw, height=150 + 30 * len(rows))

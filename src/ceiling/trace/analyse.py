@@ -41,12 +41,13 @@ def analyse(
     request: PredictRequest | None = None,
     out: str | None = None,
     profile_out: str | None = None,
+    report: str | None = None,
     batch: int | None = None,
     context: int | None = None,
 ) -> TraceReport:
     """The split of ``files`` (one per rank); with ``request``, beside predict's expected and
     bound at the trace's batch and context; ``out`` gets the report JSON, ``profile_out`` the
-    trace as a predict profile."""
+    trace as a predict profile, ``report`` the report section (.md, or .html with the plot)."""
     if not files:
         raise CeilingError("no trace file given", fix="ceiling trace RANK0.json.gz [RANK1 ...]")
     traces = [read_trace(f) for f in files]
@@ -72,6 +73,13 @@ def analyse(
     if profile_out:
         prof = to_profile(sp, batch=batch, context=context)
         rep.profile_out = str(save_profile(prof, profile_out))
+    if report:
+        from ceiling.report.html import render_trace_html  # matplotlib, markdown-it: only here
+        from ceiling.report.trace import render_trace_markdown
+
+        html = Path(report).suffix.lower() in (".html", ".htm")
+        text = render_trace_html(rep) if html else render_trace_markdown(rep)
+        rep.report = str(write_atomic(Path(report), text, what="trace report"))
     if out:
         rep.out = str(Path(out))
         write_atomic(Path(out), rep.model_dump_json(indent=2) + "\n", what="trace report")

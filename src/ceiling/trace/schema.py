@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 SCHEMA_VERSION = 1
 
@@ -164,6 +164,31 @@ class TraceSplit(BaseModel):
     def class_ms(self, op_class: str) -> float:
         return next((c.ms for c in self.classes if c.op_class == op_class), 0.0)
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def headline(self) -> str:
+        """One sentence: the step, its coverage, the largest class and, across ranks, each
+        collective's share of the step and its time waiting for the slowest rank."""
+        top = self.classes[0] if self.classes else None
+        what = f"; largest: {top.op_class} {top.ms:.3f} ms ({top.share * 100:.0f} %)" if top else ""
+        ranks = (
+            f", slowest of {len(self.ranks)} ranks: {self.slowest_rank}"
+            if len(self.ranks) > 1
+            else ""
+        )
+        waits = "".join(
+            f"; {c.op_class}: {c.ms:.3f} ms of the {self.step_ms:.3f} ms step "
+            f"({c.ms / self.step_ms * 100:.0f} %), of which {c.wait_ms:.3f} ms waiting for the "
+            "slowest rank"
+            for c in self.classes
+            if c.wait_ms is not None and self.step_ms
+        )
+        return (
+            f"measured step {self.step_ms:.3f} ms ({self.steps} steps, {self.device}{ranks}): "
+            f"kernels {self.busy_ms:.3f} ms, idle {self.idle_ms:.3f} ms; "
+            f"{self.coverage * 100:.1f} % classified{what}{waits}"
+        )
+
 
 class ClassCompare(BaseModel):
     """One bucket of the measured step beside predict's figures for the same ops."""
@@ -192,3 +217,4 @@ class TraceReport(BaseModel):
     compare: list[ClassCompare] = Field(default_factory=list)
     out: str | None = None
     profile_out: str | None = None
+    report: str | None = None
