@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from box_noise import RERUN_WHEN_SWAMPED, CpuTimes, rerun_when_swamped, swamped_if
 from ceiling.bench.compare import SAME, compare
 from ceiling.bench.results import RunResult
 from ceiling.diagnose.finding_types import COMPONENTS, Finding
@@ -36,14 +37,15 @@ from ceiling.diagnose.schema import DoctorResult
 from ceiling.flows.doctor import DoctorConfig
 from ceiling.flows.doctor import run as run_doctor
 
-# One rerun when an assertion fails: these tests read effects (batches, preemptions, bursts)
-# out of a real engine on a shared 2-core box, where about one CI run in three saw one of them
-# swamped by the box's own load (each cause found is fixed, and named in the test). A behaviour
-# that is broken fails twice; every rerun is counted in pytest's summary line ("1 rerun").
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.flaky(reruns=1, only_rerun=["AssertionError", "KeyError"]),
-]
+# Reruns only when the box's own measurement says its load swamped the effect a test reads
+# (BoxTooNoisy, tests/box_noise.py): a failed assertion, the test's or the library's, fails at
+# once. Every rerun is counted in pytest's summary line ("1 rerun").
+pytestmark = [pytest.mark.engine, RERUN_WHEN_SWAMPED]
+
+#: The box's CPU use may differ this much between the A and B sides of the no-op comparison
+#: before a difference compare finds is the machine's, not the server's (2 cores: 10 points is
+#: a fifth of a core all through one side's runs)
+SIDE_DRIFT_LIMIT = 0.10
 
 # what the changes below must bring; not frontend-bound: the shared box's own load can starve the
 # API server of the unchanged server too, and the finding then rightly says so
@@ -205,7 +207,11 @@ def test_compare_calls_a_no_op_change_no_significant_difference(vllm_server, tmp
         )
         return run_bench(cfg, progress=False)
 
-    runs = [once(i) for i in range(8)]
+    runs, busy = [], []
+    for i in range(8):
+        before = CpuTimes.now()
+        runs.append(once(i))
+        busy.append(CpuTimes.now().busy_share_since(before))
 
     def side(results: list[RunResult]) -> RunResult:
         merged = results[0].model_copy(deep=True)
@@ -215,7 +221,15 @@ def test_compare_calls_a_no_op_change_no_significant_difference(vllm_server, tmp
     a, b = side(runs[0::2]), side(runs[1::2])  # nothing changed between A and B
     row = compare([a, b], "mean_e2el_ms").rows[0]
     assert row.basis == "repeats" and row.repeats == [4, 4]
-    assert row.verdict == SAME, row
+    if row.verdict != SAME:
+        # nothing changed in the server; what the box did beside it is measured
+        a_busy, b_busy = sum(busy[0::2]) / 4, sum(busy[1::2]) / 4
+        swamped_if(
+            abs(a_busy - b_busy) >= SIDE_DRIFT_LIMIT,
+            f"the box's CPU use drifted between the sides: A {a_busy:.0%}, B {b_busy:.0%} busy "
+            f"({row.verdict}, {row})",
+        )
+    assert row.verdict == SAME, (row, busy)
 
 
 # SIGSTOP the process 90 ms of every 100 ms until SIGTERM; print the seconds it was stopped and
@@ -266,6 +280,9 @@ def _starved_doctor(api: int, out: Path, **target) -> tuple[DoctorResult, float,
     return res, stopped, span
 
 
+# Two reruns (three doctor runs at most, one per try): the box often does not let the starver
+# stop the API server most of the time (a CI run saw 4 stop cycles in the whole run).
+@rerun_when_swamped(2)
 def test_a_starved_api_server_is_named(baseline, vllm_server, tmp_path):
     # vLLM's API server process, as its own log lines name it (the launcher may put a guard
     # process in between; the engine core is a separate process)
@@ -277,15 +294,13 @@ def test_a_starved_api_server_is_named(baseline, vllm_server, tmp_path):
     # made only 14 stop cycles in the whole doctor run (the API server ran free: 1.0 tokens per
     # chunk). Short cycles over a long stream: the stream meets many stops, so what the client
     # sees does not hang on where one long stop falls. What the test needs is the API server
-    # stopped most of the time; when the box did not let the starver do that (a CI run saw 4
-    # cycles in the whole run), doctor is run again (three tries): that is the box, not doctor.
+    # stopped most of the time; when the box did not let the starver do that, the effect was
+    # never made: that is the box, not doctor (BoxTooNoisy, rerun).
     target = {"url": vllm_server.url, "log": str(vllm_server.log_path)}
-    for attempt in range(3):
-        res, stopped, span = _starved_doctor(api, tmp_path / f"out{attempt}", **target)
-        if span and stopped / span >= 0.5:
-            break
-    assert span and stopped / span >= 0.5, (
-        f"the box let the starver stop the API server only {stopped:.2f} s of {span:.2f} s"
+    res, stopped, span = _starved_doctor(api, tmp_path / "out", **target)
+    swamped_if(
+        not span or stopped / span < 0.5,
+        f"the box let the starver stop the API server only {stopped:.2f} s of {span:.2f} s",
     )
     single = res.bench["single"]
 

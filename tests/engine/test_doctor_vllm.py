@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import pytest
 
+from box_noise import RERUN_WHEN_SWAMPED
 from ceiling.diagnose.runtime import batch_width
 from ceiling.flows.doctor import DoctorConfig
 from ceiling.flows.doctor import run as run_doctor
 from ceiling.report import render
 
-# One rerun when an assertion fails: these tests read effects (batches, preemptions, bursts)
-# out of a real engine on a shared 2-core box, where about one CI run in three saw one of them
-# swamped by the box's own load (each cause found is fixed, and named in the test). A behaviour
-# that is broken fails twice; every rerun is counted in pytest's summary line ("1 rerun").
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.flaky(reruns=1, only_rerun=["AssertionError", "KeyError"]),
-]
+# Reruns only on BoxTooNoisy (tests/box_noise.py), never on a failed assertion: the box's
+# effects this test can meet (streams passed on one at a time, a step that grew with a second
+# stream) are handled in it as what the doctor must then report.
+pytestmark = [pytest.mark.engine, RERUN_WHEN_SWAMPED]
 
 
 def _doctor(server, out, concurrency):
