@@ -45,10 +45,8 @@ def test_h200_probe(key, model, batch, graphs, tol):
         PredictRequest(model=model, gpu="h200", engine="generic", batch=batch, cuda_graphs=graphs)
     )
     # the model reads the same bytes the probe counted (embedding lookup excluded)
-    assert p.details["weight_bytes_read_per_gpu"] / 1e9 == pytest.approx(
-        meas["weights_GB"], rel=1e-3
-    )
-    assert p.details["kv_bytes_read_per_gpu"] / 1e9 == pytest.approx(meas["kv_GB"], rel=1e-3)
+    assert p.details.weight_bytes_read_per_gpu / 1e9 == pytest.approx(meas["weights_GB"], rel=1e-3)
+    assert p.details.kv_bytes_read_per_gpu / 1e9 == pytest.approx(meas["kv_GB"], rel=1e-3)
     want = meas["graph_ms" if graphs else "eager_ms"]
     assert p.decode_ms_per_token == pytest.approx(want, rel=tol)
     floor = p.components_ms["weights"] + p.components_ms["kv"]
@@ -66,7 +64,7 @@ def test_founding_case_breakdown():
     assert p.bound.decode_tok_s_per_stream > 1.5 * 81.4
     # vLLM disables custom allreduce on 8 PCIe-only GPUs: NCCL, 2 per layer + embedding
     assert p.deployment.allreduce_impl == "nccl"
-    assert p.details["allreduces"] == 2 * 61 + 1
+    assert p.details.allreduces == 2 * 61 + 1
     assert 2.0 < c["collectives"] < 4.5  # ~124 x 24 us
     assert p.fits_in_memory
     changes = {w.change: w for w in p.what_if}
@@ -79,14 +77,14 @@ def test_founding_case_breakdown():
 
 def test_mla_kv_replicated_gqa_kv_split():
     mla1 = predict(PredictRequest(model="deepseek-v3", gpu="b200", tp=8, gpus=8, context=8192))
-    assert mla1.details["kv_bytes_read_per_gpu"] == 61 * 576 * 2 * 8192  # every rank: all of it
+    assert mla1.details.kv_bytes_read_per_gpu == 61 * 576 * 2 * 8192  # every rank: all of it
     l1 = predict(PredictRequest(model="llama-3.1-70b-fp8", gpu="h200", tp=1, context=4096))
     l2 = predict(PredictRequest(model="llama-3.1-70b-fp8", gpu="h200", tp=2, context=4096))
     l16 = predict(PredictRequest(model="llama-3.1-70b", gpu="b200", tp=16, context=4096))
     l8 = predict(PredictRequest(model="llama-3.1-70b", gpu="b200", tp=8, context=4096))
-    assert l2.details["kv_bytes_read_per_gpu"] * 2 == l1.details["kv_bytes_read_per_gpu"]
+    assert l2.details.kv_bytes_read_per_gpu * 2 == l1.details.kv_bytes_read_per_gpu
     # 8 KV heads: TP 16 replicates each head on 2 ranks, so per-GPU KV stops shrinking
-    assert l16.details["kv_bytes_read_per_gpu"] == l8.details["kv_bytes_read_per_gpu"]
+    assert l16.details.kv_bytes_read_per_gpu == l8.details.kv_bytes_read_per_gpu
 
 
 def test_sliding_window_caps_kv():
@@ -94,7 +92,7 @@ def test_sliding_window_caps_kv():
     long = predict(PredictRequest(model="gpt-oss-120b", gpu="h100-sxm", context=128 * 64))
     # only the 18 full-attention layers grow with context
     per_tok_full = 18 * 2 * 8 * 64 * 2
-    grow = long.details["kv_bytes_read_per_gpu"] - short.details["kv_bytes_read_per_gpu"]
+    grow = long.details.kv_bytes_read_per_gpu - short.details.kv_bytes_read_per_gpu
     assert grow == per_tok_full * (128 * 64 - 128)
 
 
@@ -122,8 +120,8 @@ def test_ep_at_batch_1_reads_more_per_gpu_than_tp():
     tp = predict(PredictRequest(**FOUNDING))
     ep = predict(PredictRequest(**{**FOUNDING, "ep": 8}))
     assert (
-        ep.details["weight_bytes_read_by_kind"]["expert"]
-        > tp.details["weight_bytes_read_by_kind"]["expert"]
+        ep.details.weight_bytes_read_by_kind["expert"]
+        > tp.details.weight_bytes_read_by_kind["expert"]
     )
 
 
@@ -164,7 +162,7 @@ def test_profile_overrides_bandwidth_and_collectives(tmp_path):
     p = predict(PredictRequest(**FOUNDING, profile=str(path)))
     # half the bandwidth of the default 1566 GB/s: the weights component doubles
     assert p.components_ms["weights"] == pytest.approx(2 * base.components_ms["weights"], rel=0.01)
-    assert p.details["allreduce_us"] == pytest.approx(48.0 + 14336 / 20e3, rel=1e-3)
+    assert p.details.allreduce_us == pytest.approx(48.0 + 14336 / 20e3, rel=1e-3)
     # bf16 GEMMs take the profile's fit (3 us + bytes / 783 GB/s), marked as measured
     ops = [o for o in p.expected.ops if o.name == "mla.o_proj"]
     assert ops and all(o.source == "profile" for o in ops)
@@ -187,14 +185,14 @@ def test_bad_layouts():
 def test_pipeline_and_dp_ep_layouts():
     tp8 = predict(PredictRequest(model="deepseek-v3", gpu="h200", tp=8))
     pp2 = predict(PredictRequest(model="deepseek-v3", gpu="h200", tp=8, pp=2))
-    assert pp2.details["pp_sends"] == 1
+    assert pp2.details.pp_sends == 1
     # half the layers per GPU, but a token still passes all of them
     assert pp2.memory_GiB_per_gpu["weights"] == pytest.approx(
         tp8.memory_GiB_per_gpu["weights"] / 2, abs=0.01
     )
     assert pp2.components_ms["weights"] == pytest.approx(tp8.components_ms["weights"], rel=1e-3)
     dpep = predict(PredictRequest(model="deepseek-v3", gpu="b200", gpus=8, tp=1, dp=8, ep=8))
-    assert dpep.details["alltoalls"] == 2 * 58  # dispatch + combine per MoE layer
+    assert dpep.details.alltoalls == 2 * 58  # dispatch + combine per MoE layer
     assert dpep.aggregate_tok_s == pytest.approx(8 * dpep.decode_tok_s_per_stream, rel=1e-3)
 
 

@@ -11,7 +11,7 @@ KIMI = dict(model="kimi-k2.5", gpu="rtx-pro-6000", gpus=8, link="pcie5-switch", 
 
 
 def _stream(p):
-    return p.details.get("shared_expert_stream")
+    return p.details.shared_expert_stream
 
 
 def _ops(block):
@@ -24,7 +24,7 @@ def _ops(block):
 def test_vllm_hides_the_shared_experts_fixed_costs_not_its_bytes(priors_only):
     p = predict(PredictRequest(**KIMI))
     stream = _stream(p)
-    assert stream and stream["hidden_ms"] > 0 and "shared_experts.py" in stream["rule"]
+    assert stream and stream.hidden_ms > 0 and "shared_experts.py" in stream.rule
     assert any("second CUDA stream" in a for a in p.assumptions)
     ops = {o.name: o for o in p.expected.ops}
     assert "on a second stream" in ops["moe.shared.gate_up"].note

@@ -140,7 +140,7 @@ def test_weight_format_changes_expected_more_than_bytes(priors_only):
     RTX PRO 6000 (SM120 NVFP4 MoE kernels carry a large fixed cost)."""
     int4 = predict(PredictRequest(**FOUNDING))
     fp4 = predict(PredictRequest(**{**FOUNDING, "model": "kimi-k2.5-nvfp4"}))
-    assert fp4.details["weight_bytes_read_per_gpu"] < int4.details["weight_bytes_read_per_gpu"]
+    assert fp4.details.weight_bytes_read_per_gpu < int4.details.weight_bytes_read_per_gpu
     assert fp4.decode_tok_s_per_stream < 0.9 * int4.decode_tok_s_per_stream
 
 
@@ -294,7 +294,7 @@ def test_tables_installed_mark_ops_as_table():  # pragma: no cover - needs the o
     p = predict(PredictRequest(**FOUNDING))
     sources = {o.source for o in p.expected.ops}
     assert "table" in sources
-    assert "aiconfigurator-core" in p.evidence["tables"]
+    assert "aiconfigurator-core" in p.evidence.tables
 
 
 def test_validation_rows_carry_power_limit_and_it_slows_fixed_costs(priors_only):

@@ -55,7 +55,7 @@ def test_trace_ops_replace_the_evidence_of_the_ops_they_time(tmp_path):
     assert rows["sampling"].source == before["sampling"].source != "trace"
     assert rows["embedding"].ms == pytest.approx(before["embedding"].ms)
     assert any("ops timed by the engine's trace" in a for a in got.assumptions)
-    assert "trace" in got.evidence["share_of_expected_by_source"]
+    assert "trace" in got.evidence.share_of_expected_by_source
 
 
 def test_trace_ops_apply_only_at_their_batch(tmp_path):

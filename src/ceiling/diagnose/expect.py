@@ -110,12 +110,12 @@ def _model_info(served: str | None, model_dir: str, pred: Prediction) -> ModelIn
         path=model_dir,
         summary=m.line(),
         weight_bytes=m.weight_bytes if cpu else None,
-        params=d.get("params") if cpu else None,
+        params=d.params if cpu else None,
         layers=m.layers if cpu else None,
         hidden_size=m.hidden_size if cpu else None,
-        kv_bytes_per_token=d.get("kv_bytes_per_token") if cpu else None,
-        dtype=d.get("dtype") if cpu else None,
-        source=d.get("source") if cpu else None,
+        kv_bytes_per_token=d.kv_bytes_per_token if cpu else None,
+        dtype=d.dtype if cpu else None,
+        source=d.source if cpu else None,
     )
 
 

@@ -47,8 +47,8 @@ def level_attributions(cfg: DoctorConfig, res: DoctorResult) -> list[LevelAttrib
 def basis(pred: Prediction, hardware: Hardware | None) -> str:
     """Where the predicted components come from, in one line."""
     if isinstance(hardware, CpuHardware):
-        w = pred.details.get("weight_bytes_read_per_gpu") or pred.model.weight_bytes
-        flops = pred.details.get("flops_per_gpu") or 0.0
+        w = pred.details.weight_bytes_read_per_gpu or pred.model.weight_bytes
+        flops = pred.details.flops_per_gpu or 0.0
         return (
             f"CPU floors: weights {w / 1e6:.3g} MB and KV at {hardware.mem_bw_GBps:.3g} GB/s, "
             f"{flops / 1e6:.3g} MFLOP per token at {hardware.gflops:.3g} GFLOP/s "
@@ -87,7 +87,7 @@ def verdict(cfg: DoctorConfig, res: DoctorResult) -> Verdict:
     pred = res.prediction
     floors = cpu_read = None
     if isinstance(hw, CpuHardware) and pred is not None:
-        w = int(pred.details.get("weight_bytes_read_per_gpu") or pred.model.weight_bytes)
+        w = int(pred.details.weight_bytes_read_per_gpu or pred.model.weight_bytes)
         floors = f"{w / 1e6:.3g} MB of weights per step at {hw.mem_bw_GBps:.3g} GB/s"
         if res.attribution is not None:
             cpu_read = CpuReadNote(

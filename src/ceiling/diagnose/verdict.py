@@ -175,10 +175,10 @@ def _nccl_hypothesis(inp: VerdictInputs, a: Attribution | None) -> NcclHypothesi
     if coll is None or pred is None:
         return None
     details = pred.details
-    msg = details.get("allreduce_bytes")
+    msg = details.allreduce_bytes
     if msg is None:  # the step's collective is not an allreduce: one hidden vector per token
         msg = pred.model.hidden_size * 2 * max(a.batch, 1)
-    calls = details.get("allreduces")
+    calls = details.allreduces
     common: dict[str, Any] = {
         "message_bytes": int(msg),
         "collectives_ms": coll.predicted_ms,

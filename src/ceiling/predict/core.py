@@ -7,8 +7,6 @@ both is what lets ``whatif`` call it without importing ``api``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ceiling.errors import CeilingError
 from ceiling.predict import tables
 from ceiling.predict.choices import check_backends, host_cost
@@ -16,6 +14,7 @@ from ceiling.predict.datafiles import constants
 from ceiling.predict.schema import (
     BatchPoint,
     DeploymentUsed,
+    EvidenceSummary,
     HardwareUsed,
     ModelSummary,
     OpRecord,
@@ -320,24 +319,24 @@ def _blocks(step: Step) -> tuple[StepBlock, StepBlock]:
     )
 
 
-def _evidence_summary(step: Step) -> dict[str, Any]:
+def _evidence_summary(step: Step) -> EvidenceSummary:
     ti = tables.info()
     by_source: dict[str, float] = {}
     for r in step.ops:
         by_source[r.source] = by_source.get(r.source, 0.0) + r.expected_ms
     total = sum(by_source.values()) or 1.0
-    return {
-        "tables": (
+    return EvidenceSummary(
+        tables=(
             f"aiconfigurator-core {ti.version}"
             + ("" if ti.pinned else f" (pinned {tables.PINNED})")
         )
         if ti
         else "not installed (pip install 'ceiling[tables]'): priors",
-        "share_of_expected_by_source": {k: round(v / total, 3) for k, v in by_source.items()},
-        "low_confidence_ops": [
+        share_of_expected_by_source={k: round(v / total, 3) for k, v in by_source.items()},
+        low_confidence_ops=[
             r.name for r in step.ops if r.confidence < 0.45 and r.expected_ms > 0.02 * total
         ],
-    }
+    )
 
 
 def _assumptions(s: Setup, req: PredictRequest, gpus: int, step: Step) -> list[str]:
@@ -354,7 +353,7 @@ def _assumptions(s: Setup, req: PredictRequest, gpus: int, step: Step) -> list[s
         s.kv_reason,
         f"allreduce: {s.allreduce_impl} ({s.allreduce_reason})",
         f"layout: {gpus} x {s.gpu.name} over {s.link.name}; tp={d.tp} pp={d.pp} ep={d.ep} dp={d.dp}",
-        f"kernels/step: {step.details['kernels_per_step']} ({step.details['gemm_kernels_per_step']} GEMMs "
+        f"kernels/step: {step.details.kernels_per_step} ({step.details.gemm_kernels_per_step} GEMMs "
         f"x {s.gemm_kernel_us:.2f} us fixed + others x {s.small_kernel_us:.2f} us in a CUDA graph)"
         + (
             ""
@@ -367,18 +366,18 @@ def _assumptions(s: Setup, req: PredictRequest, gpus: int, step: Step) -> list[s
     if spec.is_moe:
         out.append(
             f"MoE: {spec.n_experts} experts top-{spec.top_k}; reads expected distinct experts "
-            f"E(1-(1-k/E)^B) = {step.details.get('expected_distinct_experts')} per MoE layer"
+            f"E(1-(1-k/E)^B) = {step.details.expected_distinct_experts} per MoE layer"
             + (
                 f", busiest of {d.ep} EP ranks"
                 if d.ep > 1
                 else f", each split {s.expert_tp} ways by TP"
             )
         )
-    stream = step.details.get("shared_expert_stream")
+    stream = step.details.shared_expert_stream
     if stream:
         out.append(
-            f"shared expert on a second CUDA stream: {stream['hidden_ms']:.2f} ms/step of its "
-            f"fixed costs hidden behind the router and routed experts ({stream['rule']})"
+            f"shared expert on a second CUDA stream: {stream.hidden_ms:.2f} ms/step of its "
+            f"fixed costs hidden behind the router and routed experts ({stream.rule})"
         )
     if spec.attention == "mla":
         out.append(
@@ -396,7 +395,7 @@ def _assumptions(s: Setup, req: PredictRequest, gpus: int, step: Step) -> list[s
         from_trace = sorted({r.name for r in step.ops if r.source == "trace"})
         if from_trace:
             out.append("ops timed by the engine's trace: " + ", ".join(from_trace))
-        out.extend(step.details.get("trace_evidence") or [])
+        out.extend(step.details.trace_evidence or [])
     out.extend(spec.notes)
     return out
 

@@ -20,6 +20,7 @@ from ceiling.predict.schema import (
     Prediction,
     PredictRequest,
     StepBlock,
+    StepDetails,
 )
 from ceiling.spec.hardware import CpuHardware
 from ceiling.spec.model import ModelSpec
@@ -110,16 +111,16 @@ def predict_cpu(req: PredictRequest, cpu: CpuHardware) -> Prediction:
         max_batch_at_context=None,
         batch_curve=[],
         prefill={},
-        details={
+        details=StepDetails(
             # the model's footprint as the floors read it (doctor.json's `model` block shows it)
-            "params": int(spec.total_params()),
-            "kv_bytes_per_token": int(kv_bytes_per_token(spec)),
-            "dtype": spec.dtype,
-            "source": spec.source,
-            "weight_bytes_read_per_gpu": int(w_bytes),
-            "kv_bytes_read_per_gpu": int(kv_bytes),
-            "flops_per_gpu": 2.0 * req.batch * spec.active_params(),
-        },
+            params=int(spec.total_params()),
+            kv_bytes_per_token=int(kv_bytes_per_token(spec)),
+            dtype=spec.dtype,
+            source=spec.source,
+            weight_bytes_read_per_gpu=int(w_bytes),
+            kv_bytes_read_per_gpu=int(kv_bytes),
+            flops_per_gpu=2.0 * req.batch * spec.active_params(),
+        ),
         assumptions=[
             f"CPU floors only, at this CPU's {rates} rates ({cpu.source}): "
             f"{cpu.mem_bw_GBps:.3g} GB/s read, {cpu.gflops:.3g} GFLOP/s",

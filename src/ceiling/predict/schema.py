@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from ceiling.spec.deployment import Deployment
 from ceiling.spec.hardware import Hardware
@@ -168,6 +175,63 @@ class HardwareUsed(BaseModel):
     gflops: float | None = Field(None, description="CPU: the matrix-multiply rate used")
 
 
+class _Sparse(BaseModel):
+    """A block whose absent facts (None) are left out of the JSON, as before they were typed:
+    a reader sees only the keys that apply to this step."""
+
+    @model_serializer(mode="wrap")
+    def _drop_none(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if v is not None}
+
+
+class SharedExpertStream(BaseModel):
+    """The shared expert on a second CUDA stream: what it hid and the engine's rule."""
+
+    hidden_ms: float
+    rule: str
+
+
+class StepDetails(_Sparse):
+    """The facts behind a decode step (per GPU, per step). The CPU floors fill the first block
+    (the model's footprint) and the byte/FLOP counts; the GPU step model everything else that
+    applies (collective counts only under TP/EP/PP, expert counts only for MoE)."""
+
+    # the model's footprint as the CPU floors read it (doctor.json's `model` block shows it)
+    params: int | None = None
+    kv_bytes_per_token: int | None = None
+    dtype: str | None = None
+    source: str | None = None
+    weight_bytes_read_per_gpu: int
+    weight_bytes_read_by_kind: dict[str, int] | None = None
+    kv_bytes_read_per_gpu: int
+    kernels_per_step: int | None = None
+    gemm_kernels_per_step: int | None = None
+    flops_per_gpu: float
+    allreduce_impl: str | None = None
+    collective_calls_per_step: int | None = None
+    allreduces: int | None = None
+    allreduce_bytes: int | None = None
+    allreduce_us: float | None = None
+    alltoalls: int | None = None
+    alltoall_us: float | None = None
+    pp_sends: int | None = None
+    send_us: float | None = None
+    trace_evidence: list[str] | None = Field(None, description="what the engine's trace timed")
+    shared_expert_stream: SharedExpertStream | None = None
+    expected_distinct_experts: float | None = None
+
+
+class EvidenceSummary(_Sparse):
+    """Which evidence the expected figure stands on (empty for a CPU's floors)."""
+
+    tables: str | None = Field(None, description="the per-op tables used, or why none")
+    share_of_expected_by_source: dict[str, float] | None = None
+    low_confidence_ops: list[str] | None = None
+
+
 class DeploymentUsed(Deployment):
     """The deployment predicted, with the allreduce implementation the engine's rule chose."""
 
@@ -203,7 +267,7 @@ class Prediction(BaseModel):
     max_batch_at_context: int | None = Field(description="None: not predicted (CPU)")
     batch_curve: list[BatchPoint]
     prefill: dict[str, float]
-    details: dict[str, Any]
+    details: StepDetails
     assumptions: list[str]
     expected: StepBlock | None = Field(
         None, description="what this engine's default kernels deliver (= the top-level figures)"
@@ -211,8 +275,9 @@ class Prediction(BaseModel):
     bound: StepBlock | None = Field(
         None, description="the physical ceiling: best kernels, best collective, no host time"
     )
-    evidence: dict[str, Any] = Field(
-        default_factory=dict, description="which evidence was used (tables, profile, priors)"
+    evidence: EvidenceSummary = Field(
+        default_factory=EvidenceSummary,
+        description="which evidence was used (tables, profile, priors)",
     )
     what_if: list[WhatIf] = Field(default_factory=list)
 

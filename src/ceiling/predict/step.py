@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from ceiling.predict import trace_evidence
 from ceiling.predict.collectives import allreduce_us, alltoall_us, send_us
@@ -31,6 +30,7 @@ from ceiling.predict.ops import build_ops
 from ceiling.predict.opspec import CommShape, OpRow, OpSpec
 from ceiling.predict.overlap import clamp_bound, hide, shared_stream_rule, take_from
 from ceiling.predict.resolved import Setup
+from ceiling.predict.schema import SharedExpertStream, StepDetails
 from ceiling.spec.hardware import GPU
 from ceiling.spec.model import ModelSpec
 from ceiling.spec.profile import HardwareProfile
@@ -45,7 +45,7 @@ class Step:
     """One decode step: expected components (ms), bound components, the ops, the facts."""
 
     components: dict[str, float]
-    details: dict[str, Any] = field(default_factory=dict)
+    details: StepDetails
     bound_components: dict[str, float] = field(default_factory=dict)
     ops: list[OpRow] = field(default_factory=list)
 
@@ -352,36 +352,36 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
         if isinstance(op.shape, CommShape) and op.shape.collective == "allreduce"
     )
     ar = next((r for r in rows if r.name == "allreduce"), None)
-    details: dict[str, Any] = {
-        "weight_bytes_read_per_gpu": int(w_bytes),
-        "weight_bytes_read_by_kind": {k: int(v) for k, v in sorted(w_by_kind.items())},
-        "kv_bytes_read_per_gpu": int(kv_read),
-        "kernels_per_step": n_kernels,
-        "gemm_kernels_per_step": int(sum(op.count for op in ops if op.kind in ("gemm", "moe"))),
-        "flops_per_gpu": flops_per_gpu(s, float(batch), context),
-        "allreduce_impl": s.allreduce_impl,
-        "collective_calls_per_step": int(coll_calls),
-    }
+    details = StepDetails(
+        weight_bytes_read_per_gpu=int(w_bytes),
+        weight_bytes_read_by_kind={k: int(v) for k, v in sorted(w_by_kind.items())},
+        kv_bytes_read_per_gpu=int(kv_read),
+        kernels_per_step=n_kernels,
+        gemm_kernels_per_step=int(sum(op.count for op in ops if op.kind in ("gemm", "moe"))),
+        flops_per_gpu=flops_per_gpu(s, float(batch), context),
+        allreduce_impl=s.allreduce_impl,
+        collective_calls_per_step=int(coll_calls),
+    )
     if allreduces:
-        details["allreduces"] = int(allreduces)
-        details["allreduce_bytes"] = int(batch * s.spec.hidden * 2)
+        details.allreduces = int(allreduces)
+        details.allreduce_bytes = int(batch * s.spec.hidden * 2)
         if ar is not None:
-            details["allreduce_us"] = round(ar.expected_ms / ar.count * 1e3, 2)
+            details.allreduce_us = round(ar.expected_ms / ar.count * 1e3, 2)
     a2a = next((r for r in rows if r.name.startswith("alltoall")), None)
     if a2a is not None:
-        details["alltoalls"] = int(a2a.count)
-        details["alltoall_us"] = round(a2a.expected_ms / a2a.count * 1e3, 2)
+        details.alltoalls = int(a2a.count)
+        details.alltoall_us = round(a2a.expected_ms / a2a.count * 1e3, 2)
     send = next((r for r in rows if r.name == "pp.send"), None)
     if send is not None:
-        details["pp_sends"] = int(send.count)
-        details["send_us"] = round(send.expected_ms / send.count * 1e3, 2)
+        details.pp_sends = int(send.count)
+        details.send_us = round(send.expected_ms / send.count * 1e3, 2)
     if trace_notes:
-        details["trace_evidence"] = trace_notes
+        details.trace_evidence = trace_notes
     if hidden > 0:
-        details["shared_expert_stream"] = {"hidden_ms": round(hidden, 4), "rule": why}
+        details.shared_expert_stream = SharedExpertStream(hidden_ms=round(hidden, 4), rule=why)
     if s.spec.is_moe:
         moe_tokens = batch * (s.dep.dp if s.dep.ep > 1 else 1)
-        details["expected_distinct_experts"] = round(
+        details.expected_distinct_experts = round(
             expected_distinct(s.spec.n_experts, s.spec.top_k, moe_tokens), 2
         )
     return Step(comps, details, bound_components=bcomps, ops=rows)

@@ -142,15 +142,15 @@ def _op_table(p: Prediction) -> None:
         )  # fmt: skip
     out().print(t)
     ev = p.evidence
-    if ev:
+    if ev.model_dump():  # a CPU's floors have no evidence block
         out().print(
-            f"[dim]evidence: tables {escape(str(ev.get('tables')))}; share of expected by source "
+            f"[dim]evidence: tables {escape(str(ev.tables))}; share of expected by source "
             + ", ".join(
-                f"{k} {v * 100:.0f} %" for k, v in ev.get("share_of_expected_by_source", {}).items()
+                f"{k} {v * 100:.0f} %" for k, v in (ev.share_of_expected_by_source or {}).items()
             )
             + (
-                f"; low confidence: {', '.join(ev['low_confidence_ops'])}"
-                if ev.get("low_confidence_ops")
+                f"; low confidence: {', '.join(ev.low_confidence_ops)}"
+                if ev.low_confidence_ops
                 else ""
             )
             + "[/dim]"
