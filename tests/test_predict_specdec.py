@@ -19,22 +19,20 @@ QWEN = dict(model="qwen3.5-397b-a17b-nvfp4", gpu="rtx-pro-6000", gpus=4, tp=4)
 def test_step_is_drafts_plus_verify_over_the_acceptance_length(priors_only):
     base = predict(PredictRequest(**QWEN))
     p = predict(PredictRequest(**QWEN, spec="mtp", spec_tokens=2))
-    sp = p.details["speculative"]
-    assert sp["draft_tokens"] == 2 and sp["method"] == "mtp"
-    tau = sp["acceptance_length"]
-    assert p.decode_ms_per_token == pytest.approx(
-        (sp["verify_ms"] + sp["draft_ms"]) / tau, rel=1e-3
-    )
+    sp = p.details.speculative
+    assert sp.draft_tokens == 2 and sp.method == "mtp"
+    tau = sp.acceptance_length
+    assert p.decode_ms_per_token == pytest.approx((sp.verify_ms + sp.draft_ms) / tau, rel=1e-3)
     # the verify step reads the 3-token batch's weights (more experts) but each sequence's KV
     # cache once (an MLA model: no recurrent state, whose per-token copies the engine keeps)
     ds = dict(model="deepseek-v3", gpu="h200", tp=8, context=8192)
     plain = predict(PredictRequest(**ds))
     mtp = predict(PredictRequest(**ds, spec="mtp", spec_tokens=2))
-    assert mtp.details["kv_bytes_read_per_gpu"] == pytest.approx(
-        plain.details["kv_bytes_read_per_gpu"], rel=0.01
+    assert mtp.details.kv_bytes_read_per_gpu == pytest.approx(
+        plain.details.kv_bytes_read_per_gpu, rel=0.01
     )
-    assert mtp.details["weight_bytes_read_per_gpu"] > plain.details["weight_bytes_read_per_gpu"]
-    assert sp["verify_ms"] > base.decode_ms_per_token
+    assert mtp.details.weight_bytes_read_per_gpu > plain.details.weight_bytes_read_per_gpu
+    assert sp.verify_ms > base.decode_ms_per_token
     # the draft passes run the MTP layer (and the lm_head) each drafted token
     names = {op.name for op in p.expected.ops}
     assert any(n.startswith("draft.moe") for n in names) and "draft.lm_head" in names
@@ -73,7 +71,7 @@ def test_methods_and_refusals(priors_only):
     assert "draft.fc" in {op.name for op in e3.expected.ops}
     ng = predict(PredictRequest(model="llama-3.1-8b", gpu="h200", spec="ngram"))
     assert not any(op.name.startswith("draft.") for op in ng.expected.ops)
-    assert ng.details["speculative"]["draft_ms"] > 0  # the CPU lookup
+    assert ng.details.speculative.draft_ms > 0  # the CPU lookup
     assert e3.decode_tok_s_per_stream > base.decode_tok_s_per_stream
 
 

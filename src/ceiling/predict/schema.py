@@ -194,6 +194,21 @@ class SharedExpertStream(BaseModel):
     rule: str
 
 
+class Speculative(BaseModel):
+    """Speculative decoding in the step (``predict --spec``): the draft, the verify, the
+    acceptance (components, ops and the other details are per generated token)."""
+
+    method: str
+    draft_tokens: int
+    acceptance_length: float
+    acceptance_source: str
+    verify_ms: float
+    draft_ms: float
+    step_ms: float
+    bound_acceptance_length: int
+    draft_model: str
+
+
 class StepDetails(_Sparse):
     """The facts behind a decode step (per GPU, per step). The CPU floors fill the first block
     (the model's footprint) and the byte/FLOP counts; the GPU step model everything else that
@@ -222,6 +237,7 @@ class StepDetails(_Sparse):
     trace_evidence: list[str] | None = Field(None, description="what the engine's trace timed")
     shared_expert_stream: SharedExpertStream | None = None
     expected_distinct_experts: float | None = None
+    speculative: Speculative | None = None
 
 
 class EvidenceSummary(_Sparse):

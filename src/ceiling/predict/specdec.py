@@ -35,7 +35,10 @@ from pydantic import Field
 
 from ceiling.errors import CeilingError
 from ceiling.predict.evidence import Evidence
-from ceiling.predict.step import OpRow, Setup, Step, decode_step
+from ceiling.predict.opspec import OpRow
+from ceiling.predict.resolved import Setup
+from ceiling.predict.schema import Speculative
+from ceiling.predict.step import Step, decode_step
 from ceiling.spec._data import DataModel, load_yaml
 from ceiling.spec.families import build_model
 from ceiling.spec.model import ModelSpec
@@ -152,9 +155,7 @@ def _draft_spec(s: Setup, method: str, draft_layers: int | None) -> ModelSpec | 
         "head_dim": int(cfg.get("head_dim") or target.hidden // heads),
         "intermediate_size": int(cfg.get("intermediate_size") or 4 * target.hidden),
         "num_hidden_layers": draft_layers or 1,
-        "vocab_size": int(cfg.get("vocab_size") or 0)
-        if m.vocab == "target"
-        else int(m.vocab),
+        "vocab_size": int(cfg.get("vocab_size") or 0) if m.vocab == "target" else int(m.vocab),
         "max_position_embeddings": int(cfg.get("max_position_embeddings") or 131072),
         "rms_norm_eps": 1e-5,
         "torch_dtype": "bfloat16",
@@ -255,30 +256,35 @@ def spec_step(s: Setup, req: Any) -> Step:
         if "hidden_ms" in d:
             d["hidden_ms"] = d["hidden_ms"] / tau
         rows.append(OpRow(**d))
-    details = dict(verify.details)
-    details["speculative"] = {
-        "method": method,
-        "draft_tokens": k,
-        "acceptance_length": round(tau, 3),
-        "acceptance_source": tau_src,
-        "verify_ms": round(verify.ms, 4),
-        "draft_ms": round(d_ms, 4),
-        "step_ms": round(verify.ms + d_ms, 4),
-        "bound_acceptance_length": k + 1,
-        "draft_model": draft_spec.name if draft_spec is not None else "none (CPU prompt lookup)",
-    }
+    details = verify.details.model_copy(
+        update={
+            "speculative": Speculative(
+                method=method,
+                draft_tokens=k,
+                acceptance_length=round(tau, 3),
+                acceptance_source=tau_src,
+                verify_ms=round(verify.ms, 4),
+                draft_ms=round(d_ms, 4),
+                step_ms=round(verify.ms + d_ms, 4),
+                bound_acceptance_length=k + 1,
+                draft_model=draft_spec.name
+                if draft_spec is not None
+                else "none (CPU prompt lookup)",
+            )
+        }
+    )
     return Step(per_tok, details, bound_components=bound_tok, ops=rows)
 
 
 def assumption(step: Step) -> str | None:
     """One line for the assumptions list (None without speculative decoding)."""
-    sp = step.details.get("speculative")
+    sp = step.details.speculative
     if not sp:
         return None
     return (
-        f"speculative decoding {sp['method']}: {sp['draft_tokens']} drafted tokens per step "
-        f"({sp['draft_model']}: {sp['draft_ms']:.2f} ms) + one verify at "
-        f"{sp['draft_tokens'] + 1} tokens per sequence ({sp['verify_ms']:.2f} ms); "
-        f"{sp['acceptance_length']:.2f} tokens per step ({sp['acceptance_source']}); "
+        f"speculative decoding {sp.method}: {sp.draft_tokens} drafted tokens per step "
+        f"({sp.draft_model}: {sp.draft_ms:.2f} ms) + one verify at "
+        f"{sp.draft_tokens + 1} tokens per sequence ({sp.verify_ms:.2f} ms); "
+        f"{sp.acceptance_length:.2f} tokens per step ({sp.acceptance_source}); "
         f"the bound takes every draft accepted"
     )
