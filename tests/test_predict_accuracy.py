@@ -155,3 +155,21 @@ def test_ms_rows_are_scored_in_speed_terms(priors_only):
     assert ms
     for m in ms:
         assert (m["error_pct"] > 0) == (m["expected"] < m["measured"]), m
+
+
+def test_bound_is_physics_and_its_tightness_is_reported(priors_only):
+    """No published row is faster than the bound at all (bytes at the datasheet peak); each row
+    reports how far above it the bound sits (bound / measured in speed terms, >= 1)."""
+    from ceiling.predict.calibration import LATENCY_METRICS, VIOLATION_MARGIN
+
+    assert VIOLATION_MARGIN == 0.0
+    res = evaluate()
+    assert res["bound_violations"] == []
+    for m in res["modelled"]:
+        if m["metric"] in LATENCY_METRICS:
+            want = m["measured"] / m["bound"]
+        else:
+            want = m["bound"] / m["measured"]
+        assert m["tightness"] == pytest.approx(want, abs=0.01), m["id"]
+        assert m["tightness"] >= 1.0, m["id"]
+    assert res["single_stream"]["median_tightness"] > 1
