@@ -54,6 +54,13 @@ def doctor(
     no_sanity: bool = typer.Option(
         False, "--no-sanity", help="Benchmark even if the output is wrong (skip the sanity gate)."
     ),
+    trace: bool = typer.Option(
+        False,
+        "--trace",
+        help="Also record the engine's own kernels (its profiler) in windows apart from the "
+        "bench: the verdict then uses the measured split.",
+    ),
+    trace_steps: int = typer.Option(32, "--trace-steps", help="Decode steps per traced window."),
     out: Path = typer.Option(Path("ceiling-out"), "--out", help="Output directory."),
     json_out: bool = typer.Option(False, "--json", help="Print doctor.json on stdout."),
 ) -> None:
@@ -63,6 +70,7 @@ def doctor(
     Examples:
       ceiling doctor --variant examples/variants/cpu-tiny.yaml
       ceiling doctor --url http://127.0.0.1:8000 --log server.log --model-path /models/llama
+      ceiling doctor --variant examples/variants/cpu-tiny.yaml --trace
 
     Every option is checked before anything is launched. API key: a launched variant's own key
     (--api-key / VLLM_API_KEY) is used; for --url, CEILING_API_KEY (else OPENAI_API_KEY) is sent
@@ -98,6 +106,8 @@ def doctor(
         measure_cpu=not no_measure_cpu,
         launch_timeout_s=launch_timeout,
         sanity=not no_sanity,
+        trace=trace,
+        trace_steps=trace_steps,
         out_dir=str(out),
         progress=not json_out,
     )

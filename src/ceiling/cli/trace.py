@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import click
 import typer
+from typer.core import TyperGroup
+
+
+class _TraceGroup(TyperGroup):
+    """``ceiling trace FILE...`` reads traces, ``ceiling trace capture --url ...`` records one:
+    a first argument that names no subcommand is a file of the default command (``read``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["read", *args]
+        return super().parse_args(ctx, args)
 
 
 def register(app: typer.Typer) -> None:
     """Add this group's commands to the app."""
-    app.command("trace")(trace)
+    group = typer.Typer(
+        cls=_TraceGroup,
+        no_args_is_help=True,
+        help="An engine's own profiler traces: read them (FILE...), or record one (capture)."
+        "\n\n\b\nExamples:\n  ceiling trace vllm_rank0.pt.trace.json.gz\n"
+        "  ceiling trace capture --url http://127.0.0.1:8000 --trace-dir /tmp/vllm-traces",
+    )
+    group.command("read")(trace)
+    group.command("capture")(capture)
+    app.add_typer(group, name="trace")
 
 
 def trace(
@@ -65,3 +88,42 @@ def trace(
         context=context,
     )
     show.report(rep, json_out)
+
+
+def capture(
+    url: str = typer.Option(..., "--url", help="A running server (vLLM, SGLang)."),
+    steps: int = typer.Option(32, "--steps", help="Decode steps in the window."),
+    streams: int = typer.Option(1, "--streams", help="Generations running across the window."),
+    ranks: int = typer.Option(1, "--ranks", help="Trace files to wait for (one per rank)."),
+    engine: str = typer.Option(None, "--engine", help="vllm | sglang (default: the server's)."),
+    engine_version: str = typer.Option(
+        None, "--engine-version", help="The server's engine version (default: newest form)."
+    ),
+    model: str = typer.Option(None, "--model", help="Served model name (default: the first)."),
+    trace_dir: Path = typer.Option(
+        None, "--trace-dir", help="Where the server writes traces (vLLM: its torch_profiler_dir)."
+    ),
+    out: Path = typer.Option(Path("ceiling-out/trace"), "--out", help="Output directory."),
+    json_out: bool = typer.Option(False, "--json", help="Print capture.json on stdout."),
+) -> None:
+    """Record a window of steady decode steps through the server's own profiler (its
+    /start_profile and /stop_profile), with long generations running across it and no prefill
+    inside, then read the files back and split them by op class.
+
+    \b
+    Examples:
+      ceiling trace capture --url http://127.0.0.1:8000 --trace-dir /tmp/vllm-traces
+      ceiling trace capture --url http://127.0.0.1:30000 --engine sglang --steps 16
+
+    A server started without its profiler: the flag or variable that turns it on is printed
+    (vLLM: --profiler-config). docs/trace.md. Exit codes: 0 done (recorded or said why not),
+    2 bad input, 4 server unreachable.
+    """
+    from ceiling.flows.trace_capture import capture as record
+    from ceiling.render import trace as show
+
+    res = record(
+        url, out, steps=steps, streams=streams, ranks=ranks, engine=engine,
+        engine_version=engine_version, model=model, trace_dir=trace_dir,
+    )  # fmt: skip
+    show.capture(res, json_out)

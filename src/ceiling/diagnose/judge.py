@@ -13,6 +13,7 @@ import contextlib
 from ceiling.diagnose.attribute import Attribution, LevelAttribution, attribute, attribute_levels
 from ceiling.diagnose.expect import at_concurrency
 from ceiling.diagnose.measured import ServerView, levels, measured_step
+from ceiling.diagnose.measured_split import MeasuredSplit, measured_split
 from ceiling.diagnose.runtime import batch_width
 from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Measured
 from ceiling.diagnose.verdict import VerdictInputs, build_verdict
@@ -79,6 +80,24 @@ def _link_bw(pred: Prediction | None) -> float | None:
     return None
 
 
+def traced_split(res: DoctorResult) -> MeasuredSplit | None:
+    """The single-stream window's split against the prediction (None: no window recorded).
+    predict's figures are at batch 1, as the single-stream window runs."""
+    win = next((t for t in res.traces if t.recorded and t.label == "single" and t.split), None)
+    if win is None or win.split is None:
+        return None
+    ms = measured_split(win.split, res.prediction, win.label, win.files)
+    single = measured_step(res.bench.get("single"))
+    if single is not None and single.step_ms > 0:
+        ms.notes.append(
+            f"The traced step ({ms.step_ms:.3g} ms) is "
+            f"{(ms.step_ms / single.step_ms - 1) * 100:+.3g} % against the untraced bench step "
+            f"({single.step_ms:.3g} ms): the profiler's own cost; the split's shares hold, "
+            "its milliseconds are of the traced step"
+        )
+    return ms
+
+
 def verdict(cfg: DoctorConfig, res: DoctorResult) -> Verdict:
     """The verdict on what ``res`` holds (its measurement, prediction, findings, levels)."""
     single = res.bench.get("single")
@@ -115,5 +134,6 @@ def verdict(cfg: DoctorConfig, res: DoctorResult) -> Verdict:
             floors_detail=floors,
             server_death=res.server_death if res.server_died else None,
             cpu_read=cpu_read,
+            measured_split=traced_split(res),
         )
     )

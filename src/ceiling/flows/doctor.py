@@ -52,7 +52,7 @@ from ceiling.diagnose.schema import (
 from ceiling.diagnose.verdict import broken_output_verdict
 from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError
-from ceiling.flows import preflight
+from ceiling.flows import doctor_trace, preflight
 from ceiling.flows.doctor_checks import check_config
 from ceiling.flows.flag_hypotheses import flag_checks
 from ceiling.flows.hardware import describe_hardware, find_model_dir
@@ -211,10 +211,12 @@ def _sanity_stage(
 
 def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> None:
     """The stages, in order (see the module docstring); fills ``res`` as it goes."""
-    variant = None
+    variant = setup = None
     with contextlib.ExitStack() as stack:
         if cfg.variant:
             variant = load_variant(cfg.variant).with_overrides(log_dir=str(out / "logs"))
+            if cfg.trace:  # the engine's profiler settings, checked by preflight like any flag
+                variant, setup = doctor_trace.traced_variant(variant, cfg, out)
             _preflight_stage(rec, res, variant)
             # before the launch: answering "would flag X help?" must not cost a model load
             _flag_stage(rec, res, cfg, variant, variant.engine)
@@ -225,6 +227,8 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
             url, log_path = str(cfg.url).rstrip("/"), Path(cfg.log) if cfg.log else None
         models = served_models(url)
         served = _target(res, cfg, variant, server, url, log_path, models)
+        if cfg.trace and setup is None:
+            setup = doctor_trace.unlaunched_setup(res.target.engine, cfg, out)
         if variant is None:
             _flag_stage(rec, res, cfg, None, res.target.engine)
         readable_log = log_path if log_path is not None and log_path.exists() else None
@@ -239,6 +243,8 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
         modes: tuple[BenchMode, ...] = ("single", "concurrency")
         for mode in modes:
             _bench_stage(cfg, res, rec, mode, url, served, server, out)
+            if setup is not None:  # its own span: no window overlaps a measured repeat
+                doctor_trace.trace_windows(rec, res, cfg, setup, url, served, mode)
         if readable_log is not None:
             _inspect_stage(rec, res, cfg, readable_log, "inspect log (after the bench)")
         _attribute_stage(rec, res, cfg)

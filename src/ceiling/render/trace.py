@@ -5,6 +5,7 @@ overlap, ranks and notes."""
 from __future__ import annotations
 
 from ceiling.render import emit_json, esc, out, table
+from ceiling.trace.capture import TraceCapture
 from ceiling.trace.schema import TraceReport, TraceSplit
 
 _BAR = 60
@@ -93,3 +94,27 @@ def stacked_bar(sp: TraceSplit, width: int = _BAR) -> str:
         if ms / sp.step_ms >= 0.005:
             legend.append(f"{'·' if g == ' ' else g} {name} {ms:.3f}")
     return f"|{bar[:width]:<{width}}| " + "  ".join(legend)
+
+
+def capture(res: TraceCapture, json_out: bool = False) -> None:
+    """``ceiling trace capture``: the window recorded (or why not), its split, the stream."""
+    if json_out:
+        emit_json(res)
+        return
+    o = out()
+    if not res.recorded or res.split is None:
+        o.print(f"[bold]no trace recorded[/bold]: {esc(res.why_not or '')}", soft_wrap=True)
+        return
+    sp = res.split
+    o.print(f"[bold]{esc(headline(sp))}[/bold]", soft_wrap=True)
+    o.print(esc(stacked_bar(sp)), soft_wrap=True)
+    if res.stream_itl_ms is not None:
+        o.print(
+            f"the stream's inter-token latency over the same steps: {res.stream_itl_ms:.3f} ms "
+            f"({res.stream_gaps} gaps); trace step {res.step_vs_stream_pct:+.2f} %",
+            soft_wrap=True,
+        )
+    for path in res.files:
+        o.print(f"trace: {esc(path)}", soft_wrap=True)
+    for n in [*sp.notes, *res.notes]:
+        o.print(f"[dim]note: {esc(n)}[/dim]", soft_wrap=True)

@@ -181,12 +181,19 @@ def stream_itl(arrivals: list[list[float]], span: tuple[float, float]) -> tuple[
     return (total / gaps * 1e3, gaps) if gaps else (None, 0)
 
 
-def _files_settled(setup: ProfilerSetup, folder: Path, since: float, expect: int) -> list[Path]:
+def _new_files(setup: ProfilerSetup, folder: Path, since: float, before: set[Path]) -> list[Path]:
+    """Trace files that appeared since the window opened (not those of an earlier window)."""
+    return [p for p in setup.trace_files(folder, since=since) if p not in before]
+
+
+def _files_settled(
+    setup: ProfilerSetup, folder: Path, since: float, expect: int, before: set[Path]
+) -> list[Path]:
     """The window's files once ``expect`` of them exist and none grew over one poll."""
     sizes: dict[Path, int] = {}
 
     def ready() -> bool:
-        files = setup.trace_files(folder, since=since)
+        files = _new_files(setup, folder, since, before)
         now = {p: p.stat().st_size for p in files}
         done = len(files) >= expect and now == sizes and all(now.values())
         sizes.clear()
@@ -194,7 +201,7 @@ def _files_settled(setup: ProfilerSetup, folder: Path, since: float, expect: int
         return done
 
     _wait(ready, FILES_TIMEOUT_S, poll_s=0.25)
-    return setup.trace_files(folder, since=since)
+    return _new_files(setup, folder, since, before)
 
 
 def capture_window(
@@ -239,6 +246,7 @@ def capture_window(
             res.why_not = "the generation failed: " + "; ".join(gen.errors[:2])
             return res
         since = time.time() - 1.0  # file times are whole seconds on some filesystems
+        before = set(setup.trace_files(folder))  # an earlier window's files are not this one's
         status, text, res.start_call_s = _post(url + setup.start_path, setup.start_body)
         if status == 409 and setup.stop_path:  # a session left open: close it, then again
             _post(url + setup.stop_path, {})
@@ -253,14 +261,14 @@ def capture_window(
         # the window: the engine's own count where it keeps one, else the streams' tokens
         _wait(lambda: gen.tokens() >= at_start + steps + 2 or not gen.alive(), 120.0)
         if setup.bounded_by_engine:
-            _wait(lambda: bool(setup.trace_files(folder, since=since)), 10.0, poll_s=0.05)
+            _wait(lambda: bool(_new_files(setup, folder, since, before)), 10.0, poll_s=0.05)
         if setup.stop_path:
             status, text, res.stop_call_s = _post(url + setup.stop_path, {})
             if status != 200 and not setup.bounded_by_engine:
                 res.notes.append(f"{setup.stop_path} answered HTTP {status}: {text[:120]}")
     finally:
         gen.close()
-    files = _files_settled(setup, folder, since, ranks)
+    files = _files_settled(setup, folder, since, ranks, before)
     res.files = [str(p) for p in files]
     if not files:
         res.why_not = (
