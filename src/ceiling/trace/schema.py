@@ -143,6 +143,7 @@ class TraceSplit(BaseModel):
     batch: int | None = Field(None, description="sequences per step (the engine's annotation)")
     context: int | None = Field(None, description="mean context per sequence, if annotated")
     step_ms: float = Field(description="measured step, mean over the steps counted")
+    step_ms_median: float = 0.0
     step_ms_min: float = 0.0
     step_ms_max: float = 0.0
     busy_ms: float = Field(description="wall time with at least one kernel running, per step")

@@ -12,6 +12,7 @@ the step annotations (nested operators are inside their parents' time).
 
 from __future__ import annotations
 
+import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -457,6 +458,7 @@ def _result(r: _Rank, cls: Classifier, engine: str | None, traces: list[RankTrac
         batch=r.batches[0] if r.batches and len(set(r.batches)) == 1 else None,
         context=round(sum(r.contexts) / len(r.contexts)) if r.contexts else None,
         step_ms=round(step_ms, 6),
+        step_ms_median=round(statistics.median(s.ms for s in r.steps), 6),
         step_ms_min=round(min(s.ms for s in r.steps), 6),
         step_ms_max=round(max(s.ms for s in r.steps), 6),
         busy_ms=round(busy_ms, 6),

@@ -30,24 +30,37 @@ def from_annotations(
     gpu: bool,
 ) -> tuple[list[StepMark], str]:
     """Step starts from the first step-annotation pattern (engine's before ProfilerStep#N) that
-    any annotation matches; ([], '') when none does. On a GPU a step starts at its first
-    activity launched inside the annotation (a kernel's launch time, from its correlation id),
-    so steps are measured on the GPU's timeline; on a CPU at the annotation itself."""
+    any annotation matches; ([], '') when none does.
+
+    On a CPU trace a step starts at its annotation. On a GPU a step starts when the host has
+    begun it and the GPU has finished the step before: at the later of the annotation's start
+    and the end of the last activity launched in the previous step (everything launched from
+    one annotation's start to the next one's: sampling after ``execute_model`` too), but never
+    after the step's own first activity. A host-bound step then counts the host's time before
+    its first kernel as idle; a GPU-bound step (the host ran ahead) starts where the GPU turns
+    to it. Kineto puts GPU activity on the host's clock, so the two compare."""
     for rx, pat in cls.step_patterns():
-        hits = [(a, rx.match(a.name)) for a in annotations]
-        chosen = [(a, m) for a, m in hits if m is not None]
+        chosen = [(a, m) for a in annotations if (m := rx.match(a.name)) is not None]
         if not chosen:
             continue
+        chosen.sort(key=lambda am: am[0].ts_us)
+        launch = _launch_index(events) if gpu else None
         marks: list[StepMark] = []
-        launch_sorted = _launch_index(events) if gpu else None
-        for a, m in chosen:
+        prev_end = _ended_before(events, launch, chosen[0][0].ts_us) if gpu else None
+        for k, (a, m) in enumerate(chosen):
             groups = m.groupdict()
             decode = str(groups.get("context") or "0") == "0"
-            start = a.ts_us if not gpu else _first_launched(events, launch_sorted, a)
-            if start is None:
+            end_hint = a.ts_us + a.dur_us
+            if not gpu:
+                marks.append(StepMark(a.ts_us, a.name, decode, end_hint, groups))
+                continue
+            nxt = chosen[k + 1][0].ts_us if k + 1 < len(chosen) else float("inf")
+            first, last = _launched(events, launch, a.ts_us, nxt)
+            if first is None:
                 continue  # an annotation that launched nothing on the GPU (an empty step)
-            marks.append(StepMark(start, a.name, decode, a.ts_us + a.dur_us, groups))
-        marks.sort(key=lambda s: s.start_us)
+            start = a.ts_us if prev_end is None else max(a.ts_us, prev_end)
+            marks.append(StepMark(min(first, start), a.name, decode, max(end_hint, last), groups))
+            prev_end = last
         return marks, f"{pat.name} annotations"
     return [], ""
 
@@ -59,21 +72,31 @@ def _launch_index(events: list[KernelEvent]) -> tuple[list[float], list[int]] | 
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def _first_launched(
+def _launched(
     events: list[KernelEvent],
     index: tuple[list[float], list[int]] | None,
-    a: Annotation,
+    lo_us: float,
+    hi_us: float,
+) -> tuple[float | None, float]:
+    """(first start, last end) of the GPU activity launched in [lo, hi); without launch
+    records, of the activity that starts in it."""
+    if index is None:
+        chosen = [e for e in events if lo_us <= e.ts_us < hi_us]
+    else:
+        ts, idx = index
+        chosen = [events[idx[j]] for j in range(bisect_left(ts, lo_us), bisect_left(ts, hi_us))]
+    if not chosen:
+        return None, lo_us
+    return min(e.ts_us for e in chosen), max(e.end_us for e in chosen)
+
+
+def _ended_before(
+    events: list[KernelEvent], index: tuple[list[float], list[int]] | None, t_us: float
 ) -> float | None:
-    end = a.ts_us + a.dur_us
-    if index is None:  # no launch records: the first activity that starts inside or after it
-        starts = [e.ts_us for e in events]
-        i = bisect_left(starts, a.ts_us)
-        return events[i].ts_us if i < len(events) else None
-    ts, idx = index
-    lo, hi = bisect_left(ts, a.ts_us), bisect_left(ts, end)
-    if lo >= hi:
-        return None
-    return min(events[idx[j]].ts_us for j in range(lo, hi))
+    """When the GPU finished what was launched before ``t_us`` (the step before the first
+    annotation), None when nothing was."""
+    _, last = _launched(events, index, float("-inf"), t_us)
+    return last if last != float("-inf") else None
 
 
 def periodic(events: list[KernelEvent]) -> tuple[list[StepMark], str]:
