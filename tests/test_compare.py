@@ -77,3 +77,33 @@ def test_cli_compare_and_bad_files(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "not a ceiling bench result" in err and "Traceback" not in err
     with pytest.raises(CeilingError, match="not found"):
         load_result(tmp_path / "missing.json")
+
+
+def _itl_run(itl_per_request: list[list[float]], tpot_per_request: list[float]) -> RunResult:
+    """One run whose requests have these ITL samples (chunk gaps) and these TPOTs."""
+    per = PerRequest(
+        tpot_ms=tpot_per_request,
+        itl_sum_ms=[sum(x) for x in itl_per_request],
+        itl_count=[len(x) for x in itl_per_request],
+    )
+    samples = [x for r in itl_per_request for x in r]
+    level = LevelResult(
+        concurrency=1,
+        mean_itl_ms=sum(samples) / len(samples),
+        repeats=[Summary(mean_itl_ms=sum(samples) / len(samples))],
+        per_request=per,
+    )
+    return RunResult(**level.model_dump(), mode="single", levels=[level])
+
+
+def test_itl_interval_is_over_itl_samples_not_tpot() -> None:
+    """B streams 2 tokens per chunk: its ITL doubles while its TPOT is A's. The interval
+    must follow the ITL samples (B slower), not TPOT (which says no difference)."""
+    jitter = [0.01 * (i % 5) for i in range(30)]
+    a = _itl_run([[10.0 + j] * 20 for j in jitter], [10.0 + j for j in jitter])
+    b = _itl_run([[20.0 + 2 * j] * 10 for j in jitter], [10.0 + j for j in jitter])
+    row = compare([a, b], metric="mean_itl_ms").rows[0]
+    assert row.basis == "requests"
+    assert row.delta_pct == pytest.approx(100.0, abs=1.0)
+    assert row.ci_pct is not None and row.ci_pct[0] > 90.0  # about +100 %, not about 0
+    assert row.verdict == SLOWER

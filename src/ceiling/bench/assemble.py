@@ -79,6 +79,8 @@ def level_result(cfg: BenchConfig, level: int | None, ms: list[Measurement]) -> 
             ttft_ms=[r.ttft_ms for r in ok],
             e2el_ms=[r.e2el_ms for r in ok],
             output_tokens=[r.output_tokens for r in ok],
+            itl_sum_ms=[sum(r.itl_ms) for r in ok],
+            itl_count=[len(r.itl_ms) for r in ok],
         ),
         requests=records if cfg.save_detailed else None,
     )

@@ -14,18 +14,19 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from ceiling.bench.results import CI_METRICS, LevelResult, RunResult, Summary
-from ceiling.bench.stats import bootstrap_ratio_pct, welch
+from ceiling.bench.stats import bootstrap_pooled_ratio_pct, bootstrap_ratio_pct, welch
 from ceiling.errors import CeilingError
 
 SAME = "no significant difference"
 FASTER = "B faster"
 SLOWER = "B slower"
 
-#: Summary metric -> (per-request series, invert) for the bootstrap.
+#: Summary metric -> (per-request series, invert) for the bootstrap. ``mean_itl_ms`` is the
+#: mean of every ITL sample: it is bootstrapped from the per-request ITL sums and counts
+#: (:func:`_bootstrap`), never from TPOT (they differ when a chunk carries several tokens).
 _BOOTSTRAP = {
     "decode_tok_s_per_stream": ("tpot_ms", True),
     "mean_tpot_ms": ("tpot_ms", False),
-    "mean_itl_ms": ("tpot_ms", False),
     "mean_ttft_ms": ("ttft_ms", False),
     "mean_e2el_ms": ("e2el_ms", False),
 }
@@ -85,6 +86,17 @@ def _direction(delta: float, better: str) -> str:
     return FASTER if improved else SLOWER
 
 
+def _bootstrap(a: LevelResult, b: LevelResult, metric: str) -> tuple[float, float, float] | None:
+    """The request-to-request interval of ``metric`` (None: no per-request values for it)."""
+    pa, pb = a.per_request, b.per_request
+    if metric == "mean_itl_ms":
+        return bootstrap_pooled_ratio_pct(pa.itl_sum_ms, pa.itl_count, pb.itl_sum_ms, pb.itl_count)
+    if metric not in _BOOTSTRAP:
+        return None
+    series, invert = _BOOTSTRAP[metric]
+    return bootstrap_ratio_pct(getattr(pa, series), getattr(pb, series), invert=invert)
+
+
 def compare_levels(
     a: LevelResult, b: LevelResult, metric: str, label_b: str = "B"
 ) -> ComparisonRow:
@@ -103,13 +115,9 @@ def compare_levels(
         delta_pct=(mb / ma - 1.0) * 100.0 if ma and mb is not None else None,
         repeats=[len(va), len(vb)],
     )
-    if metric in _BOOTSTRAP:
-        series, invert = _BOOTSTRAP[metric]
-        boot = bootstrap_ratio_pct(
-            getattr(a.per_request, series), getattr(b.per_request, series), invert=invert
-        )
-        if boot is not None:
-            row.bootstrap_ci_pct = [boot[1], boot[2]]
+    boot = _bootstrap(a, b, metric)
+    if boot is not None:
+        row.bootstrap_ci_pct = [boot[1], boot[2]]
     if len(va) >= 2 and len(vb) >= 2 and ma:
         w = welch(va, vb)
         assert w.low is not None and w.high is not None

@@ -78,6 +78,11 @@ class PerRequest(BaseModel):
     ttft_ms: list[float | None] = Field(default_factory=list)
     e2el_ms: list[float | None] = Field(default_factory=list)
     output_tokens: list[int] = Field(default_factory=list)
+    # Each request's inter-chunk gaps as their sum and count (two numbers, not every sample):
+    # mean_itl_ms is sum(itl_sum_ms) / sum(itl_count), and compare bootstraps exactly that,
+    # resampling requests. Not TPOT: a chunk that carries several tokens is one ITL sample.
+    itl_sum_ms: list[float] = Field(default_factory=list)
+    itl_count: list[int] = Field(default_factory=list)
 
 
 class LevelResult(Summary):

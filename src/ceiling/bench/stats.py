@@ -168,6 +168,41 @@ def bootstrap_ratio_pct(
     return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def bootstrap_pooled_ratio_pct(
+    sums_a: Sequence[float],
+    counts_a: Sequence[int],
+    sums_b: Sequence[float],
+    counts_b: Sequence[int],
+    *,
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float, float] | None:
+    """Percent change of a pooled mean, sum(sums) / sum(counts), of B vs A, with a percentile
+    bootstrap interval that resamples whole units (requests) on each side: the mean of every
+    ITL sample, with the samples of one request kept together (they are not independent).
+
+    By hand (numpy) because ``scipy.stats.bootstrap`` resamples two arrays of one side together
+    only with ``paired=True``, which also ties the sides to one length. Seeded.
+    """
+    a = [(float(s), int(c)) for s, c in zip(sums_a, counts_a, strict=False) if c > 0]
+    b = [(float(s), int(c)) for s, c in zip(sums_b, counts_b, strict=False) if c > 0]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    sa, ca = np.asarray(a).T
+    sb, cb = np.asarray(b).T
+    rng = np.random.default_rng(seed)
+    ia = rng.integers(0, len(a), size=(resamples, len(a)))
+    ib = rng.integers(0, len(b), size=(resamples, len(b)))
+    mean_a = sa[ia].sum(axis=1) / ca[ia].sum(axis=1)
+    mean_b = sb[ib].sum(axis=1) / cb[ib].sum(axis=1)
+    pct = (mean_b / mean_a - 1.0) * 100.0
+    point = float((sb.sum() / cb.sum()) / (sa.sum() / ca.sum()) - 1.0) * 100.0
+    tail = (1.0 - level) / 2.0 * 100.0
+    low, high = np.percentile(pct, [tail, 100.0 - tail])
+    return point, float(low), float(high)
+
+
 def describe(values: Sequence[float]) -> dict[str, float | None]:
     """mean/median/std/p50/p90/p99/min/max (population std, as ``vllm bench serve``)."""
     vals = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
