@@ -255,3 +255,23 @@ def test_a_level_whose_requests_failed_claims_no_gain():
     assert streams.answer.startswith("not served: at concurrency 2, 7 of 8 requests failed")
     assert "connection 7" in streams.answer and streams.predicted_gain_pct is None
     assert not any("streams at once" in c.change for c in v.changes)
+
+
+def test_more_streams_recommends_the_best_level_not_the_last():
+    """The demo's sweep: 2 streams served ~50 % more than 1 and more than 4. The advice is
+    "serve 2 streams", from the best level, not "serve 4" from the last one measured."""
+    a = attribute(1.0, {"weights": 0.1}, basis="cpu")
+    lv = attribute_levels(
+        [(1, 1.0, {"weights": 0.1}, 900.0), (2, 1.33, {"weights": 0.1}, 1400.0),
+         (4, 3.0, {"weights": 0.1}, 1200.0)],
+        [{"completed": 8, "failed": 0, "errors": {}}] * 3,
+    )  # fmt: skip
+    v = build_verdict(
+        VerdictInputs(attribution=a, measured_tok_s=1000.0, hardware_kind="cpu", levels=lv)
+    )
+    change = next(c for c in v.changes if "streams at once" in c.change)
+    assert change.change.startswith("serve 2 streams at once")
+    assert change.to_concurrency == 2
+    assert change.predicted_gain_pct == pytest.approx(100.0 * (2000 / 1.33 / 1000 - 1), rel=1e-3)
+    streams = next(h for h in v.hypotheses if isinstance(h, StreamsHypothesis))
+    assert streams.to_concurrency == 2
