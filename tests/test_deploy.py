@@ -170,3 +170,35 @@ def test_systemd_quote():
     assert systemd_quote("50%") == "50%%"
     assert systemd_quote("$X") == "$$X"
     assert systemd_quote('{"k": 1}') == '"{\\"k\\": 1}"'
+
+
+def test_gpu_reservation_comes_from_the_variant_not_the_local_install(tmp_path):
+    """Deploying a TP=2 vLLM variant from this machine, whose vLLM is the CPU build, reserves
+    2 GPUs; a variant that asks for the CPU (the CPU build's own knobs) reserves none."""
+    from ceiling.engines import get_engine
+
+    model = tmp_path / "models" / "m"
+    model.mkdir(parents=True)
+    gpu_variant = tmp_path / "gpu.yaml"
+    gpu_variant.write_text(
+        f"engine: vllm\nmodel: {model}\nargs: {{tensor-parallel-size: 2}}\nport: 8123\n"
+    )
+    cpu_variant = tmp_path / "cpu.yaml"
+    cpu_variant.write_text(
+        f"engine: vllm\nmodel: {model}\nport: 8123\nenv: {{VLLM_CPU_KVCACHE_SPACE: '1'}}\n"
+    )
+    gpu, cpu = load_variant(gpu_variant), load_variant(cpu_variant)
+    vllm = get_engine("vllm")
+    assert (vllm.gpus_for(gpu), vllm.gpus_for(cpu)) == (2, 0)
+    install = vllm.locate(gpu)
+    if not (install.dist or "").endswith("cpu"):
+        pytest.skip("the bug needs a CPU build of vLLM installed here (.engines/vllm)")
+    plan = build_plan(gpu, tmp_path / "out", image="vllm/vllm-openai:v0")
+    svc = yaml.safe_load(plan.compose.content)["services"]
+    (dev,) = [s["deploy"] for s in svc.values()]
+    assert dev["resources"]["reservations"]["devices"][0]["count"] == 2
+    plan = build_plan(cpu, tmp_path / "out", image="vllm/vllm-openai:v0")
+    assert all("deploy" not in s for s in yaml.safe_load(plan.compose.content)["services"].values())
+    llama = get_engine("llamacpp-python")  # offloads nothing unless told to
+    assert llama.gpus_for(_variant(tmp_path)) == 0
+    assert llama.gpus_for(_variant(tmp_path, args={"n_gpu_layers": 99})) == 1

@@ -14,7 +14,7 @@ def deploy_cmd(
     out: Path = typer.Option(None, "--out", help="Directory (default ceiling-out/deploy/NAME)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unit and compose file only."),
     image: str = typer.Option(None, "--image", help="Container image (default: the engine's)."),
-    gpus: int = typer.Option(None, "--gpus", help="GPUs to reserve (default: TP; 0 on CPU)."),
+    gpus: int = typer.Option(None, "--gpus", help="GPUs to reserve (default: from the variant: TP, 0 for a CPU variant)."),
     ready_timeout: int = typer.Option(1800, "--ready-timeout", help="Seconds to become ready."),
     env_file: Path = typer.Option(None, "--env-file", help="Secrets file (default: in --out)."),
     no_validate: bool = typer.Option(False, "--no-validate", help="Skip the validators."),

@@ -155,9 +155,8 @@ def build_plan(
             f"secret variable(s) {', '.join(secrets)} were NOT copied: set them in {env_path}"
         )
     tp = engine.tensor_parallel(variant)
-    if gpus is None:
-        cpu = (install.dist or "").endswith("cpu") or "+cpu" in (install.version or "")
-        gpus = 0 if cpu else tp
+    if gpus is None:  # from the variant, not from the install found here
+        gpus = engine.gpus_for(variant)
 
     nofile = env_data()["nofile"]["target"]
     unit = _unit(

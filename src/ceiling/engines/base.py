@@ -133,6 +133,11 @@ class Engine:
     # requirements of the engine that are absent ON PURPOSE in an environment whose torch
     # version carries ``intended_absent_when`` (e.g. "+cpu"): dist -> why
     tp_flags: tuple[str, ...] = ()
+    # ``ceiling deploy``'s GPU reservation: what in a variant says it runs on the CPU (a flag
+    # with one of these values, "" meaning the flag is absent; a variable with this prefix). The
+    # variant decides, not the install deploy runs on (a CPU build here deploys GPU variants).
+    cpu_flags: ClassVar[dict[str, tuple[str, ...]]] = {}
+    cpu_env_prefixes: tuple[str, ...] = ()
     intended_absent: ClassVar[dict[str, str]] = {}
     intended_absent_when: str = ""
     # ``ceiling deploy``'s Compose service: the engine's published image ({version} filled in;
@@ -314,6 +319,23 @@ class Engine:
                 if tok.startswith(flag + "=") and tok.split("=", 1)[1].isdigit():
                     return int(tok.split("=", 1)[1])
         return 1
+
+    def gpus_for(self, variant: Variant) -> int:
+        """The GPUs the variant runs on: 0 when it asks for the CPU (:attr:`cpu_flags`,
+        :attr:`cpu_env_prefixes`), else its tensor-parallel size."""
+        values: dict[str, str] = {}
+        args = variant.argv()
+        for i, tok in enumerate(args):
+            if tok.startswith("-"):
+                flag, _, value = tok.partition("=")
+                nxt = args[i + 1] if i + 1 < len(args) else ""
+                values[flag] = value or ("" if nxt.startswith("-") else nxt) or "true"
+        for flag, cpu_values in self.cpu_flags.items():
+            if values.get(flag, "") in cpu_values:
+                return 0
+        if any(k.startswith(self.cpu_env_prefixes) for k in variant.env if self.cpu_env_prefixes):
+            return 0
+        return self.tensor_parallel(variant)
 
     def image_for(self, install: EngineInstall) -> str | None:
         """The published container image of this install's version (None: none known)."""

@@ -198,6 +198,8 @@ class LlamaCppEngine(Engine):
     served_name_flag = "--model_alias"
     flags_module = "llama_cpp.server"
     dash_underscore_alias = False  # plain argparse over pydantic field names: --n_ctx only
+    # llama-cpp-python offloads no layer unless told (n_gpu_layers defaults to 0)
+    cpu_flags: ClassVar[dict[str, tuple[str, ...]]] = {"--n_gpu_layers": ("", "0")}
     # its parser's own value readers (data/dump_args.py names them): booleans as words
     # (``--verbose false``, ``_parse_bool_arg``) and JSON objects (``_parse_json_object_arg``)
     value_types = {  # noqa: RUF012 (class data, read only)

@@ -26,6 +26,7 @@ import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 from ceiling.engines.base import EngineInstall, quiet_env, search_roots
 from ceiling.engines.flags import FlagSpec, FlagTable
@@ -185,6 +186,13 @@ class LlamaServerEngine(LlamaCppEngine):
     health_paths = ("/health", "/v1/models")
     default_port = 8080
     env_prefixes = ("LLAMA_ARG_",)
+    # explicit CPU only (llama-server's own default depends on its build)
+    cpu_flags: ClassVar[dict[str, tuple[str, ...]]] = {
+        "--n-gpu-layers": ("0",),
+        "-ngl": ("0",),
+        "--gpu-layers": ("0",),
+        "--device": ("none",),
+    }
     # `--help`: --api-key KEY ... (env: LLAMA_API_KEY)
     api_key_env: tuple[str, ...] = ("LLAMA_API_KEY",)
     dist_names = ()

