@@ -352,3 +352,31 @@ def test_table_cache_reads_only_the_keys_a_prediction_uses(tmp_path, monkeypatch
             gemm["missing"]
     finally:
         store._part.cache_clear()
+
+
+@pytest.mark.skipif(util.find_spec("aiconfigurator_core") is None, reason="tables extra absent")
+def test_tables_are_found_and_judged_by_aiconfigurators_own_loader(tmp_path):
+    """The folders of a system come from aiconfigurator's loader code, not a glob of its layout:
+    a version folder marked INCOMPLETE.txt is not read (and is named), a legacy
+    ``<backend>/<version>`` folder has no op family and is left out."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = {
+        "kernel_source": ["cublas"] * 4,
+        "gemm_dtype": ["bfloat16"] * 4,
+        "m": [1, 1, 1, 1],
+        "n": [4096, 8192, 16384, 32768],
+        "k": [4096] * 4,
+        "latency": [0.01, 0.02, 0.04, 0.08],
+    }
+    for rel in ("gemm/vllm/0.1.0", "gemm/vllm/0.2.0", "vllm/0.3.0"):
+        (tmp_path / rel).mkdir(parents=True)
+        pq.write_table(pa.table(rows), tmp_path / rel / "gemm_perf.parquet")
+    (tmp_path / "gemm/vllm/0.2.0/INCOMPLETE.txt").write_text("collection stopped\n")
+    fits = tables_build.build_root(tmp_path, "test_sxm", "0")
+    assert set(fits["raw"]["gemm"]) == {"vllm/0.1.0/cublas/bfloat16"}
+    assert fits["skipped"] == ["gemm/vllm/0.2.0: marked incomplete (INCOMPLETE.txt)"]
+    assert [(f.relative_to(tmp_path).as_posix(), op) for f, op, _u, _p in
+            tables_build.version_dirs(tmp_path)] == [("gemm/vllm/0.1.0", "gemm"),
+                                                     ("gemm/vllm/0.2.0", "gemm")]  # fmt: skip

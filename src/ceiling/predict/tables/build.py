@@ -1,6 +1,9 @@
 """Build step of the aiconfigurator adapter: parquet tables -> line fits and raw decode rows.
 
-The only code that reads aiconfigurator-core's files (through pyarrow, which that package brings).
+The only code that reads aiconfigurator-core's files: which folders hold a system's tables, and
+what their markers say, is decided by that package's own loader code
+(``aiconfigurator_core.sdk.perf_database``), not by a glob of its folder layout; the parquet
+files are read with pyarrow (declared in the ``tables`` extra).
 See ``ceiling.predict.tables`` for what is kept and why.
 """
 
@@ -63,7 +66,7 @@ def fit_line(
 
 
 def _read(path: Path, columns: list[str]) -> dict[str, list[Any]]:
-    import pyarrow.parquet as pq  # comes with aiconfigurator-core
+    import pyarrow.parquet as pq  # the tables extra (heavy: only when building)
 
     table = pq.read_table(path)
     cols = [c for c in columns if c in table.column_names]
@@ -202,16 +205,41 @@ def _comm_points(path: Path, tag: str) -> dict[str, dict[str, list[list[float]]]
     return out
 
 
+def version_dirs(root: Path) -> list[tuple[Path, str, bool, frozenset[str]]]:
+    """(folder, op family, usable, partial tables) of every ``<family>/<backend>/<version>``
+    folder of one system, found and judged by aiconfigurator's own loader: its layout rules
+    (family layout; legacy ``<backend>/<version>`` folders have no op family and are left out)
+    and its markers (``collection_meta.yaml`` partial tables: their rows are used, and said;
+    a legacy ``INCOMPLETE.txt``: the folder is not used). Private functions of a pinned
+    version (``PINNED``): its public API loads tables into query objects, not rows."""
+    from aiconfigurator_core.sdk import perf_database as pdb  # optional extra, when building
+
+    out = []
+    for backend in sorted(pdb.KNOWN_BACKEND_DIRS):  # engines and collective libraries (nccl)
+        for _version, vpath in pdb._iter_backend_version_dirs(str(root), backend):
+            rel = Path(vpath).relative_to(root).parts
+            if len(rel) != 3:
+                continue
+            state = pdb._version_dir_state(vpath, data_dir=str(root))
+            partial = frozenset(state["partial_tables"])  # type: ignore[arg-type]
+            out.append((Path(vpath), rel[0], not state["unusable"], partial))
+    return sorted(out)
+
+
 def build_system(system: str) -> dict[str, Any]:
     """Read one system's parquet tables into fits (slow: pyarrow); see :func:`system_fits`."""
     tinfo = info()
     if tinfo is None:
         raise RuntimeError("aiconfigurator-core is not installed")
-    root = Path(tinfo.root) / system
+    return build_root(Path(tinfo.root) / system, system, tinfo.version)
+
+
+def build_root(root: Path, system: str, version: str) -> dict[str, Any]:
+    """The fits of the system whose tables are under ``root`` (see :func:`build_system`)."""
     l2 = _l2_bytes(system)
     result: dict[str, Any] = {
         "system": system,
-        "version": tinfo.version,
+        "version": version,
         "gemm": {},
         "moe": {},
         "attention": {},
@@ -220,24 +248,36 @@ def build_system(system: str) -> dict[str, Any]:
         "comm": {},
         "raw": {"gemm": {}, "moe": {}, "attention": {}, "mla": {}},
     }
-    raw = result["raw"]
-    for path in sorted(root.glob("*/*/*/*.parquet")):
-        op, engine, version = path.parts[-4], path.parts[-3], path.parts[-2]
-        tag = f"{engine}/{version}"
-        name = path.name
-        try:
-            if op == "gemm" and name == "gemm_perf.parquet":
-                result["gemm"].update(_gemm_fits(path, tag, l2, raw["gemm"]))
-            elif op == "moe" and name == "moe_perf.parquet":
-                result["moe"].update(_moe_fits(path, tag, l2, raw["moe"]))
-            elif op == "attention" and name == "generation_attention_perf.parquet":
-                result["attention"].update(_attn_fits(path, tag, "gqa", l2, raw["attention"]))
-            elif op == "mla" and name == "generation_mla_perf.parquet":
-                result["mla"].update(_attn_fits(path, tag, "mla", l2, raw["mla"]))
-            elif op == "linear_attention" and name == "gdn_perf.parquet":
-                result["gdn"].update(_gdn_fits(path, tag, l2))
-            elif op == "comm" and name.endswith("_perf.parquet"):
-                result["comm"].update(_comm_points(path, tag))
-        except (KeyError, ValueError, OSError) as exc:  # a malformed table is skipped, named
-            result.setdefault("skipped", []).append(f"{path.relative_to(root)}: {exc}")
+    for folder, op, usable, partial in version_dirs(root):
+        rel = folder.relative_to(root)
+        if not usable:
+            result.setdefault("skipped", []).append(f"{rel}: marked incomplete (INCOMPLETE.txt)")
+            continue
+        if partial:
+            result.setdefault("partial", []).extend(f"{rel}/{t}" for t in sorted(partial))
+        for path in sorted(folder.glob("*.parquet")):
+            _read_table(result, path, op, f"{folder.parent.name}/{folder.name}", root, l2)
     return result
+
+
+def _read_table(
+    result: dict[str, Any], path: Path, op: str, tag: str, root: Path, l2: float
+) -> None:
+    """Fit one parquet table into ``result`` (a malformed one is skipped, named)."""
+    raw = result["raw"]
+    name = path.name
+    try:
+        if op == "gemm" and name == "gemm_perf.parquet":
+            result["gemm"].update(_gemm_fits(path, tag, l2, raw["gemm"]))
+        elif op == "moe" and name == "moe_perf.parquet":
+            result["moe"].update(_moe_fits(path, tag, l2, raw["moe"]))
+        elif op == "attention" and name == "generation_attention_perf.parquet":
+            result["attention"].update(_attn_fits(path, tag, "gqa", l2, raw["attention"]))
+        elif op == "mla" and name == "generation_mla_perf.parquet":
+            result["mla"].update(_attn_fits(path, tag, "mla", l2, raw["mla"]))
+        elif op == "linear_attention" and name == "gdn_perf.parquet":
+            result["gdn"].update(_gdn_fits(path, tag, l2))
+        elif op == "comm" and name.endswith("_perf.parquet"):
+            result["comm"].update(_comm_points(path, tag))
+    except (KeyError, ValueError, OSError) as exc:  # a malformed table is skipped, named
+        result.setdefault("skipped", []).append(f"{path.relative_to(root)}: {exc}")
