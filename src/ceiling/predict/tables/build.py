@@ -9,8 +9,9 @@ See ``ceiling.predict.tables`` for what is kept and why.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ceiling.predict.tables.core import (
     BYTES_PER_PARAM,
@@ -221,7 +222,7 @@ def version_dirs(root: Path) -> list[tuple[Path, str, bool, frozenset[str]]]:
             if len(rel) != 3:
                 continue
             state = pdb._version_dir_state(vpath, data_dir=str(root))
-            partial = frozenset(state["partial_tables"])  # type: ignore[arg-type]
+            partial: frozenset[str] = frozenset(cast("Iterable[str]", state["partial_tables"]))
             out.append((Path(vpath), rel[0], not state["unusable"], partial))
     return sorted(out)
 
