@@ -96,11 +96,6 @@ def _known() -> list[str]:
     return sorted(values, key=len, reverse=True)  # longest first: no partial masking
 
 
-def redact_url(url: str) -> str:
-    """A URL without its credentials (userinfo and secret query parameters)."""
-    return redact(url)
-
-
 def redact(text: str) -> str:
     """``text`` with every known secret value, URL credential and secret query value masked."""
     if not text:

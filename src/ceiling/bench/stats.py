@@ -27,29 +27,6 @@ class Interval(BaseModel):
     level: float = 0.95
 
 
-def betainc(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta I_x(a, b) (``scipy.special.betainc``)."""
-    from scipy.special import betainc as _betainc
-
-    return float(_betainc(a, b, min(max(x, 0.0), 1.0)))
-
-
-def t_cdf(t: float, df: float) -> float:
-    """Cumulative distribution of Student's t with ``df`` degrees of freedom."""
-    from scipy.stats import t as student_t
-
-    return float(student_t.cdf(t, df))
-
-
-def t_ppf(p: float, df: float) -> float:
-    """Quantile of Student's t (p in (0, 1); ``scipy.stats.t.ppf``)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError("p must be in (0, 1)")
-    from scipy.stats import t as student_t
-
-    return float(student_t.ppf(p, df))
-
-
 def mean_ci(values: Sequence[float], level: float = 0.95) -> Interval:
     """Mean with a t-distribution confidence interval (sample std, n - 1 degrees of freedom)."""
     vals = [float(v) for v in values if v is not None and math.isfinite(v)]

@@ -21,7 +21,6 @@ variant's arguments is refused. An argument that is an inline script (vLLM CPU's
 from __future__ import annotations
 
 import re
-import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -316,7 +315,3 @@ def _compose(
         f"# Secrets: {env_path} (env_file), never inline. Validate: docker compose config\n"
     )
     return header + yaml.safe_dump({"services": {service: svc}}, sort_keys=False, width=1000)
-
-
-def shell_line(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)

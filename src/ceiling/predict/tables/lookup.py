@@ -15,11 +15,6 @@ from ceiling.predict.tables.core import RAW_MAX_TOKENS, Fit
 from ceiling.predict.tables.store import _raw, system_fits
 
 
-def _engine_key(key: str) -> tuple[str, str]:
-    engine, version = key.split("/")[:2]
-    return engine, version
-
-
 def _vkey(v: str) -> tuple[int, ...]:
     out = []
     for part in v.replace("rc", ".").replace("post", ".").replace("dev", ".").split("."):
