@@ -27,16 +27,35 @@ from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
 from ceiling.probe.topology import catalog_gpu, cpu_info
-from ceiling.spec._data import load_yaml
+from ceiling.spec._data import DataModel, load_yaml
 from ceiling.spec.profile import HardwareProfile
 
 SCHEMA_VERSION = 1
 TORCH_FIX = "install PyTorch: pip install 'ceiling[torch]' (or a CUDA build on a GPU machine)"
 
 
-def settings() -> dict[str, Any]:
-    result: dict[str, Any] = load_yaml("calibrate.yaml")
-    return result
+class DeviceSettings(DataModel):
+    """What calibrate measures on one kind of device (buffer sizes, batches, GEMV shapes)."""
+
+    mem_GiB: float
+    gemv_GiB: float
+    batches: list[int]
+    launch_kernels: int
+    shapes: list[tuple[int, int]]  # [out, in]
+    fit_MiB: int = Field(0, description="bytes per shape of the GEMV fit (with fit_shapes)")
+    fit_shapes: list[tuple[int, int]] = Field(default_factory=list)
+
+
+class CalibrateFile(DataModel):
+    """``data/calibrate.yaml``."""
+
+    schema_version: int
+    gpu: DeviceSettings
+    cpu: DeviceSettings
+
+
+def settings() -> CalibrateFile:
+    return load_yaml("calibrate.yaml", schema=CalibrateFile)
 
 
 class CalibrateConfig(BaseModel):
@@ -153,14 +172,14 @@ def run_calibrate(
     if device == "cuda" and not cuda_ok:
         raise CeilingError("--device cuda but no CUDA GPU is visible", fix="use --cpu")
     cuda = device == "cuda"
-    s = settings()["gpu" if cuda else "cpu"]
+    s = settings().gpu if cuda else settings().cpu
     dev = torch.device("cuda" if cuda else "cpu")
     timer = _Timer(torch, cuda, cfg.reps)
     say = on_progress or (lambda _m: None)
     torch.manual_seed(0)
 
     say("memory bandwidth")
-    nbytes, t_read, t_copy = _bandwidth(torch, dev, timer, int(s["mem_GiB"] * cfg.scale * 2**30))
+    nbytes, t_read, t_copy = _bandwidth(torch, dev, timer, int(s.mem_GiB * cfg.scale * 2**30))
 
     result = CalibrateResult(
         device=device,
@@ -173,7 +192,7 @@ def run_calibrate(
     if not cuda:
         result.notes.append("CPU measurement (--cpu): describes this CPU, not any GPU")
 
-    batches = cfg.batches or s["batches"]
+    batches = cfg.batches or s.batches
     for dtype in cfg.dtypes or (["bf16", "fp8", "int8"] if cuda else ["bf16"]):
         say(f"GEMV {dtype}")
         try:
@@ -185,13 +204,13 @@ def run_calibrate(
         if cuda:
             torch.cuda.empty_cache()
 
-    if cuda and s.get("fit_shapes") and "bf16" not in result.skipped:
+    if cuda and s.fit_shapes and "bf16" not in result.skipped:
         say("GEMV per-kernel fit (bf16)")
         result.gemv_fit = _gemv_fit(torch, dev, timer, s)
         torch.cuda.empty_cache()
 
     say("launch overhead")
-    result.launch_us_eager, result.launch_us_graph = _launch(torch, dev, cuda, s["launch_kernels"])
+    result.launch_us_eager, result.launch_us_graph = _launch(torch, dev, cuda, s.launch_kernels)
     return result
 
 
@@ -214,13 +233,13 @@ def _gemv(
     cuda: bool,
     timer: _Timer,
     dtype: str,
-    s: dict[str, Any],
+    s: DeviceSettings,
     scale: float,
     batches: list[int],
 ) -> list[GemvPoint]:
     """Decode-shaped products over a weight set larger than cache, per batch size."""
-    shapes = [tuple(x) for x in s["shapes"]]
-    budget = s["gemv_GiB"] * scale * 2**30
+    shapes = [tuple(x) for x in s.shapes]
+    budget = s.gemv_GiB * scale * 2**30
     weights: list[tuple[int, int, Any]] = []
     total = 0
     elem = 2 if dtype == "bf16" else 1
@@ -278,14 +297,14 @@ def _gemv(
     return points
 
 
-def _gemv_fit(torch: Any, dev: Any, timer: _Timer, s: dict[str, Any]) -> GemvFit:
+def _gemv_fit(torch: Any, dev: Any, timer: _Timer, s: DeviceSettings) -> GemvFit:
     """Time each decode shape alone (bf16, batch 1, in a CUDA graph, over copies that exceed
     the L2) and fit a line: the intercept is the fixed cost of one GEMV kernel, the slope the
     asymptotic bandwidth. An aggregate bandwidth over a mix of shapes folds the fixed costs in;
     predict adds them per kernel, so it needs the two apart."""
-    budget = s["fit_MiB"] * 2**20
+    budget = s.fit_MiB * 2**20
     points: list[tuple[int, float]] = []
-    for n_out, k in (tuple(x) for x in s["fit_shapes"]):
+    for n_out, k in (tuple(x) for x in s.fit_shapes):
         nbytes = n_out * k * 2
         copies = max(8, int(budget // nbytes))
         ws = [torch.randn(n_out, k, dtype=torch.bfloat16, device=dev) * 0.02 for _ in range(copies)]

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, Field
 
@@ -30,7 +30,7 @@ from ceiling.probe.fit import (
     human_size,
     interp_latency,
 )
-from ceiling.probe.ranks import run_ranks
+from ceiling.probe.ranks import CommbenchFile, run_ranks
 from ceiling.probe.topology import probe
 from ceiling.spec._data import load_yaml
 from ceiling.spec.model import load_model
@@ -43,10 +43,9 @@ TORCH_FIX = (
 )
 
 
-def presets() -> dict[str, Any]:
+def presets() -> CommbenchFile:
     """data/commbench.yaml: variants, groups, always-set environment, reference hidden sizes."""
-    result: dict[str, Any] = load_yaml("commbench.yaml")
-    return result
+    return load_yaml("commbench.yaml", schema=CommbenchFile)
 
 
 def resolve_variants(names: list[str], custom: list[str]) -> list[tuple[str, dict[str, str]]]:
@@ -54,13 +53,13 @@ def resolve_variants(names: list[str], custom: list[str]) -> list[tuple[str, dic
     p = presets()
     out: list[tuple[str, dict[str, str]]] = []
     for name in names or ([] if custom else ["default"]):
-        members = p["groups"].get(name, [name])
+        members = p.groups.get(name, [name])
         for m in members:
-            if m not in p["variants"]:
-                known = ", ".join([*p["variants"], *p["groups"]])
+            if m not in p.variants:
+                known = ", ".join([*p.variants, *p.groups])
                 raise CeilingError(f"unknown commbench variant '{m}'", fix=f"use one of: {known}")
             if m not in [n for n, _ in out]:
-                out.append((m, {k: str(v) for k, v in (p["variants"][m] or {}).items()}))
+                out.append((m, dict(p.variants[m])))
     for spec in custom:
         env = {}
         for part in spec.split(","):
@@ -242,7 +241,7 @@ def run_commbench(
 
     model = None
     sizes = set(cfg.sizes)
-    ref = dict(presets().get("reference_hidden_sizes", {}))
+    ref = dict(presets().reference_hidden_sizes)
     if cfg.model:
         mname, hidden, layers = model_dims(cfg.model)
         model = ModelCost(

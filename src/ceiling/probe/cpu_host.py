@@ -18,8 +18,29 @@ from typing import Any
 
 import numpy as np
 
-from ceiling.spec._data import load_yaml
+from ceiling.spec._data import DataModel, load_yaml
 from ceiling.spec.hardware import CpuHardware
+
+
+class CpuMeasure(DataModel):
+    read_bytes: int
+    repeats: int
+    matmul_n: int
+    matmul_repeats: int
+
+
+class CpuAssumed(DataModel):
+    mem_bw_GBps: float
+    gflops: float
+    source: str
+
+
+class CpuHostFile(DataModel):
+    """``data/cpu_host.yaml``: how this CPU's rates are measured, and what is assumed without."""
+
+    schema_version: int
+    measure: CpuMeasure
+    assumed: CpuAssumed
 
 
 def describe(
@@ -101,7 +122,7 @@ def measure_gflops(n: int, repeats: int) -> float:
 def describe_cpu(measure: bool = True, gpu_probe: str | None = None) -> CpuHardware:
     """Describe this CPU, measuring its rates unless ``measure`` is False (``gpu_probe``: why
     no GPU is used, kept with the description)."""
-    cfg = load_yaml("cpu_host.yaml")
+    cfg = load_yaml("cpu_host.yaml", schema=CpuHostFile)
     name, cores = _cpu_name(), os.cpu_count() or 1
     extra: dict[str, Any] = {
         "llc_bytes": last_level_cache_bytes(),
@@ -109,15 +130,13 @@ def describe_cpu(measure: bool = True, gpu_probe: str | None = None) -> CpuHardw
         "gpu_probe": gpu_probe,
     }
     if measure:
-        m = cfg["measure"]
-        bw = measure_mem_bw_GBps(int(m["read_bytes"]), int(m["repeats"]))
-        fl = measure_gflops(int(m["matmul_n"]), int(m["matmul_repeats"]))
+        m = cfg.measure
+        bw = measure_mem_bw_GBps(m.read_bytes, m.repeats)
+        fl = measure_gflops(m.matmul_n, m.matmul_repeats)
         src = (
-            f"measured now: numpy sum over {int(m['read_bytes']) >> 20} MiB (best of "
-            f"{m['repeats']}), float32 {m['matmul_n']}^3 matmul (best of {m['matmul_repeats']})"
+            f"measured now: numpy sum over {m.read_bytes >> 20} MiB (best of "
+            f"{m.repeats}), float32 {m.matmul_n}^3 matmul (best of {m.matmul_repeats})"
         )
         return describe(name, cores, bw, fl, True, src, **extra)
-    a = cfg["assumed"]
-    return describe(
-        name, cores, float(a["mem_bw_GBps"]), float(a["gflops"]), False, str(a["source"]), **extra
-    )
+    a = cfg.assumed
+    return describe(name, cores, a.mem_bw_GBps, a.gflops, False, a.source, **extra)

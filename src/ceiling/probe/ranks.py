@@ -30,7 +30,19 @@ from functools import cache
 from pathlib import Path
 
 from ceiling.probe.rankstage import DUMP_SIGNAL, PREFIX
-from ceiling.spec._data import load_yaml
+from ceiling.spec._data import DataModel, load_yaml
+
+
+class CommbenchFile(DataModel):
+    """``data/commbench.yaml``: NCCL variants, groups of them, the environment every rank gets,
+    reference hidden sizes (environment values are strings: they are set as they are)."""
+
+    schema_version: int
+    always_env: dict[str, str]
+    variants: dict[str, dict[str, str]]
+    groups: dict[str, list[str]]
+    reference_hidden_sizes: dict[str, int]
+
 
 #: variables of ours that reach the ranks although they start with NCCL_: they change what
 #: NCCL prints, not what it does
@@ -41,7 +53,7 @@ LAST_WORDS = 40
 @cache
 def always_env() -> dict[str, str]:
     """NVLink multicast off in every process we start (data/commbench.yaml, device README)."""
-    return {k: str(v) for k, v in load_yaml("commbench.yaml")["always_env"].items()}
+    return dict(load_yaml("commbench.yaml", schema=CommbenchFile).always_env)
 
 
 def free_port() -> int:

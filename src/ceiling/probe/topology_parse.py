@@ -15,9 +15,11 @@ import re
 from functools import cache
 from typing import Any
 
+from pydantic import Field
+
 from ceiling.errors import CeilingError
 from ceiling.probe.topology_model import CpuInfo, GpuInfo, GpuPair, Topology
-from ceiling.spec._data import load_yaml
+from ceiling.spec._data import DataModel, load_yaml
 from ceiling.spec.hardware import list_links, load_gpu
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -55,10 +57,21 @@ _PCIE_PLACE = {
 # --------------------------------------------------------------------------- catalog look-ups
 
 
+class PcieGeneration(DataModel):
+    gt_per_s: float
+    encoding: float = Field(gt=0, le=1, description="line-code efficiency (128b/130b: 0.9846)")
+
+
+class PcieFile(DataModel):
+    """``data/pcie.yaml``: per-lane transfer rate and encoding of each PCIe generation."""
+
+    schema_version: int
+    generations: dict[int, PcieGeneration]
+
+
 @cache
-def _pcie_table() -> dict[int, dict[str, float]]:
-    data = load_yaml("pcie.yaml")
-    return {int(k): v for k, v in data["generations"].items()}
+def _pcie_table() -> dict[int, PcieGeneration]:
+    return load_yaml("pcie.yaml", schema=PcieFile).generations
 
 
 def pcie_GBps(gen: int | None, width: int | None) -> float | None:
@@ -68,7 +81,7 @@ def pcie_GBps(gen: int | None, width: int | None) -> float | None:
     row = _pcie_table().get(int(gen))
     if row is None:
         return None
-    return round(row["gt_per_s"] * row["encoding"] / 8 * width, 2)
+    return round(row.gt_per_s * row.encoding / 8 * width, 2)
 
 
 @cache
