@@ -244,7 +244,8 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
         for mode in modes:
             _bench_stage(cfg, res, rec, mode, url, served, server, out)
             if setup is not None:  # its own span: no window overlaps a measured repeat
-                doctor_trace.trace_windows(rec, res, cfg, setup, url, served, mode)
+                ranks = doctor_trace.ranks_of(variant)
+                doctor_trace.trace_windows(rec, res, cfg, setup, url, served, mode, ranks)
         if readable_log is not None:
             _inspect_stage(rec, res, cfg, readable_log, "inspect log (after the bench)")
         _attribute_stage(rec, res, cfg)

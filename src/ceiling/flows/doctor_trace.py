@@ -44,6 +44,16 @@ def traced_variant(variant: Variant, cfg: DoctorConfig, out: Path) -> tuple[Vari
     return setup.apply(variant), setup
 
 
+def ranks_of(variant: Variant | None) -> int:
+    """Trace files to wait for: one per tensor-parallel rank of a launched variant (a server
+    ceiling did not launch: the first file to appear)."""
+    if variant is None:
+        return 1
+    with contextlib.suppress(CeilingError):
+        return get_engine(variant.engine).tensor_parallel(variant)
+    return 1
+
+
 def unlaunched_setup(engine_name: str | None, cfg: DoctorConfig, out: Path) -> ProfilerSetup:
     """The profiler of a server ceiling did not launch (version unknown: the newest form)."""
     try:
