@@ -82,6 +82,13 @@ class _FakeVllm(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
+    def do_GET(self) -> None:
+        body = b'{"data": [{"id": "tiny", "owned_by": "vllm", "root": "/m"}]}'
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path != "/v1/completions":
@@ -114,3 +121,25 @@ def test_a_server_without_the_profiler_gets_the_sentence(tmp_path: Path) -> None
     assert not res.recorded
     assert res.why_not is not None
     assert "HTTP 404" in res.why_not and "--profiler-config" in res.why_not
+
+
+def test_trace_capture_cli_names_the_flag_and_needs_vllms_directory(tmp_path, capsys) -> None:
+    from ceiling.cli import main
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVllm)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        # vLLM writes where it was started to: without --trace-dir ceiling cannot find them
+        assert main(["trace", "capture", "--url", url, "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert "error:" in err and "--trace-dir" in err and "Traceback" not in err
+        # with it: the server's route is missing (profiler off) -> the sentence, exit 0
+        rc = main(["trace", "capture", "--url", url, "--trace-dir", str(tmp_path / "t"),
+                   "--steps", "4", "--out", str(tmp_path), "--json"])  # fmt: skip
+    finally:
+        srv.shutdown()
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["recorded"] is False and "--profiler-config" in doc["why_not"]
+    assert json.loads((tmp_path / "capture.json").read_text()) == doc
