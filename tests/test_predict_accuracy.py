@@ -122,7 +122,7 @@ def test_every_row_says_when_it_was_added_and_whether_it_was_seen():
             assert row["seen_note"], row["id"]
             if is_held_out(row):
                 held.append(row["id"])
-    assert held == [f"V0{n}" for n in range(28, 35)]
+    assert held == [f"V0{n}" for n in range(28, 36)]  # V035: TRT-LLM MTP on 8x B200 (bound)
     assert not is_held_out({"id": "X"})  # no column: nothing proves it held out
 
 
