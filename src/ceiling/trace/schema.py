@@ -211,6 +211,7 @@ class TraceReport(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     files: list[str]
+    label: str = Field("", description="the window (doctor: single, concurrency N)")
     split: TraceSplit
     prediction: str | None = Field(None, description="the setup predicted, one line")
     predicted_step_ms: float | None = None
