@@ -157,7 +157,7 @@ def build_plan(
     if gpus is None:  # from the variant, not from the install found here
         gpus = engine.gpus_for(variant)
 
-    nofile = env_data()["nofile"]["target"]
+    nofile = env_data().nofile.target
     unit = _unit(
         variant, engine, service, argv, tuned, env_path, url, health, ready_timeout_s, nofile
     )

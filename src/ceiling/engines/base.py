@@ -40,9 +40,10 @@ from ceiling.engines.flags import VALUE_TYPES, FlagSpec, FlagTable, Problem, Val
 from ceiling.engines.logparse import LogGrammar, read_log
 from ceiling.engines.profiling import ProfilerSetup, unsupported
 from ceiling.engines.sampling import PromptLogprobs, read_openai_echo
+from ceiling.engines.tables import RemovedFlag, RemovedFlagsFile
 from ceiling.engines.variant import Arg, Variant
 from ceiling.errors import CeilingError
-from ceiling.spec._data import load_yaml
+from ceiling.spec._data import M, load_yaml
 
 DATA_DIR = Path(__file__).parent / "data"
 DUMP_SCRIPT = DATA_DIR / "dump_args.py"
@@ -278,19 +279,22 @@ class Engine:
         table.cache_path, table.cache_hit = str(path), False
         return table
 
-    def removed_flags(self) -> dict[str, dict[str, Any]]:
-        """Flags the engine removed or renamed: name -> {removed_in, reason, replacement}."""
-        flags: dict[str, dict[str, Any]] = load_data(f"{self.name}_removed_flags.yaml").get(
-            "flags", {}
+    def _removed(self) -> RemovedFlagsFile:
+        table = load_yaml(
+            f"{self.name}_removed_flags.yaml",
+            folder="engines/data",
+            schema=RemovedFlagsFile,
+            missing_ok=True,
         )
-        return flags
+        return table if table is not None else RemovedFlagsFile()
 
-    def renamed_config_keys(self) -> dict[str, dict[str, Any]]:
+    def removed_flags(self) -> dict[str, RemovedFlag]:
+        """Flags the engine removed or renamed: name -> when, why, what instead."""
+        return self._removed().flags
+
+    def renamed_config_keys(self) -> dict[str, RemovedFlag]:
         """Renamed keys inside JSON-valued flags (e.g. compilation config ``level`` -> ``mode``)."""
-        keys: dict[str, dict[str, Any]] = load_data(f"{self.name}_removed_flags.yaml").get(
-            "config_keys", {}
-        )
-        return keys
+        return self._removed().config_keys
 
     def canonical_flag(self, arg: Arg, lookup: dict[str, FlagSpec]) -> tuple[str, list[str]]:
         """The flag spelled the way the engine's parser sees it (``--max_model_len`` ->
@@ -458,7 +462,6 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "ceiling"
 
 
-def load_data(name: str) -> dict[str, Any]:
-    """A YAML table shipped in ``ceiling/engines/data`` ({} when the engine has none)."""
-    data: dict[str, Any] = load_yaml(name, folder="engines/data", missing_ok=True) or {}
-    return data
+def load_data(name: str, schema: type[M]) -> M:
+    """A YAML table shipped in ``ceiling/engines/data``, validated by ``schema``."""
+    return load_yaml(name, folder="engines/data", schema=schema)

@@ -8,6 +8,7 @@ from functools import cache
 from pydantic import BaseModel, Field
 
 from ceiling.engines.base import load_data
+from ceiling.engines.tables import DeathCausesFile
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -24,15 +25,8 @@ class DeathCause(BaseModel):
 @cache
 def _rules() -> list[tuple[str, re.Pattern[str], str, tuple[str, ...]]]:
     rules = []
-    for rule in load_data("death_causes.yaml").get("rules", []):
-        rules.append(
-            (
-                rule["cause"],
-                re.compile(rule["pattern"]),
-                rule.get("fix", ""),
-                tuple(rule.get("engines", ())),
-            )
-        )
+    for rule in load_data("death_causes.yaml", DeathCausesFile).rules:
+        rules.append((rule.cause, re.compile(rule.pattern), rule.fix, tuple(rule.engines)))
     return rules
 
 

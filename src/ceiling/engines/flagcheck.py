@@ -15,6 +15,7 @@ from typing import Any
 
 from ceiling.engines.base import Engine, load_data
 from ceiling.engines.flags import FlagSpec, FlagTable, Problem
+from ceiling.engines.tables import NcclEnvFile, NcclValueRule
 from ceiling.engines.variant import Arg, normalize_flag
 
 # ---- flags -------------------------------------------------------------------------------
@@ -103,19 +104,19 @@ def _unknown_flag(
     close = difflib.get_close_matches(base, long_opts, n=3, cutoff=0.6)
     suggestion = close[0] if close else None
     if removed:
-        when = removed.get("removed_in")
+        when = removed.removed_in
         message = (
             f"{arg.flag} is not accepted by {engine.name} {version}: removed in {when}"
-            f"{' (approximately)' if removed.get('approximate') else ''}: {removed.get('reason')}"
+            f"{' (approximately)' if removed.approximate else ''}: {removed.reason}"
         )
-        repl = removed.get("replacement")
+        repl = removed.replacement
         fix = f"use {repl}" if repl and not str(repl).startswith("nothing") else (repl or "drop it")
         return Problem(
             level="error",
             kind="removed_flag",
             subject=arg.flag,
             message=message,
-            fix=f"{fix} [{removed.get('source', '')}]".replace(" []", ""),
+            fix=f"{fix} [{removed.source}]".replace(" []", ""),
             suggestion=suggestion,
         )
     message = f"{arg.flag} is not a flag of {engine.name} {version}"
@@ -261,11 +262,8 @@ def _renamed_key_problems(flag: str, key: str, engine: Engine) -> list[Problem]:
             level="error",
             kind="renamed_config_key",
             subject=f"{flag} {key.split('.', 1)[1]}",
-            message=(
-                f"{key} was renamed in {engine.name} {renamed.get('removed_in')}: "
-                f"{renamed.get('reason')}"
-            ),
-            fix=f"use {renamed.get('replacement')}",
+            message=(f"{key} was renamed in {engine.name} {renamed.removed_in}: {renamed.reason}"),
+            fix=f"use {renamed.replacement}",
         )
     ]
 
@@ -276,9 +274,9 @@ def _renamed_key_problems(flag: str, key: str, engine: Engine) -> list[Problem]:
 def check_env(env: dict[str, str], table: FlagTable, engine: Engine) -> list[Problem]:
     """NCCL_* against NCCL's documented list; the engine's prefix against the engine's own list."""
     problems: list[Problem] = []
-    nccl = load_data("nccl_env.yaml")
-    nccl_names = set(nccl.get("variables", []))
-    nccl_values: dict[str, dict[str, Any]] = nccl.get("values", {})
+    nccl = load_data("nccl_env.yaml", NcclEnvFile)
+    nccl_names = set(nccl.variables)
+    nccl_values = nccl.values
     engine_names = set(table.env)
     for name, value in env.items():
         if name.startswith("NCCL_"):
@@ -315,11 +313,11 @@ def _unknown_env(name: str, known: list[str], owner: str) -> Problem:
     )
 
 
-def _check_nccl_value(name: str, value: str, rule: dict[str, Any]) -> Problem | None:
-    allowed = [str(a) for a in rule.get("allowed", [])]
+def _check_nccl_value(name: str, value: str, rule: NcclValueRule) -> Problem | None:
+    allowed = list(rule.allowed)
     lower = {a.lower(): a for a in allowed}
     items = [value]
-    if rule.get("list"):
+    if rule.many:
         items = [v.strip().lstrip("^") for v in value.split(",") if v.strip()]
     bad = [v for v in items if v.lower() not in lower]
     if not bad:

@@ -268,15 +268,15 @@ class VllmEngine(Engine):
         if flag != _OPT_LEVEL or not arg.flag.startswith("-O"):
             return []
         info = self.renamed_config_keys().get("O-level")
-        if not info or _release(version) < _release(str(info.get("removed_in", "0"))):
+        if not info or _release(version) < _release(info.removed_in):
             return []
         return [
             Problem(
                 level="warning",
                 kind="semantics_changed",
                 subject=arg.flag,
-                message=f"{arg.flag} in {self.name} {version}: {info.get('reason')}",
-                fix=f"keep it if you mean the optimization level; else {info.get('replacement')}",
+                message=f"{arg.flag} in {self.name} {version}: {info.reason}",
+                fix=f"keep it if you mean the optimization level; else {info.replacement}",
             )
         ]
 

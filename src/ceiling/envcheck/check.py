@@ -33,15 +33,15 @@ from ceiling.engines import all_engines, get_engine
 from ceiling.engines.base import cache_dir
 from ceiling.engines.variant import Variant
 from ceiling.envcheck import cuda, extensions, host
+from ceiling.envcheck.envdata import EnvFile
 from ceiling.envcheck.models import EnvProblem, EnvReport, Inventory
 from ceiling.envcheck.requirements import check_requirements, pip_cmd
 from ceiling.errors import CeilingError
 from ceiling.spec._data import load_yaml
 
 
-def env_data() -> dict[str, Any]:
-    data: dict[str, Any] = load_yaml("env.yaml")
-    return data
+def env_data() -> EnvFile:
+    return load_yaml("env.yaml", schema=EnvFile)
 
 
 def read_inventory(python: str, timeout_s: float = 60.0) -> Inventory:
@@ -168,7 +168,7 @@ def add_host_checks(
     report.tp = tp
     report.checks.append("host")
     report.problems.extend(host.check_shm(shm_root, tp, data, variant_env or {}))
-    report.problems.extend(host.check_nofile(data["nofile"], nofile))
+    report.problems.extend(host.check_nofile(data.nofile, nofile))
     hints, facts = host.check_p2p_hints(gpus=len(report.gpus))
     report.problems.extend(hints)
     report.notes.extend(facts)

@@ -20,6 +20,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from ceiling.envcheck.binaries import ArchList, fatbin_archs, needed_libraries, runs_on
+from ceiling.envcheck.envdata import EnvFile
 from ceiling.envcheck.models import Driver, EnvProblem, Gpu, Inventory, TorchRuntime
 from ceiling.envcheck.requirements import pip_cmd, rebuild_cmd
 
@@ -95,7 +96,7 @@ def check_runtime(
     torch_cuda: str | None,
     torch_version: str | None,
     drv: Driver,
-    data: dict,
+    data: EnvFile,
 ) -> list[EnvProblem]:
     """torch's CUDA runtime vs what the driver supports."""
     if not torch_cuda or drv.cuda is None:
@@ -103,13 +104,13 @@ def check_runtime(
     need, have = _v(torch_cuda), _v(drv.cuda)
     if need is None or have is None or have >= need:
         return []
-    full = data["cuda_drivers"].get(torch_cuda)
-    compat_min = data["minor_compat_min"].get(str(need.major))
+    full = data.cuda_drivers.get(torch_cuda)
+    compat_min = data.minor_compat_min.get(str(need.major))
     evidence = [
         f"torch {torch_version} was built for CUDA {torch_cuda} (torch/version.py)",
         f"driver {drv.version or '?'} supports CUDA up to {drv.cuda} (cuDriverGetVersion)",
     ]
-    tag = _tag_for(drv.cuda, data["torch_cuda_tags"])
+    tag = _tag_for(drv.cuda, data.torch_cuda_tags)
     base = (torch_version or "").split("+")[0]
     swap = (
         pip_cmd(
@@ -118,7 +119,7 @@ def check_runtime(
             "--force-reinstall",
             f"torch=={base}",
             "--index-url",
-            f"{data['torch_index']}/{tag}",
+            f"{data.torch_index}/{tag}",
         )
         if tag
         else None

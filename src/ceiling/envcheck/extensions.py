@@ -27,6 +27,7 @@ import subprocess
 from pathlib import Path
 
 from ceiling.envcheck.binaries import init_function
+from ceiling.envcheck.envdata import LoadErrorRule, LoadErrorsFile
 from ceiling.envcheck.models import EnvProblem, Inventory, LoadResult, TorchRuntime
 from ceiling.envcheck.requirements import pip_cmd, rebuild_cmd
 from ceiling.spec._data import load_yaml
@@ -40,9 +41,8 @@ _LOADER_FAILURE = re.compile(
 )
 
 
-def _rules() -> list[dict[str, str]]:
-    rules: list[dict[str, str]] = load_yaml("load_errors.yaml", folder="envcheck/data")["rules"]
-    return rules
+def _rules() -> list[LoadErrorRule]:
+    return load_yaml("load_errors.yaml", folder="envcheck/data", schema=LoadErrorsFile).rules
 
 
 def candidates(inv: Inventory) -> list[tuple[str, str, str]]:
@@ -172,9 +172,9 @@ def _run_load(
 def classify(error: str) -> tuple[str, str, str]:
     """(kind, what, fix-template) of a loader message, by the first matching rule."""
     for rule in _rules():
-        m = re.search(rule["match"], error)
+        m = re.search(rule.match, error)
         if m:
-            return rule["kind"], rule["what"].format(*m.groups()), rule["fix"]
+            return rule.kind, rule.what.format(*m.groups()), rule.fix
     return "load_error", "does not load", "rebuild"
 
 

@@ -16,36 +16,37 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ceiling.envcheck.envdata import EnvFile, NofileRule
 from ceiling.envcheck.models import EnvProblem
 from ceiling.run.shm import scan
 
 MiB = 1 << 20
 
 
-def shm_needed_mib(tp: int, data: dict, env: dict[str, str] | None = None) -> float:
+def shm_needed_mib(tp: int, data: EnvFile, env: dict[str, str] | None = None) -> float:
     """Estimated /dev/shm use of ``tp`` ranks on one host (data/env.yaml ``shm``), with the
     variant's ``NCCL_BUFFSIZE`` (the Simple protocol's buffer) and channel bounds applied."""
     if tp <= 1:
         return 0.0
-    s = data["shm"]
+    s = data.shm
     env = env or {}
-    per_connection = s["nccl_buffers_mib_per_connection"]
-    channels = s["nccl_channels"]
+    per_connection = s.nccl_buffers_mib_per_connection
+    channels = s.nccl_channels
     try:
         if env.get("NCCL_BUFFSIZE"):
-            per_connection += int(env["NCCL_BUFFSIZE"]) / MiB - s["nccl_simple_buffer_mib"]
+            per_connection += int(env["NCCL_BUFFSIZE"]) / MiB - s.nccl_simple_buffer_mib
         if env.get("NCCL_MIN_NCHANNELS"):
             channels = max(channels, int(env["NCCL_MIN_NCHANNELS"]))
         if env.get("NCCL_MAX_NCHANNELS"):
             channels = min(channels, int(env["NCCL_MAX_NCHANNELS"]))
     except ValueError:
         pass  # preflight's NCCL value check reports malformed values
-    per_rank = per_connection * s["nccl_connections_per_channel"] * channels
-    return tp * per_rank + s["engine_queue_mib"]
+    per_rank = per_connection * s.nccl_connections_per_channel * channels
+    return tp * per_rank + s.engine_queue_mib
 
 
 def check_shm(
-    root: Path, tp: int, data: dict, env: dict[str, str] | None = None
+    root: Path, tp: int, data: EnvFile, env: dict[str, str] | None = None
 ) -> list[EnvProblem]:
     """Size and free space of ``root`` vs what ``tp`` ranks need; stale segments named."""
     try:
@@ -64,8 +65,8 @@ def check_shm(
     total = st.f_blocks * st.f_frsize / MiB
     free = st.f_bavail * st.f_frsize / MiB
     need = shm_needed_mib(tp, data, env)
-    s = data["shm"]
-    want = max(s["recommended_min_mib"], need * s["safety_factor"]) if tp > 1 else need
+    s = data.shm
+    want = max(s.recommended_min_mib, need * s.safety_factor) if tp > 1 else need
     want_gib = max(1, math.ceil(want / 1024))
     evidence = [
         f"{root}: {total:.0f} MiB in all, {free:.0f} MiB free (statvfs)",
@@ -93,7 +94,7 @@ def check_shm(
                 fix=resize,
             )
         )
-    elif tp > 1 and total < s["recommended_min_mib"]:
+    elif tp > 1 and total < s.recommended_min_mib:
         problems.append(
             EnvProblem(
                 level="warning",
@@ -127,9 +128,9 @@ def check_shm(
     return problems
 
 
-def check_nofile(rule: dict, limits: tuple[int, int] | None = None) -> list[EnvProblem]:
+def check_nofile(rule: NofileRule, limits: tuple[int, int] | None = None) -> list[EnvProblem]:
     """``ulimit -n`` of this process (what a server started from here inherits)."""
-    target, minimum = rule["target"], rule["minimum"]
+    target, minimum = rule.target, rule.minimum
     soft, hard = limits or resource.getrlimit(resource.RLIMIT_NOFILE)
     inf = resource.RLIM_INFINITY
     if soft == inf or soft >= target:

@@ -35,7 +35,7 @@ def flag_checks(
     for flag in flags:
         info = removed.get(flag.lstrip("-"))
         if info:
-            out[flag] = f"removed in {engine} {info.get('removed_in')}: {info.get('reason')}" + (
-                f"; instead: {info['replacement']}" if info.get("replacement") else ""
+            out[flag] = f"removed in {engine} {info.removed_in}: {info.reason}" + (
+                f"; instead: {info.replacement}" if info.replacement else ""
             )
     return out
