@@ -169,11 +169,20 @@ def test_ranks_wait_inside_collectives_apart_from_transfer(tmp_path):
     assert [r.rank for r in out.ranks] == [0, 1]
     w = {r.rank: r.collective_wait_ms for r in out.ranks}
     assert w[0] == pytest.approx(0.010) and w[1] == pytest.approx(0.0)
+    assert out.slowest_rank == 1  # the late one: the others wait for it
     ar = next(c for c in out.classes if c.op_class == "allreduce")
     head = next(r for r in out.ranks if r.rank == out.slowest_rank)
     assert ar.ms == pytest.approx(head.classes["allreduce"])
     assert ar.wait_ms + ar.transfer_ms == pytest.approx(ar.ms)
     assert out.rank_spread_pct is not None and out.missing_ranks == []
+    (cw,) = out.collective_waits
+    assert cw.op_class == "allreduce" and cw.transfer_ms == pytest.approx(0.005)
+    assert cw.wait_ms_mean == pytest.approx(0.005) and cw.wait_ms_max == pytest.approx(0.010)
+    assert cw.most_waiting_rank == 0
+    assert "allreduce: 0.010 ms of the" in out.headline
+    assert (
+        "of which 0.005 ms waiting for the slowest rank (up to 0.010 ms on rank 0)" in out.headline
+    )
 
 
 def test_a_missing_rank_is_said(tmp_path):
@@ -221,3 +230,15 @@ def test_a_gzipped_100mb_trace_parses_and_splits_right(tmp_path):
     assert {c.op_class for c in out.classes} == {
         "norm", "gemm", "rope", "kv_write", "attention", "allreduce", "activation"
     }  # fmt: skip
+
+
+def test_the_founding_sentence_counts_the_waiting_of_the_mean_rank(tmp_path):
+    from ceiling.diagnose.measured_split import measured_split
+
+    r0 = read_trace(_rank(0, [15.0] * 5).write(tmp_path / "r0.json"))
+    r1 = read_trace(_rank(1, [5.0] * 5).write(tmp_path / "r1.json"))
+    ms = measured_split(split([r0, r1], "vllm"), None)
+    # rank 0 spends 15 us per step in the allreduce, rank 1 5 us: 5 us moving data, rank 0
+    # 10 us waiting for rank 1 -> the mean rank: 10 us, of which 5 us waiting
+    assert ms.allreduce_ms == pytest.approx(0.010) and ms.allreduce_wait_ms == pytest.approx(0.005)
+    assert "of which 0.005 ms is waiting for the slowest rank" in ms.allreduce_sentence()

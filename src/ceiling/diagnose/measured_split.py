@@ -179,6 +179,12 @@ def measured_split(
     unseen = sorted(o for o, v in expected.items() if v > 0 and o not in claimed)
     ar = [c for c in sp.classes if c.op_class == "allreduce"]
     ar_wait = ar[0].wait_ms if ar else None
+    ar_ms = ar[0].ms if ar else 0.0
+    # several ranks: what the mean rank spends in allreduces, transfer + waiting for the
+    # slowest rank (the headline rank is the slowest, which itself waits least)
+    cw = next((w for w in sp.collective_waits if w.op_class == "allreduce"), None)
+    if cw is not None:
+        ar_ms, ar_wait = cw.transfer_ms + cw.wait_ms_mean, cw.wait_ms_mean
     out = MeasuredSplit(
         label=label,
         files=list(files or []),
@@ -196,7 +202,7 @@ def measured_split(
         slowest_rank=sp.slowest_rank,
         rank_spread_pct=sp.rank_spread_pct,
         missing_ranks=list(sp.missing_ranks),
-        allreduce_ms=ar[0].ms if ar else 0.0,
+        allreduce_ms=ar_ms,
         allreduce_wait_ms=ar_wait,
         notes=list(sp.notes),
     )

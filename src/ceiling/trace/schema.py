@@ -102,6 +102,17 @@ class OverlapNote(BaseModel):
     top_kernels: list[str] = Field(default_factory=list)
 
 
+class CollectiveWait(BaseModel):
+    """One collective class across the ranks, per step: the data's own transfer time (the
+    shortest rank's duration of each call) and the time ranks waited for the slowest one."""
+
+    op_class: str
+    transfer_ms: float
+    wait_ms_mean: float = Field(description="mean over ranks")
+    wait_ms_max: float = Field(description="the rank that waited longest")
+    most_waiting_rank: int | None = None
+
+
 class StepTime(BaseModel):
     index: int
     start_us: float
@@ -160,6 +171,9 @@ class TraceSplit(BaseModel):
         None, description="(slowest - fastest) / fastest mean step, percent"
     )
     missing_ranks: list[int] = Field(default_factory=list)
+    collective_waits: list[CollectiveWait] = Field(
+        default_factory=list, description="several ranks: transfer vs waiting, per collective"
+    )
     notes: list[str] = Field(default_factory=list)
 
     def class_ms(self, op_class: str) -> float:
@@ -177,13 +191,17 @@ class TraceSplit(BaseModel):
             if len(self.ranks) > 1
             else ""
         )
-        waits = "".join(
-            f"; {c.op_class}: {c.ms:.3f} ms of the {self.step_ms:.3f} ms step "
-            f"({c.ms / self.step_ms * 100:.0f} %), of which {c.wait_ms:.3f} ms waiting for the "
-            "slowest rank"
-            for c in self.classes
-            if c.wait_ms is not None and self.step_ms
-        )
+        waits = ""
+        for w in self.collective_waits:
+            mean_ms = w.transfer_ms + w.wait_ms_mean  # what a rank spends in it, on average
+            if not self.step_ms:
+                continue
+            waits += (
+                f"; {w.op_class}: {mean_ms:.3f} ms of the {self.step_ms:.3f} ms step "
+                f"({mean_ms / self.step_ms * 100:.0f} %), of which {w.wait_ms_mean:.3f} ms "
+                f"waiting for the slowest rank (up to {w.wait_ms_max:.3f} ms on rank "
+                f"{w.most_waiting_rank})"
+            )
         return (
             f"measured step {self.step_ms:.3f} ms ({self.steps} steps, {self.device}{ranks}): "
             f"kernels {self.busy_ms:.3f} ms, idle {self.idle_ms:.3f} ms; "

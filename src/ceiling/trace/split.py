@@ -15,19 +15,19 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from ceiling.engines.trace_patterns import COLLECTIVE_CLASSES, Classifier
 from ceiling.errors import CeilingError
 from ceiling.spec._data import load_yaml
+from ceiling.trace.ranks import RankAccount as _Rank
+from ceiling.trace.ranks import missing, rank_split, skew, slowest, waits
 from ceiling.trace.schema import (
     ClassTime,
     KernelEvent,
     KernelStat,
     OverlapNote,
-    RankSplit,
     RankTrace,
     StepTime,
     TraceSplit,
@@ -42,41 +42,6 @@ TOP_KERNELS = 15
 def class_table() -> dict[str, dict[str, Any]]:
     """``data/trace/classes.yaml``: each op class's meaning, predict ops and component."""
     return dict(load_yaml("trace/classes.yaml")["classes"])
-
-
-@dataclass
-class _Rank:
-    """One rank's accounting, summed over its counted steps."""
-
-    trace: RankTrace
-    steps: list[StepTime] = field(default_factory=list)
-    cls_us: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    cls_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    cls_impl: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-    name_us: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    name_own_us: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    name_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    hidden: dict[tuple[int, str], float] = field(default_factory=lambda: defaultdict(float))
-    side_own: dict[tuple[int, str], float] = field(default_factory=lambda: defaultdict(float))
-    side_names: dict[tuple[int, str], dict[str, float]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(float))
-    )
-    # per counted step: the collectives' own durations, in order
-    coll: list[list[tuple[str, float]]] = field(default_factory=list)
-    skipped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    source: str = ""
-    notes: list[str] = field(default_factory=list)
-    batches: list[int] = field(default_factory=list)  # sequences per counted step
-    contexts: list[float] = field(default_factory=list)  # mean context per counted step
-    wait_us: dict[str, float] | None = None  # collectives: waiting for the slowest rank
-    matched_steps: int = 0  # steps whose collectives matched across ranks
-
-    @property
-    def n(self) -> int:
-        return len(self.steps)
-
-    def step_ms(self) -> float:
-        return sum(s.ms for s in self.steps) / self.n if self.n else 0.0
 
 
 def split(
@@ -109,15 +74,16 @@ def split(
             + (" inside the window" if window else ""),
             fix="record at least two steady decode steps (a step ends where the next begins)",
         )
-    head = max(counted, key=lambda r: r.step_ms())
-    _skew(counted)
+    transfer = skew(counted)
+    head = slowest(counted)
     out = _result(head, cls, engine, traces)
-    out.ranks = [_rank_split(r) for r in per_rank]
+    out.ranks = [rank_split(r) for r in per_rank]
     if len(counted) > 1:
         means = [r.step_ms() for r in counted]
         out.rank_spread_pct = round((max(means) - min(means)) / min(means) * 100, 2)
     out.slowest_rank = head.trace.rank
-    out.missing_ranks = _missing(traces)
+    out.collective_waits = waits(counted, transfer)
+    out.missing_ranks = missing(traces)
     if out.missing_ranks:
         out.notes.append(
             f"rank(s) {', '.join(map(str, out.missing_ranks))} of "
@@ -320,69 +286,6 @@ def _insert(union: list[list[float]], a: float, b: float) -> None:
         lo, hi = min(lo, union[j][0]), max(hi, union[j][1])
         j += 1
     union[i:j] = [[lo, hi]]
-
-
-# ----------------------------------------------------------------------------- ranks
-
-
-def _skew(ranks: list[_Rank]) -> None:
-    """Waiting inside collectives: the i-th collective of step k is the same call on every
-    rank; the rank that arrives last waits least, so the shortest duration among ranks is the
-    transfer and each rank's excess over it is time spent waiting for the slowest rank."""
-    if len(ranks) < 2:
-        return
-    n = min(r.n for r in ranks)
-    if any(r.n != n for r in ranks):
-        ranks[0].notes.append(
-            f"ranks counted different numbers of steps ({', '.join(str(r.n) for r in ranks)}): "
-            f"collectives matched over the first {n}"
-        )
-    for r in ranks:
-        r.wait_us = defaultdict(float)
-    mismatched = 0
-    for k in range(n):
-        calls = [r.coll[k] for r in ranks]
-        if len({len(c) for c in calls}) != 1:
-            mismatched += 1
-            continue
-        for i in range(len(calls[0])):
-            durs = [c[i][1] for c in calls]
-            fastest = min(durs)
-            for r, c in zip(ranks, calls, strict=True):
-                assert r.wait_us is not None
-                r.wait_us[c[i][0]] += c[i][1] - fastest
-    if mismatched:
-        ranks[0].notes.append(
-            f"{mismatched} step(s) ran different numbers of collectives on different ranks: "
-            "their waiting is not measured"
-        )
-    for r in ranks:
-        r.matched_steps = n - mismatched
-
-
-def _missing(traces: list[RankTrace]) -> list[int]:
-    world = max((t.world_size or 0) for t in traces)
-    have = {t.rank for t in traces if t.rank is not None}
-    if world <= 1 or not have:
-        return []
-    return [r for r in range(world) if r not in have]
-
-
-def _rank_split(r: _Rank) -> RankSplit:
-    n = r.n or 1
-    wait, matched = r.wait_us, r.matched_steps
-    return RankSplit(
-        rank=r.trace.rank,
-        path=r.trace.path,
-        device=r.trace.device,
-        step_ms=round(r.step_ms(), 6),
-        idle_ms=round(sum(s.idle_ms for s in r.steps) / n, 6),
-        steps=r.n,
-        classes={k: round(v / n / 1e3, 6) for k, v in sorted(r.cls_us.items())},
-        collective_wait_ms=round(sum(wait.values()) / matched / 1e3, 6)
-        if wait is not None and matched
-        else None,
-    )
 
 
 # ----------------------------------------------------------------------------- result
