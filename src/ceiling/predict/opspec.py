@@ -99,7 +99,7 @@ class OpTime:
 
     expected_us: float
     bound_us: float
-    source: str  # profile | table | prior | engine | physics
+    source: str  # trace | profile | table | prior | engine | physics
     confidence: float
     family: str = ""
     note: str = ""

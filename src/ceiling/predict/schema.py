@@ -104,7 +104,7 @@ class OpRecord(BaseModel):
     name: str
     count: float = Field(description="calls per step (per token at batch 1)")
     ms: float = Field(description="time per step, all calls")
-    source: str = Field(description="table | profile | prior | engine (host estimate)")
+    source: str = Field(description="trace | table | profile | prior | engine (host estimate)")
     confidence: float = Field(description="0-1: how much the number is trusted")
     kernel: str = Field("", description="kernel family (data/predict/kernels.yaml)")
     note: str = ""
