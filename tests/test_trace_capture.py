@@ -143,3 +143,18 @@ def test_trace_capture_cli_names_the_flag_and_needs_vllms_directory(tmp_path, ca
     doc = json.loads(capsys.readouterr().out)
     assert doc["recorded"] is False and "--profiler-config" in doc["why_not"]
     assert json.loads((tmp_path / "capture.json").read_text()) == doc
+
+
+def test_a_recorded_window_is_printed(capsys) -> None:
+    from ceiling.render import trace as show
+    from ceiling.trace.capture import TraceCapture
+
+    sp = split([read_trace(VLLM_CPU)], "vllm")
+    res = TraceCapture(url="http://x", engine="vllm", steps_asked=10, recorded=True, split=sp,
+                       files=[str(VLLM_CPU)], engine_itl_ms=sp.step_ms * 1.01,
+                       engine_itl_count=24, step_vs_engine_pct=-0.99)  # fmt: skip
+    show.capture(res)
+    text = capsys.readouterr().out
+    assert f"{sp.step_ms:.3f} ms" in text
+    assert "inter-token latency in the window" in text and "-0.99 %" in text
+    assert VLLM_CPU.name in text

@@ -105,6 +105,7 @@ def bottleneck(inp: VerdictInputs) -> Bottleneck:
             predicted_step_ms=a.predicted_step_ms if a is not None else None,
             floors_ms=ms.fundamental_ms,
             configurable_ms=ms.configurable_ms,
+            unbounded_ms=ms.unbounded_ms,
             component=largest.op_class,
             component_ms=largest.measured_ms,
             component_share_pct=largest.share_pct,

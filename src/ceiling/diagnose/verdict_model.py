@@ -69,6 +69,7 @@ class Bottleneck(ResultModel):
     # measured: the largest class's predict component, and the traced step's configurable part
     measured_component: str | None = None
     configurable_ms: float | None = None
+    unbounded_ms: float | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -107,9 +108,14 @@ class Bottleneck(ResultModel):
             return (
                 f"Measured inside the engine: {self.component} is "
                 f"{us_or_ms(self.component_ms or 0.0)} of the {step} traced step "
-                f"({self.component_share_pct or 0.0:.3g} %); {us_or_ms(self.floors_ms or 0.0)} "
-                "of it is the bound of its classes (fundamental), "
-                f"{us_or_ms(self.configurable_ms or 0.0)} configurable."
+                f"({self.component_share_pct or 0.0:.3g} %). Of the step, "
+                f"{us_or_ms(self.floors_ms or 0.0)} is the bound of its classes (fundamental), "
+                f"{us_or_ms(self.configurable_ms or 0.0)} configurable"
+                + (
+                    f", {us_or_ms(self.unbounded_ms)} in classes predict has no bound for."
+                    if self.unbounded_ms
+                    else "."
+                )
             )
         if self.case == "host-bound":
             what = (

@@ -114,8 +114,8 @@ def _message(cap: TraceCapture) -> str:
         return f"no trace: {cap.why_not}"
     sp = cap.split
     vs = (
-        f", stream ITL {cap.stream_itl_ms:.3g} ms ({cap.step_vs_stream_pct:+.2g} %)"
-        if cap.stream_itl_ms is not None and cap.step_vs_stream_pct is not None
+        f", engine ITL {cap.engine_itl_ms:.3g} ms ({cap.step_vs_engine_pct:+.3g} %)"
+        if cap.engine_itl_ms is not None and cap.step_vs_engine_pct is not None
         else ""
     )
     return (

@@ -106,8 +106,14 @@ def capture(res: TraceCapture, json_out: bool = False) -> None:
         o.print(f"[bold]no trace recorded[/bold]: {esc(res.why_not or '')}", soft_wrap=True)
         return
     sp = res.split
-    o.print(f"[bold]{esc(headline(sp))}[/bold]", soft_wrap=True)
+    o.print(f"[bold]{esc(sp.headline)}[/bold]", soft_wrap=True)
     o.print(esc(stacked_bar(sp)), soft_wrap=True)
+    if res.engine_itl_ms is not None:
+        o.print(
+            f"the engine's own inter-token latency in the window: {res.engine_itl_ms:.3f} ms "
+            f"({res.engine_itl_count} observations); trace step {res.step_vs_engine_pct:+.2f} %",
+            soft_wrap=True,
+        )
     if res.stream_itl_ms is not None:
         o.print(
             f"the stream's inter-token latency over the same steps: {res.stream_itl_ms:.3f} ms "

