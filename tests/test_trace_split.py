@@ -242,3 +242,23 @@ def test_the_founding_sentence_counts_the_waiting_of_the_mean_rank(tmp_path):
     # 10 us waiting for rank 1 -> the mean rank: 10 us, of which 5 us waiting
     assert ms.allreduce_ms == pytest.approx(0.010) and ms.allreduce_wait_ms == pytest.approx(0.005)
     assert "of which 0.005 ms is waiting for the slowest rank" in ms.allreduce_sentence()
+
+
+def test_one_process_driving_two_gpus_is_two_ranks(tmp_path):
+    s = Synth()
+    for _ in range(5):
+        s.annotation(DECODE, s.t, 3.0)
+        start = s.t + 10.0
+        for dev, ar in ((0, 15.0), (1, 5.0)):  # GPU 0 waits 10 us for GPU 1 at the allreduce
+            ts = start
+            for name, d in [("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 40.0),
+                            ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", ar),
+                            ("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 55.0 - ar)]:  # fmt: skip
+                s.kernel(name, ts, d, stream=7, launch=s.t + 1.0, device=dev)
+                ts += d
+        s.t = start + 95.0
+    out = split([read_trace(s.write(tmp_path / "one_process.json"))], "vllm")
+    assert [r.rank for r in out.ranks] == [0, 1]
+    assert all(r.steps == 4 for r in out.ranks)
+    assert {r.rank: r.collective_wait_ms for r in out.ranks} == pytest.approx({0: 0.010, 1: 0.0})
+    assert out.busy_ms == pytest.approx(0.095)  # one GPU's kernels, not the two merged

@@ -28,11 +28,11 @@ class Synth:
         )  # fmt: skip
 
     def kernel(self, name: str, ts: float, dur: float, stream: int = 7, launch: float | None = None,
-               cat: str = "kernel") -> None:  # fmt: skip
+               cat: str = "kernel", device: int = 0) -> None:  # fmt: skip
         self._corr += 1
         self.events.append(
             {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts,
-             "dur": dur, "args": {"stream": stream, "correlation": self._corr, "device": 0}}
+             "dur": dur, "args": {"stream": stream, "correlation": self._corr, "device": device}}
         )  # fmt: skip
         self.events.append(
             {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,

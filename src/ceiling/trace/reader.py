@@ -88,7 +88,7 @@ def _int(v: Any, default: int = 0) -> int:
 
 
 def _build(p: Path, doc: dict[str, Any]) -> RankTrace:
-    gpu: list[tuple[str, float, float, EventKind, int, int | None]] = []
+    gpu: list[tuple[str, float, float, EventKind, int, int | None, int]] = []
     launches: dict[int, float] = {}
     cpu_ops: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
     notes: list[str] = []
@@ -109,7 +109,7 @@ def _build(p: Path, doc: dict[str, Any]) -> RankTrace:
             corr = args.get("correlation")
             gpu.append(
                 (str(ev.get("name", "")), ts, dur, _GPU_KINDS[cat], _int(args.get("stream")),
-                 corr if isinstance(corr, int) else None)
+                 corr if isinstance(corr, int) else None, _int(args.get("device")))
             )  # fmt: skip
         elif cat in _LAUNCH_CATS:
             corr = args.get("correlation")
@@ -143,9 +143,9 @@ def _build(p: Path, doc: dict[str, Any]) -> RankTrace:
         trace.events = [
             KernelEvent.model_construct(
                 name=n, ts_us=ts, dur_us=d, kind=k, stream=s, correlation=c,
-                launch_ts_us=launches.get(c) if c is not None else None,
+                launch_ts_us=launches.get(c) if c is not None else None, device=dev,
             )
-            for n, ts, d, k, s, c in gpu
+            for n, ts, d, k, s, c, dev in gpu
         ]  # fmt: skip
         return trace
     trace.device = "cpu"
@@ -174,7 +174,7 @@ def _top_level(
             out.append(
                 KernelEvent.model_construct(
                     name=name, ts_us=ts, dur_us=dur, kind="cpu_op", stream=tid,
-                    correlation=None, launch_ts_us=None,
+                    correlation=None, launch_ts_us=None, device=0,
                 )
             )  # fmt: skip
             end = ts + dur

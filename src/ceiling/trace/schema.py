@@ -23,6 +23,7 @@ class KernelEvent(BaseModel):
     dur_us: float
     kind: EventKind = "kernel"
     stream: int = Field(0, description="CUDA stream (GPU) or thread id (CPU operators)")
+    device: int = Field(0, description="GPU index (one process may drive several)")
     correlation: int | None = Field(None, description="links a kernel to its launch")
     launch_ts_us: float | None = Field(
         None, description="when the host launched it (the runtime call's start), if recorded"

@@ -57,6 +57,7 @@ def split(
     """
     if not traces:
         raise CeilingError("no trace to split", fix="pass one trace file per rank")
+    traces = [one for t in traces for one in per_device(t)]
     ranks_seen = [t.rank for t in traces if t.rank is not None]
     dup = {r for r in ranks_seen if ranks_seen.count(r) > 1}
     if dup:
@@ -93,6 +94,27 @@ def split(
     for r in per_rank:
         if not r.n:
             out.notes.append(f"{r.trace.path}: no complete decode step (left out)")
+    return out
+
+
+def per_device(t: RankTrace) -> list[RankTrace]:
+    """A trace of one process that drove several GPUs, as one trace per GPU (each GPU is a
+    rank of its own: its kernels never overlap another GPU's in wall time)."""
+    devices = sorted({e.device for e in t.events})
+    if t.device != "gpu" or len(devices) < 2:
+        return [t]
+    out = []
+    for d in devices:
+        sub = t.model_copy(
+            update={
+                "events": [e for e in t.events if e.device == d],
+                "rank": d,
+                "world_size": t.world_size or len(devices),
+                "path": f"{t.path}#gpu{d}",
+                "notes": [*t.notes, f"{t.path}: GPU {d} of {len(devices)} driven by one process"],
+            }
+        )
+        out.append(sub)
     return out
 
 
