@@ -12,6 +12,7 @@ from ceiling.spec.profile import save_profile
 from ceiling.trace.compare import compare
 from ceiling.trace.profile import to_profile
 from ceiling.trace.reader import read_trace
+from ceiling.trace.roles import assign as assign_roles
 from ceiling.trace.schema import RankTrace, TraceReport
 from ceiling.trace.split import split
 
@@ -63,6 +64,8 @@ def analyse(
             update["engine"] = sp.engine  # the engine the trace names
         req = request.model_copy(update=update)
         pred = predict(req)
+        sp = assign_roles(sp, pred)  # GEMMs by layer role when the positions match
+        rep.split = sp
         rep.prediction = (
             f"{req.model} on {req.gpu_name() or 'the hardware'}, {req.engine}, TP {req.tp}, "
             f"batch {b}, context {c}"

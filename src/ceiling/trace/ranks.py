@@ -28,6 +28,8 @@ class RankAccount:
     )
     # per counted step: the collectives' own durations, in order
     coll: list[list[tuple[str, float]]] = field(default_factory=list)
+    # per counted step: the main stream's GEMM calls in order, us (split-K halves joined)
+    gemm_calls: list[list[float]] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     source: str = ""
     notes: list[str] = field(default_factory=list)

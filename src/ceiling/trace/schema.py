@@ -166,6 +166,11 @@ class TraceSplit(BaseModel):
     top_kernels: list[KernelStat] = Field(default_factory=list)
     overlap: list[OverlapNote] = Field(default_factory=list)
     per_step: list[StepTime] = Field(default_factory=list, description="the headline rank's")
+    gemm_calls_ms: list[float] = Field(
+        default_factory=list,
+        description="the main stream's GEMM calls in step order, mean ms (empty when steps "
+        "differ): trace.roles reads layer roles from their positions",
+    )
     ranks: list[RankSplit] = Field(default_factory=list)
     slowest_rank: int | None = None
     rank_spread_pct: float | None = Field(

@@ -12,6 +12,7 @@ the step annotations (nested operators are inside their parents' time).
 
 from __future__ import annotations
 
+import re
 import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
@@ -36,6 +37,8 @@ from ceiling.trace.schema import (
 from ceiling.trace.steps import from_annotations, periodic
 
 TOP_KERNELS = 15
+#: cuBLAS/cuBLASLt's split-K reduction kernel (the second half of one GEMM call)
+_SPLITK = re.compile(r"splitKreduce|splitK_reduce|reduce_splitk", re.IGNORECASE)
 
 
 @cache
@@ -227,6 +230,7 @@ def _attribute(
         sides = [x for x in items if x.stream != main]
         union: list[list[float]] = []
         coll: list[tuple[str, float]] = []
+        gemms: list[float] = []  # the main stream's GEMM calls in order (roles: trace.roles)
         for x in mains:
             a, b = max(x.ts_us, s), min(x.end_us, e)
             if b <= a:
@@ -237,7 +241,12 @@ def _attribute(
             else:
                 got = b - a
                 union.append([a, b])
-            _add(r, x, got, cls, coll, s)
+            if _add(r, x, got, cls, coll, s) == "gemm":
+                # cuBLAS's split-K reduction finishes the GEMM before it: one call
+                if gemms and _SPLITK.search(x.name):
+                    gemms[-1] += got
+                else:
+                    gemms.append(got)
         for x in sorted(sides, key=lambda v: v.ts_us):
             a, b = max(x.ts_us, s), min(x.end_us, e)
             if b <= a:
@@ -259,6 +268,7 @@ def _attribute(
             )
         )  # fmt: skip
         r.coll.append(coll)
+        r.gemm_calls.append(gemms)
 
 
 def _add(
@@ -373,7 +383,11 @@ def _result(r: _Rank, cls: Classifier, engine: str | None, traces: list[RankTrac
     for t in traces:
         notes += t.notes
     engine_version = next((t.engine_version for t in traces if t.engine_version), None)
+    seqs = r.gemm_calls
+    same = bool(seqs) and len({len(q) for q in seqs}) == 1
+    gemm_calls = [round(sum(col) / n / 1e3, 6) for col in zip(*seqs, strict=True)] if same else []
     return TraceSplit(
+        gemm_calls_ms=gemm_calls,
         engine=cls.engine or engine,
         engine_version=engine_version,
         device=r.trace.device,
