@@ -94,3 +94,34 @@ def test_cli_spec_options(capsys, priors_only):
     assert d["details"]["speculative"]["acceptance_length"] == pytest.approx(3.4)
     assert main([*argv[:-1], "--spec-acceptance-rate", "1.5"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_doctor_reads_the_servers_speculative_decoding_and_acceptance(priors_only):
+    """A vLLM log with a speculative config and a metrics line: the facts carry the method,
+    the drafted tokens and the measured acceptance length, and the doctor's request predicts
+    with them (the acceptance measured by the engine, not the default)."""
+    from pathlib import Path
+
+    from ceiling.diagnose.expect import _speculative
+    from ceiling.diagnose.logs import parse_lines
+
+    log = Path(__file__).parent / "fixtures" / "logs" / "vllm_0.32_gpu_bf16_h200.log"
+    text = log.read_text().replace(
+        "speculative_config=None",
+        "speculative_config=SpeculativeConfig(method='deepseek_mtp', model='x', num_spec_tokens=3)",
+    )
+    metrics = (
+        "(APIServer pid=3100) INFO 05-20 09:12:40 [metrics.py:121] SpecDecoding metrics: Mean "
+        "acceptance length: 2.60, Accepted throughput: 20.15 tokens/s, Drafted throughput: "
+        "195.00 tokens/s, Accepted: 403 tokens, Drafted: 3900 tokens, Per-position acceptance "
+        "rate: 0.7, 0.5, 0.4, Avg Draft acceptance rate: 53.3%"
+    )
+    facts = parse_lines([*text.splitlines(), metrics], engine="vllm")
+    assert (facts.spec_method, facts.spec_tokens, facts.spec_mean_acceptance) == ("mtp", 3, 2.6)
+    fields = _speculative(facts)
+    assert fields == {"spec": "mtp", "spec_tokens": 3, "spec_acceptance_length": 2.6}
+    p = predict(PredictRequest(model="deepseek-v3", gpu="h200", tp=8, **fields))
+    sp = p.details.speculative
+    assert sp is not None and sp.acceptance_length == 2.6 and "given" in sp.acceptance_source
+    plain = parse_lines(log.read_text().splitlines(), engine="vllm")
+    assert plain.spec_method is None and _speculative(plain) == {}

@@ -58,7 +58,21 @@ def request_for(
         context=cfg.single_context,
         prompt_len=cfg.input_len,
         what_if=True,
+        **_speculative(facts),
     )
+
+
+def _speculative(facts: EngineFacts | None) -> dict[str, Any]:
+    """The server's speculative decoding as predict's request fields: the method and drafted
+    tokens from the engine's config, the acceptance length the engine measured (its metrics
+    line) when it is within 1..k+1."""
+    if facts is None or facts.spec_method is None:
+        return {}
+    out: dict[str, Any] = {"spec": facts.spec_method, "spec_tokens": facts.spec_tokens}
+    tau, k = facts.spec_mean_acceptance, facts.spec_tokens
+    if tau is not None and k is not None and 1.0 <= tau <= k + 1:
+        out["spec_acceptance_length"] = tau
+    return out
 
 
 class Expectation(BaseModel):

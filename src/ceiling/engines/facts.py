@@ -72,6 +72,8 @@ class EngineFacts(BaseModel):
     cudagraph_downgrade: str | None = None  # the mode the engine lowered CUDA graphs to
     weight_only_fallback: str | None = None  # "FP4"/"FP8" run weight-only (no native compute)
     spec_mean_acceptance: float | None = None  # speculative decoding, last metrics line
+    spec_method: str | None = None  # predict's word for the engine's method: mtp|eagle|eagle3|ngram
+    spec_tokens: int | None = None  # drafted tokens per step
     spec_acceptance_rate_pct: float | None = None
     custom_allreduce_disabled: bool | None = None
     custom_allreduce_reason: str | None = None

@@ -133,6 +133,22 @@ def _spec_decode(hit: re.Match[str], r: LogRead) -> None:
     r.facts.spec_acceptance_rate_pct = None if hit[2] == "nan" else float(hit[2])
 
 
+# vLLM's speculative methods (SpeculativeConfig.method) in predict's words: every MTP flavour
+# (deepseek_mtp, qwen3_next_mtp, glm4_moe_mtp, ernie_mtp, mtp) runs the checkpoint's MTP layers
+def _spec_method(method: str) -> str | None:
+    m = method.lower()
+    if "mtp" in m:
+        return "mtp"
+    return m if m in ("eagle", "eagle3", "ngram") else None
+
+
+def _spec_config(hit: re.Match[str], r: LogRead) -> None:
+    """``speculative_config=SpeculativeConfig(method='mtp', model=..., num_spec_tokens=2)`` in
+    the engine-config line (vLLM ``SpeculativeConfig.__repr__``)."""
+    r.facts.spec_method = _spec_method(hit[1])
+    r.facts.spec_tokens = int(hit[2])
+
+
 def _csv(text: str) -> list[str]:
     return [f.strip() for f in text.split(",") if f.strip()]
 
@@ -143,6 +159,11 @@ _RULES = (
     Rule(
         re.compile(r"Initializing a (V1 )?LLM engine \(v?([^)]+)\) with config: (.*)$"),
         apply=_engine_config,
+    ),
+    Rule(
+        re.compile(r"SpeculativeConfig\(method='(\w+)', model=[^,]*, num_spec_tokens=(\d+)\)"),
+        apply=_spec_config,
+        evidence="spec_decode",
     ),
     Rule(re.compile(r"non-default args: (\{.*\})\s*$"), apply=_non_default),
     Rule(re.compile(r"Automatically detected platform (\w+)"), field="device", convert=str.lower),
