@@ -59,6 +59,6 @@ begin doctor
   --repeat "${DEMO_REPEAT:-3}" \
   --concurrency "${DEMO_CONCURRENCY:-1,2,4}" \
   --concurrency-max-tokens 128 \
-  --out "$OUT"
+  --out-dir "$OUT"
 end
 echo "== done: open $OUT/report.html (Markdown: $OUT/report.md, data: $OUT/doctor.json)"

@@ -62,7 +62,7 @@ def test_json_output_is_parseable_and_alone_on_stdout(tmp_path):
         title="t", plan=None, ledger="", baseline="b", variants=[], comparison=[], verdict=verdict
     )
     doc.write_text(result.model_dump_json())
-    proc = _ceiling("report", str(doc), "--out", str(tmp_path / "r"), "--json")
+    proc = _ceiling("report", str(doc), "--out-dir", str(tmp_path / "r"), "--json")
     assert proc.returncode == 0, proc.stderr
     paths = json.loads(proc.stdout)
     assert set(paths) == {"md", "html"}

@@ -154,7 +154,7 @@ def test_cli_dry_run_prints_both_and_writes_nothing(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "ceiling", "deploy", str(variant.source), "--dry-run",
-         "--image", "example/engine:1", "--out", str(out)],
+         "--image", "example/engine:1", "--out-dir", str(out)],
         capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

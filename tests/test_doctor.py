@@ -138,7 +138,7 @@ def test_doctor_without_a_server(tmp_path, model_dir):
     with pytest.raises(CeilingError, match="no OpenAI-compatible server"):
         run_doctor(_cfg("http://127.0.0.1:9", model_dir, tmp_path))
     # the CLI turns it into one line + fix, exit code 4 (the server at --url)
-    assert main(["doctor", "--url", "http://127.0.0.1:9", "--out", str(tmp_path)]) == 4
+    assert main(["doctor", "--url", "http://127.0.0.1:9", "--out-dir", str(tmp_path)]) == 4
 
 
 def test_cli_doctor_json(model_dir, tmp_path, capsys):
@@ -148,7 +148,7 @@ def test_cli_doctor_json(model_dir, tmp_path, capsys):
                 "doctor",
                 "--url",
                 srv.url,
-                "--model-path",
+                "--model",
                 str(model_dir),
                 "--max-tokens",
                 "16",
@@ -158,7 +158,7 @@ def test_cli_doctor_json(model_dir, tmp_path, capsys):
                 "none",
                 "--no-telemetry",
                 "--no-sanity",
-                "--out",
+                "--out-dir",
                 str(tmp_path / "o"),
                 "--json",
             ]

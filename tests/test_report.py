@@ -157,7 +157,7 @@ def test_render_file_rewrites_reports_beside_the_saved_json(doc, tmp_path):
     assert Path(paths["html"]).read_text().startswith("<!DOCTYPE html>")
     # the CLI does the same and prints the paths as JSON
     out = tmp_path / "other"
-    assert main(["report", str(src), "--out", str(out), "--json"]) == 0
+    assert main(["report", str(src), "--out-dir", str(out), "--json"]) == 0
     assert (out / "report.html").is_file()
 
 

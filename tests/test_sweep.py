@@ -217,7 +217,7 @@ def test_inline_variant_keeps_the_parents_model_wherever_it_is_written(tmp_path)
 def test_cli_sweep_bad_plan_is_one_line_error(tmp_path, capsys):
     from ceiling.cli import main
 
-    assert main(["sweep", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")]) == 2
+    assert main(["sweep", str(tmp_path / "missing.yaml"), "--out-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: plan file not found") and "fix:" in err
 

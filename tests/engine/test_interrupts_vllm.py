@@ -176,9 +176,9 @@ def test_doctor_ctrl_c_writes_what_it_has(vllm_server, tmp_path):
         [
             sys.executable, "-m", "ceiling", "doctor",
             "--url", vllm_server.url, "--log", str(vllm_server.log_path),
-            "--model-path", str(vllm_server.variant.model),
+            "--model", str(vllm_server.variant.model),
             "--max-tokens", "256", "--repeat", "5", "--concurrency", "1,2",
-            "--no-telemetry", "--no-measure-cpu", "--out", str(out),
+            "--no-telemetry", "--no-measure-cpu", "--out-dir", str(out),
         ],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip

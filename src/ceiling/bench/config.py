@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ceiling.bench.client import base_url
+from ceiling.choices import BenchMode
 from ceiling.errors import CeilingError
 from ceiling.inputs import check_server_url
 
-Mode = Literal["single", "concurrency", "rate"]
+Mode = BenchMode  # ceiling.choices: the CLI offers the same
 
 #: Defaults that depend on the mode: single-stream decode wants long generations.
 DEFAULT_MAX_TOKENS = {"single": 2048, "concurrency": 256, "rate": 256}

@@ -106,6 +106,10 @@ def _plain_metavars(group: Any) -> None:
                 continue
             if param.param_type_name != "option" or param.is_flag or param.metavar:
                 continue
+            choices = _choices(param)
+            if choices:  # an enumeration: --help lists it (`--engine [vllm|sglang|...]`)
+                param.metavar = "[" + "|".join(choices) + "]"
+                continue
             name, kind = param.name or "", _type_label(param)
             if name in _METAVARS and not (name == "batch" and "str" not in kind):
                 param.metavar = _METAVARS[name]
@@ -117,6 +121,44 @@ def _plain_metavars(group: Any) -> None:
                 param.metavar = "PATH"
             else:
                 param.metavar = "TEXT"
+
+
+def _choices(param: Any) -> list[str]:
+    """The choices of an enumerated option ([] if none): Typer >= 0.29 describes them itself
+    (``type_descriptor``), older Typers hand Click a ``Choice``."""
+    desc = getattr(param, "type_descriptor", None)
+    if desc is not None and getattr(desc, "is_choice", False):
+        return [str(c) for c in desc.choices or ()]
+    return [str(c) for c in getattr(getattr(param, "type", None), "choices", None) or ()]
+
+
+def option_kind(param: Any) -> str:
+    """What an option takes, in the words of docs/cli.md's table: ``flag``, ``choice``,
+    ``file``, ``dir``, ``path``, ``number`` (an int, a float or a list ``N,N,...``), ``text``."""
+    if getattr(param, "is_flag", False):
+        return "flag"
+    if _choices(param):
+        return "choice"
+    info = getattr(getattr(param, "type_descriptor", None), "parameter_info", None)
+    click_type = getattr(param, "type", None)
+    path = info if info is not None and _is_path(param) else click_type
+    if _is_path(param):
+        if getattr(path, "file_okay", True) is False:
+            return "dir"
+        if getattr(path, "dir_okay", True) is False:
+            return "file"
+        return "path"
+    label = _type_label(param)
+    if "int" in label or "float" in label or param.metavar == "N,N,...":
+        return "number"
+    return "text"
+
+
+def _is_path(param: Any) -> bool:
+    desc = getattr(param, "type_descriptor", None)
+    if desc is not None:
+        return bool(getattr(desc, "is_path", False))
+    return "path" in _type_label(param)
 
 
 def _type_label(param: Any) -> str:

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from ceiling.choices import BenchMode
+from ceiling.cli._vocab import renamed
+
 
 def _levels(text: str) -> list[int]:
     from ceiling.errors import CeilingError
@@ -40,10 +43,13 @@ def register(app: typer.Typer) -> None:
     @app.command("bench")
     def bench(
         url: str = typer.Option("http://127.0.0.1:8000", "--url", help="Server root (OpenAI API)."),
-        model: str = typer.Option(None, "--model", help="Model id (default: from /v1/models)."),
-        mode: str = typer.Option(
-            "single", "--mode", help="single | concurrency | rate", metavar="MODE"
+        served_model: str = typer.Option(
+            None, "--served-model", help="Served model name (default: from /v1/models)."
         ),
+        old_model: str = typer.Option(
+            None, "--model", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+        ),
+        mode: BenchMode = typer.Option("single", "--mode", help="How to drive the server."),
         max_tokens: int = typer.Option(
             None, "--max-tokens", help="Output tokens (single: 2048, else 256)."
         ),
@@ -83,9 +89,17 @@ def register(app: typer.Typer) -> None:
             False, "--telemetry", help="Sample NVML telemetry meanwhile."
         ),
         out: Path = typer.Option(
-            None, "--out", help="Result file (default ceiling-out/bench-<time>.json)."
+            None,
+            "--out",
+            dir_okay=False,
+            help="Result file (default ceiling-out/bench-<time>.json).",
         ),
-        timeout: float = typer.Option(900.0, "--timeout", help="Per-request limit, s."),
+        request_timeout: float = typer.Option(
+            900.0, "--request-timeout", help="Seconds one request may take."
+        ),
+        old_timeout: float = typer.Option(
+            None, "--timeout", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+        ),
         stall_timeout: float = typer.Option(
             60.0, "--stall-timeout", help="Max silence in a stream, s."
         ),
@@ -120,6 +134,8 @@ def register(app: typer.Typer) -> None:
         from ceiling.console import out as stdout
         from ceiling.errors import ExitStatus
 
+        model = renamed(served_model, old_model, "bench --model", "--served-model")
+        timeout = renamed(request_timeout, old_timeout, "bench --timeout", "--request-timeout")
         if out is None:
             out = Path("ceiling-out") / time.strftime("bench-%Y%m%d-%H%M%S.json")
         cfg = make_config(

@@ -6,15 +6,23 @@ from pathlib import Path
 
 import typer
 
+from ceiling.cli._vocab import renamed
 from ceiling.errors import ExitStatus
 
 
 def deploy_cmd(
     variant: Path = typer.Argument(..., help="Variant file to deploy (e.g. a sweep's winner)."),
-    out: Path = typer.Option(None, "--out", help="Directory (default ceiling-out/deploy/NAME)."),
+    out_dir: Path = typer.Option(
+        None, "--out-dir", file_okay=False, help="Directory (default ceiling-out/deploy/NAME)."
+    ),
+    old_out: Path = typer.Option(
+        None, "--out", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unit and compose file only."),
     image: str = typer.Option(None, "--image", help="Container image (default: the engine's)."),
-    gpus: int = typer.Option(None, "--gpus", help="GPUs to reserve (default: from the variant: TP, 0 for a CPU variant)."),
+    gpus: int = typer.Option(
+        None, "--gpus", help="GPUs to reserve (default: from the variant: TP, 0 for a CPU variant)."
+    ),
     ready_timeout: int = typer.Option(1800, "--ready-timeout", help="Seconds to become ready."),
     env_file: Path = typer.Option(None, "--env-file", help="Secrets file (default: in --out)."),
     no_validate: bool = typer.Option(False, "--no-validate", help="Skip the validators."),
@@ -33,7 +41,7 @@ def deploy_cmd(
 
     result = deploy.run(
         variant,
-        out,
+        renamed(out_dir, old_out, "deploy --out", "--out-dir"),
         dry_run=dry_run,
         image=image,
         gpus=gpus,
@@ -48,7 +56,12 @@ def deploy_cmd(
 def ready_cmd(
     url: str = typer.Option(..., "--url", help="The server, e.g. http://127.0.0.1:8000."),
     path: list[str] = typer.Option(None, "--path", help="Health path(s) (default /health)."),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds to wait."),
+    ready_timeout: float = typer.Option(
+        1800.0, "--ready-timeout", help="Seconds the server may take to be ready."
+    ),
+    old_timeout: float = typer.Option(
+        None, "--timeout", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+    ),
     pid: int = typer.Option(None, "--pid", help="Give up when this process (the server) exits."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -56,11 +69,12 @@ def ready_cmd(
 
     \b
     Example:
-      ceiling ready --url http://127.0.0.1:8000 --path /health --timeout 600
+      ceiling ready --url http://127.0.0.1:8000 --path /health --ready-timeout 600
     """
     from ceiling.deploy.ready import ready
     from ceiling.render import deploy as show
 
+    timeout = renamed(ready_timeout, old_timeout, "ready --timeout", "--ready-timeout")
     show.ready(ready(url, path or [], timeout, pid), json_out)
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from ceiling.cli._vocab import ServerEngine, renamed
+
 
 def _ints(text: str) -> list[int]:
     if text.strip().lower() in ("", "none", "0"):
@@ -25,10 +27,15 @@ def doctor(
     url: str = typer.Option(None, "--url", help="A running OpenAI-compatible server to examine."),
     variant: Path = typer.Option(None, "--variant", help="A variant file: doctor launches it."),
     log: Path = typer.Option(None, "--log", help="The running server's log file (with --url)."),
-    model_path: str = typer.Option(
-        None, "--model-path", help="Model directory / config.json / catalog name (default: auto)."
+    model: str = typer.Option(
+        None, "--model", help="Model directory / config.json / catalog name (default: auto)."
     ),
-    engine: str = typer.Option(None, "--engine", help="Engine of a --url server (default: auto)."),
+    old_model_path: str = typer.Option(
+        None, "--model-path", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+    ),
+    engine: ServerEngine | None = typer.Option(
+        None, "--engine", help="Engine of a --url server (default: auto)."
+    ),
     gpu: str = typer.Option(None, "--gpu", help="Catalog GPU name (default: probed)."),
     tp: int = typer.Option(None, "--tp", help="Tensor-parallel size of a --url server."),
     cuda_graphs: bool = typer.Option(
@@ -50,7 +57,12 @@ def doctor(
     no_measure_cpu: bool = typer.Option(
         False, "--no-measure-cpu", help="On CPU, use the labelled assumed rates."
     ),
-    launch_timeout: float = typer.Option(1800.0, "--launch-timeout", help="Seconds to be ready."),
+    ready_timeout: float = typer.Option(
+        1800.0, "--ready-timeout", help="Seconds the launched engine may take to be ready."
+    ),
+    old_launch_timeout: float = typer.Option(
+        None, "--launch-timeout", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+    ),
     no_sanity: bool = typer.Option(
         False, "--no-sanity", help="Benchmark even if the output is wrong (skip the sanity gate)."
     ),
@@ -61,15 +73,21 @@ def doctor(
         "bench: the verdict then uses the measured split.",
     ),
     trace_steps: int = typer.Option(32, "--trace-steps", help="Decode steps per traced window."),
-    out: Path = typer.Option(Path("ceiling-out"), "--out", help="Output directory."),
+    out_dir: Path = typer.Option(
+        Path("ceiling-out"), "--out-dir", file_okay=False, help="Output directory."
+    ),
+    old_out: Path = typer.Option(
+        None, "--out", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print doctor.json on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
 ) -> None:
     """Measure a deployment, set it against its expected rate and bound, write a verdict + report.
 
     \b
     Examples:
       ceiling doctor --variant examples/variants/cpu-tiny.yaml
-      ceiling doctor --url http://127.0.0.1:8000 --log server.log --model-path /models/llama
+      ceiling doctor --url http://127.0.0.1:8000 --log server.log --model /models/llama
       ceiling doctor --variant examples/variants/cpu-tiny.yaml --trace
 
     Every option is checked before anything is launched. API key: a launched variant's own key
@@ -87,6 +105,11 @@ def doctor(
     from ceiling.render import doctor as show
     from ceiling.report import render
 
+    model_path = renamed(model, old_model_path, "doctor --model-path", "--model")
+    launch_timeout = renamed(
+        ready_timeout, old_launch_timeout, "doctor --launch-timeout", "--ready-timeout"
+    )
+    out = renamed(out_dir, old_out, "doctor --out", "--out-dir")
     options = dict(
         url=url,
         variant=str(variant) if variant else None,
@@ -109,7 +132,7 @@ def doctor(
         trace=trace,
         trace_steps=trace_steps,
         out_dir=str(out),
-        progress=not json_out,
+        progress=not (json_out or quiet),
     )
     cfg = model_from_options(DoctorConfig, options, "doctor", OPTION_NAMES)
     res = doctor_flow.run(cfg, report=render)
@@ -122,15 +145,23 @@ def doctor(
 
 def sweep(
     plan: Path = typer.Argument(..., help="Plan file (YAML) listing the variants."),
-    out: Path = typer.Option(Path("ceiling-out/sweep"), "--out", help="Output directory."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the sweep recorded in --out."),
+    out_dir: Path = typer.Option(
+        Path("ceiling-out/sweep"), "--out-dir", file_okay=False, help="Output directory."
+    ),
+    old_out: Path = typer.Option(
+        None, "--out", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue the sweep recorded in --out-dir."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print sweep.json on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
 ) -> None:
     """Run every variant of a plan (preflight first), with a durable ledger and early stop.
 
     \b
     Example:
-      ceiling sweep examples/plans/cpu-tiny.yaml --out ceiling-out/sweep
+      ceiling sweep examples/plans/cpu-tiny.yaml --out-dir ceiling-out/sweep
 
     Ctrl-C stops the running trial (its engine too) and leaves the ledger resumable: rerun with
     --resume. Without a terminal, each launch prints its start-up phases as lines.
@@ -139,29 +170,39 @@ def sweep(
     from ceiling.flows import sweep as sweep_flow
     from ceiling.render import doctor as show
 
+    out = renamed(out_dir, old_out, "sweep --out", "--out-dir")
+    talk = not (json_out or quiet)
+
     def on_event(name: str, ev: dict) -> None:
-        if not json_out and ev.get("type") == "repeat":
+        if talk and ev.get("type") == "repeat":
             console().print(f"{name}: repeat {ev['idx']}: {ev.get('tok_s')} tok/s")
-        elif not json_out and ev.get("type") in ("stopped_early", "failed"):
+        elif talk and ev.get("type") in ("stopped_early", "failed"):
             console().print(f"{name}: {ev['type']}: {ev.get('reason') or ev.get('error')}")
 
-    show.sweep(sweep_flow.run(plan, out, resume=resume, on_event=on_event), out, json_out)
+    result = sweep_flow.run(plan, out, resume=resume, on_event=on_event, progress=talk)
+    show.sweep(result, out, json_out)
 
 
 def report(
     result: Path = typer.Argument(..., help="doctor.json or sweep.json to render."),
-    out: Path = typer.Option(None, "--out", help="Directory (default: beside the file)."),
+    out_dir: Path = typer.Option(
+        None, "--out-dir", file_okay=False, help="Directory (default: beside the file)."
+    ),
+    old_out: Path = typer.Option(
+        None, "--out", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the written paths as JSON."),
 ) -> None:
     """Re-render the Markdown and HTML report of a saved doctor or sweep result.
 
     \b
     Example:
-      ceiling report ceiling-out/doctor.json --out /tmp/report
+      ceiling report ceiling-out/doctor.json --out-dir /tmp/report
     """
     from ceiling.render import doctor as show
     from ceiling.report import render_file
 
+    out = renamed(out_dir, old_out, "report --out", "--out-dir")
     show.report_paths(render_file(result, out), json_out)
 
 

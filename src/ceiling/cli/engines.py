@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from ceiling.cli._vocab import ServerEngine, renamed
 from ceiling.errors import ExitStatus
 
 
@@ -27,6 +28,7 @@ def preflight_cmd(
     ),
     refresh: bool = typer.Option(False, "--refresh", help="Re-read the engine's flags."),
     json_out: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress line."),
 ) -> None:
     """Check variants' flags, values and env against the INSTALLED engine (no model load).
 
@@ -38,7 +40,7 @@ def preflight_cmd(
     from ceiling.flows import preflight
     from ceiling.render import engines as show
 
-    with Progress("preflight", enabled=not json_out) as shown:
+    with Progress("preflight", enabled=not (json_out or quiet)) as shown:
         run = preflight.run_files(
             variants,
             refresh=refresh,
@@ -50,7 +52,12 @@ def preflight_cmd(
 
 def launch_cmd(
     variant: Path = typer.Argument(..., help="Variant file to launch."),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds to wait for readiness."),
+    ready_timeout: float = typer.Option(
+        1800.0, "--ready-timeout", help="Seconds the engine may take to be ready."
+    ),
+    old_timeout: float = typer.Option(
+        None, "--timeout", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+    ),
     port: int | None = typer.Option(
         None, "--port", help="Override the variant's port (1-65535).", metavar="PORT"
     ),
@@ -59,6 +66,7 @@ def launch_cmd(
     ),
     skip_preflight: bool = typer.Option(False, "--skip-preflight", help="Launch unchecked."),
     json_out: bool = typer.Option(False, "--json", help="Print the server info as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", help="No start-up progress."),
 ) -> None:
     """Start the engine server of a variant, wait until ready, serve until Ctrl-C.
 
@@ -73,12 +81,13 @@ def launch_cmd(
     from ceiling.flows import launch
     from ceiling.render import engines as show
 
+    timeout = renamed(ready_timeout, old_timeout, "launch --timeout", "--ready-timeout")
     launch.run(
         launch.launch_variant(variant, timeout_s=timeout, port=port),
         timeout_s=timeout,
         exit_when_ready=exit_when_ready,
         skip_preflight=skip_preflight,
-        progress=not json_out,
+        progress=not (json_out or quiet),
         on_ready=lambda server: show.launch_ready(server, json_out),
         on_serving=None if json_out else show.launch_serving,
         on_stopped=None if json_out else show.launch_stopped,
@@ -87,8 +96,8 @@ def launch_cmd(
 
 def inspect_cmd(
     log: Path = typer.Argument(..., help="Engine log file (vLLM, SGLang or llama.cpp)."),
-    engine: str | None = typer.Option(
-        None, "--engine", help="vllm | sglang | llamacpp (default: detect)."
+    engine: ServerEngine | None = typer.Option(
+        None, "--engine", help="The engine that wrote the log (default: detect)."
     ),
     concurrency: int | None = typer.Option(
         None,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ceiling.cli._vocab import ServerEngine
 from ceiling.errors import ExitStatus
 
 
@@ -13,13 +14,14 @@ def env_cmd(
     python: str = typer.Option(
         None, "--python", help="Interpreter of the environment to check (default: this one)."
     ),
-    engine: str = typer.Option(
+    engine: ServerEngine | None = typer.Option(
         None, "--engine", help="Check this engine's environment (as launch finds it)."
     ),
     tp: int = typer.Option(1, "--tp", help="Planned tensor-parallel size (sizes /dev/shm)."),
     shm_root: Path = typer.Option(Path("/dev/shm"), "--shm-root", help="Shared-memory mount."),
     refresh: bool = typer.Option(False, "--refresh", help="Load every binary again (no cache)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress line."),
 ) -> None:
     """Check an environment: requirements, binaries vs torch, driver/CUDA/arch, NCCL, shm, limits.
 
@@ -32,7 +34,9 @@ def env_cmd(
     from ceiling.envcheck.check import env_report
     from ceiling.render.env import env
 
-    report = env_report(python, tp, shm_root, refresh, engine=engine, progress=not json_out)
+    report = env_report(
+        python, tp, shm_root, refresh, engine=engine, progress=not (json_out or quiet)
+    )
     env(report, json_out)
     raise typer.Exit(ExitStatus.OK if report.ok else ExitStatus.FAILED)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from ceiling.choices import Allreduce, KvDtype, PredictEngine
 from ceiling.errors import CeilingError
 
 
@@ -37,9 +38,9 @@ def register(app: typer.Typer) -> None:
         dp: int | None = typer.Option(
             None, "--dp", min=1, help="data parallel replicas (default gpus / (tp x pp))"
         ),
-        engine: str = typer.Option("vllm", "--engine", help="vllm | sglang | trtllm | generic"),
-        allreduce: str = typer.Option(
-            "auto", "--allreduce", help="auto (engine rule) | nccl | oneshot"
+        engine: PredictEngine = typer.Option("vllm", "--engine", help="the engine to predict"),
+        allreduce: Allreduce = typer.Option(
+            "auto", "--allreduce", help="allreduce implementation (auto: the engine's rule)"
         ),
         no_cuda_graphs: bool = typer.Option(
             False, "--no-cuda-graphs", help="eager decode (no CUDA graphs)"
@@ -51,7 +52,9 @@ def register(app: typer.Typer) -> None:
         prompt_len: int = typer.Option(
             1024, "--prompt-len", min=1, help="prompt length for the prefill/TTFT estimate"
         ),
-        kv_dtype: str = typer.Option("auto", "--kv-dtype", help="auto | bf16 | fp16 | fp8"),
+        kv_dtype: KvDtype = typer.Option(
+            "auto", "--kv-dtype", help="KV-cache dtype (auto: the model's)"
+        ),
         weight_format: str | None = typer.Option(
             None,
             "--weight-format",

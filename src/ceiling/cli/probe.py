@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from ceiling.choices import CommBackend
+from ceiling.cli._vocab import renamed
+
 
 def register(app: typer.Typer) -> None:
     """Add this group's commands to the app."""
@@ -13,7 +16,9 @@ def register(app: typer.Typer) -> None:
     @app.command("probe")
     def probe_cmd(
         json_: bool = typer.Option(False, "--json", help="Print the topology as JSON."),
-        out: Path | None = typer.Option(None, "--out", help="Also write the JSON to this file."),
+        out: Path | None = typer.Option(
+            None, "--out", dir_okay=False, help="Also write the JSON to this file."
+        ),
     ) -> None:
         """GPUs, memory, clocks, PCIe, NVLink, GPU-pair links and P2P; CPU sockets/NUMA.
 
@@ -33,7 +38,9 @@ def register(app: typer.Typer) -> None:
             50.0, "--interval-ms", help="Sampling interval, 10-1000 ms.", metavar="MS"
         ),
         json_: bool = typer.Option(False, "--json", help="Print summary + series as JSON."),
-        out: Path | None = typer.Option(None, "--out", help="Write summary + series here."),
+        out: Path | None = typer.Option(
+            None, "--out", dir_okay=False, help="Write summary + series here."
+        ),
     ) -> None:
         """Sample NVML (PCIe TX/RX, SM/mem util, clocks, power, temperature) for a while.
 
@@ -54,16 +61,21 @@ def register(app: typer.Typer) -> None:
         sizes: str = typer.Option(
             "1K..64M", "--sizes", help="'1K..64M' (powers of 2) or '1K,14K,1M'."
         ),
-        variant: list[str] = typer.Option(
+        preset: list[str] = typer.Option(
             [],
-            "--variant",
+            "--preset",
             metavar="PRESET",
             help="Preset or group from data/commbench.yaml (repeatable): default, ring, tree, ll, ll128, simple, p2p-off, channels16-buff16m, issue7 ...",
+        ),
+        old_variant: list[str] = typer.Option(
+            [], "--variant", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
         ),
         env: list[str] = typer.Option(
             [], "--env", help="Custom variant KEY=V[,KEY=V] (repeatable)."
         ),
-        backend: str = typer.Option("auto", "--backend", help="auto | nccl | gloo"),
+        backend: CommBackend = typer.Option(
+            "auto", "--backend", help="Collective backend (auto: NCCL on GPUs, else gloo)."
+        ),
         dtype: str | None = typer.Option(
             None, "--dtype", help="torch dtype (bfloat16 on GPU, float32 on CPU).", metavar="DTYPE"
         ),
@@ -78,17 +90,23 @@ def register(app: typer.Typer) -> None:
         budget_ms: float = typer.Option(
             20.0, "--budget-ms", help="Time per repetition per size, ms.", metavar="MS"
         ),
-        timeout: float = typer.Option(
-            900.0, "--timeout", help="Seconds per variant before ranks are killed."
+        rank_timeout: float = typer.Option(
+            900.0, "--rank-timeout", help="Seconds the ranks of one preset may run."
+        ),
+        old_timeout: float = typer.Option(
+            None, "--timeout", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
         ),
         out: Path | None = typer.Option(
-            None, "--out", help="Write a hardware profile (collective fits) here."
+            None, "--out", dir_okay=False, help="Write a hardware profile (collective fits) here."
         ),
         results: Path | None = typer.Option(
-            None, "--results", help="Write the full result JSON here."
+            None, "--results", dir_okay=False, help="Write the full result JSON here."
         ),
         merge: Path | None = typer.Option(
-            None, "--merge", help="Merge into this existing profile (e.g. calibrate's)."
+            None,
+            "--merge",
+            dir_okay=False,
+            help="Merge into this existing profile (e.g. calibrate's).",
         ),
         json_: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
     ) -> None:
@@ -96,7 +114,7 @@ def register(app: typer.Typer) -> None:
 
         \b
         Example:
-          ceiling commbench --world-sizes 2,4,8 --variant default --variant ll --out profile.json
+          ceiling commbench --world-sizes 2,4,8 --preset default --preset ll --out profile.json
         """
         from ceiling.errors import CeilingError
         from ceiling.inputs import int_list, model_from_options
@@ -110,6 +128,12 @@ def register(app: typer.Typer) -> None:
             raise CeilingError(
                 f"bad --sizes {sizes!r}: {exc}", fix="e.g. --sizes 1K..64M"
             ) from None
+        if old_variant:
+            from ceiling.cli._vocab import deprecated
+
+            deprecated("commbench --variant", "--preset")
+        variant = preset + old_variant
+        timeout = renamed(rank_timeout, old_timeout, "commbench --timeout", "--rank-timeout")
         options = dict(
             world_sizes=int_list(world_sizes, "--world-sizes") if world_sizes else None,
             sizes=parsed,
@@ -124,7 +148,7 @@ def register(app: typer.Typer) -> None:
             budget_s=budget_ms / 1000,
             timeout_s=timeout,
         )
-        names = {"budget_s": "--budget-ms", "timeout_s": "--timeout", "variants": "--variant"}
+        names = {"budget_s": "--budget-ms", "timeout_s": "--rank-timeout", "variants": "--preset"}
         cfg = model_from_options(CommbenchConfig, options, "commbench", names)
         from ceiling.render import probe as show
 
@@ -149,12 +173,17 @@ def register(app: typer.Typer) -> None:
             help="Multiply the buffer sizes of data/calibrate.yaml (> 0).",
             metavar="X",
         ),
-        out: Path | None = typer.Option(None, "--out", help="Write the hardware profile here."),
+        out: Path | None = typer.Option(
+            None, "--out", dir_okay=False, help="Write the hardware profile here."
+        ),
         results: Path | None = typer.Option(
-            None, "--results", help="Write the full result JSON here."
+            None, "--results", dir_okay=False, help="Write the full result JSON here."
         ),
         merge: Path | None = typer.Option(
-            None, "--merge", help="Merge into this existing profile (e.g. commbench's)."
+            None,
+            "--merge",
+            dir_okay=False,
+            help="Merge into this existing profile (e.g. commbench's).",
         ),
         json_: bool = typer.Option(False, "--json", help="Print result + profile as JSON."),
         ops: bool = typer.Option(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ceiling.cli._vocab import ServerEngine, deprecated, renamed
 from ceiling.errors import ExitStatus
 
 #: broken is a failed result; suspect is reported, not failed
@@ -20,19 +21,32 @@ def register(app: typer.Typer) -> None:
 def sanity(
     url: str = typer.Option(None, "--url", help="A running OpenAI-compatible server to ask."),
     variant: Path = typer.Option(None, "--variant", help="A variant file: launch it, ask, stop."),
-    model: str = typer.Option(None, "--model", help="Served model name (default: the first)."),
-    model_path: str = typer.Option(
+    served_model: str = typer.Option(
+        None, "--served-model", help="Served model name (default: the first)."
+    ),
+    model: str = typer.Option(
         None,
-        "--model-path",
+        "--model",
         help="The model's directory here: its family and the CPU reference pass (default: auto).",
     ),
-    engine: str = typer.Option(None, "--engine", help="Engine of a --url server (default: auto)."),
+    old_model_path: str = typer.Option(
+        None, "--model-path", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+    ),
+    engine: ServerEngine | None = typer.Option(
+        None, "--engine", help="Engine of a --url server (default: auto)."
+    ),
     dtype: str = typer.Option(None, "--dtype", help="The dtype the server computes in."),
     no_reference: bool = typer.Option(
         False, "--no-reference", help="Skip the reference forward pass on the CPU."
     ),
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds per request."),
+    request_timeout: float = typer.Option(
+        60.0, "--request-timeout", help="Seconds one request may take."
+    ),
+    old_timeout: float = typer.Option(
+        None, "--timeout", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
 ) -> None:
     """Is the server computing the model or fast garbage? Known answers, perplexity, reference
     logits, degenerate output: ok / suspect / broken in seconds.
@@ -46,20 +60,27 @@ def sanity(
     or suspect (the verdict says which), 1 broken, 2 bad option, 3 the engine did not start,
     4 server unreachable or refused.
     """
+    from ceiling.inputs import is_model_input
     from ceiling.render import sanity as show
     from ceiling.sanity.run import SanityConfig, run_sanity
 
+    if model is not None and served_model is None and not is_model_input(model):
+        # the previous release's --model was the served name: kept one release
+        deprecated("sanity --model SERVED-NAME", "--served-model (--model is the model input)")
+        model, served_model = None, model
+    model_path = renamed(model, old_model_path, "sanity --model-path", "--model")
+    timeout = renamed(request_timeout, old_timeout, "sanity --timeout", "--request-timeout")
     report = run_sanity(
         SanityConfig(
             url=url,
             variant=str(variant) if variant else None,
-            model=model,
+            model=served_model,
             model_path=model_path,
             engine=engine,
             dtype=dtype,
             reference=not no_reference,
             timeout_s=timeout,
-            progress=not json_out,
+            progress=not (json_out or quiet),
         )
     )
     show.report(report, json_out)

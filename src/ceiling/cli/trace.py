@@ -8,6 +8,8 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from ceiling.cli._vocab import ServerEngine, renamed
+
 
 class _TraceGroup(TyperGroup):
     """``ceiling trace FILE...`` reads traces, ``ceiling trace capture --url ...`` records one:
@@ -35,8 +37,8 @@ def register(app: typer.Typer) -> None:
 
 def trace(
     files: list[str] = typer.Argument(..., help="torch-profiler traces, one per rank (.json[.gz])"),
-    engine: str = typer.Option(
-        None, "--engine", help="vllm | sglang | llamacpp: its kernel table (default: the trace's)"
+    engine: ServerEngine | None = typer.Option(
+        None, "--engine", help="the engine whose kernel table to use (default: the trace's)"
     ),
     window: str = typer.Option(
         None, "--window", help="START:END ms from the trace's start: only steps inside it"
@@ -52,7 +54,7 @@ def trace(
     context: int = typer.Option(
         None, "--context", min=1, help="context per sequence (default: annotation, else 1024)"
     ),
-    out: str = typer.Option(None, "--out", help="write the report as JSON here"),
+    out: Path = typer.Option(None, "--out", dir_okay=False, help="write the report as JSON here"),
     profile_out: str = typer.Option(
         None, "--profile-out", help="write the trace as a profile for `predict --profile`"
     ),
@@ -81,7 +83,7 @@ def trace(
         engine=engine,
         window=window,
         request=request_for(model, gpu, tp, engine),
-        out=out,
+        out=str(out) if out is not None else None,
         profile_out=profile_out,
         report=report,
         batch=batch,
@@ -95,15 +97,27 @@ def capture(
     steps: int = typer.Option(32, "--steps", help="Decode steps in the window."),
     streams: int = typer.Option(1, "--streams", help="Generations running across the window."),
     ranks: int = typer.Option(1, "--ranks", help="Trace files to wait for (one per rank)."),
-    engine: str = typer.Option(None, "--engine", help="vllm | sglang (default: the server's)."),
+    engine: ServerEngine | None = typer.Option(
+        None, "--engine", help="The server's engine: vllm or sglang (default: the server's)."
+    ),
     engine_version: str = typer.Option(
         None, "--engine-version", help="The server's engine version (default: newest form)."
     ),
-    model: str = typer.Option(None, "--model", help="Served model name (default: the first)."),
+    served_model: str = typer.Option(
+        None, "--served-model", help="Served model name (default: the first)."
+    ),
+    old_model: str = typer.Option(
+        None, "--model", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+    ),
     trace_dir: Path = typer.Option(
         None, "--trace-dir", help="Where the server writes traces (vLLM: its torch_profiler_dir)."
     ),
-    out: Path = typer.Option(Path("ceiling-out/trace"), "--out", help="Output directory."),
+    out_dir: Path = typer.Option(
+        Path("ceiling-out/trace"), "--out-dir", file_okay=False, help="Output directory."
+    ),
+    old_out: Path = typer.Option(
+        None, "--out", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print capture.json on stdout."),
 ) -> None:
     """Record a window of steady decode steps through the server's own profiler (its
@@ -122,6 +136,8 @@ def capture(
     from ceiling.flows.trace_capture import capture as record
     from ceiling.render import trace as show
 
+    model = renamed(served_model, old_model, "trace capture --model", "--served-model")
+    out = renamed(out_dir, old_out, "trace capture --out", "--out-dir")
     res = record(
         url, out, steps=steps, streams=streams, ranks=ranks, engine=engine,
         engine_version=engine_version, model=model, trace_dir=trace_dir,

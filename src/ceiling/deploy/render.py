@@ -206,7 +206,7 @@ def _unit(
     nofile: int,
 ) -> str:
     ready = _ceiling_cmd(
-        "ready", "--url", url, "--timeout", str(ready_timeout_s), "--pid", "$MAINPID"
+        "ready", "--url", url, "--ready-timeout", str(ready_timeout_s), "--pid", "$MAINPID"
     )
     ready += [tok for p in health for tok in ("--path", p)]
     ready_line = " ".join(systemd_quote(a) if a != "$MAINPID" else "$MAINPID" for a in ready)

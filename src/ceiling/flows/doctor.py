@@ -8,7 +8,7 @@ took and whether it failed; a stage that fails does not throw away what earlier 
 (a server that dies mid-doctor leaves a result that says so and keeps every finished number).
 
 Input: a running server (``url``, optionally its ``log`` file) or a ``variant`` file to launch.
-The model comes from ``--model-path``, the variant's model, or the path the server reports in
+The model comes from ``--model``, the variant's model, or the path the server reports in
 ``/v1/models`` (``root``); the hardware from ``probe`` (GPUs) or, on a machine without NVIDIA
 GPUs, from a measured description of the CPU (``cpu_host``): predict's CPU backend then gives
 the floors of this CPU's measured bandwidth and FLOP rate, and the report says so.
@@ -272,7 +272,7 @@ def _launch_stage(
                     variant,
                     timeout_s=cfg.launch_timeout_s,
                     progress=cfg.progress,
-                    timeout_option="--launch-timeout",
+                    timeout_option="--ready-timeout",
                 )
             )
             st.message = f"ready in {server.ready_s or 0:.1f} s at {server.url}"
@@ -449,12 +449,12 @@ def reproduce(cfg: DoctorConfig, url: str, model: str | None) -> list[str]:
         if cfg.variant
         else f"--url {url}"
         + (f" --log {cfg.log}" if cfg.log else "")
-        + (f" --model-path {cfg.model_path}" if cfg.model_path else "")
+        + (f" --model {cfg.model_path}" if cfg.model_path else "")
     )
     conc = ",".join(str(c) for c in cfg.concurrency)
     cmds = [
         f"ceiling doctor {target} --max-tokens {cfg.max_tokens} --repeat {cfg.repeat} "
-        f"--concurrency {conc or 'none'} --out {cfg.out_dir}",
+        f"--concurrency {conc or 'none'} --out-dir {cfg.out_dir}",
         f"ceiling bench --url {url} --model {model} --mode single --max-tokens {cfg.max_tokens} "
         f"--input-len {cfg.input_len} --repeat {cfg.repeat}",
     ]

@@ -22,9 +22,10 @@ from ceiling.spec.model import catalog
 
 #: DoctorConfig field -> the CLI option that sets it, where the two names differ
 OPTION_NAMES = {
-    "launch_timeout_s": "--launch-timeout",
+    "launch_timeout_s": "--ready-timeout",
     "target_tok_s": "--target",
-    "out_dir": "--out",
+    "out_dir": "--out-dir",
+    "model_path": "--model",
 }
 
 
@@ -62,7 +63,7 @@ def check_config(cfg: DoctorConfig) -> None:
             f"--engine {cfg.engine!r} is not an engine ceiling knows",
             fix="one of: " + ", ".join(engine_names()),
         )
-    check_out_dir(cfg.out_dir, "--out")
+    check_out_dir(cfg.out_dir, "--out-dir")
 
 
 def _check_model_path(value: str) -> None:
@@ -71,12 +72,12 @@ def _check_model_path(value: str) -> None:
     p = Path(value).expanduser()
     if p.is_dir() and not (p / "config.json").is_file():
         raise CeilingError(
-            f"--model-path {p}: no config.json in that directory",
+            f"--model {p}: no config.json in that directory",
             fix="pass a model directory, its config.json, or a catalog name (predict --list-models)",
         )
     if not p.exists():
         raise CeilingError(
-            f"--model-path {value!r}: not a catalog name, file or directory",
+            f"--model {value!r}: not a catalog name, file or directory",
             fix="pass a model directory, its config.json, or a catalog name (predict --list-models)",
         )
 

@@ -18,7 +18,9 @@ def launch_variant(path: Path, timeout_s: float, port: int | None = None) -> Var
     """The variant file of ``ceiling launch``, with ``--port`` applied (options checked)."""
     check_port(port)
     if timeout_s <= 0:
-        raise CeilingError(f"--timeout {timeout_s:g} is not positive", fix="e.g. --timeout 600")
+        raise CeilingError(
+            f"--ready-timeout {timeout_s:g} is not positive", fix="e.g. --ready-timeout 600"
+        )
     variant = load_variant(path)
     return variant if port is None else variant.with_overrides(port=port)
 
@@ -45,7 +47,9 @@ def run(
                 + (f" (+{len(report.errors) - 1} more)" if len(report.errors) > 1 else ""),
                 fix=first.fix or "run `ceiling preflight` for the full list",
             )
-    server = start(variant, timeout_s=timeout_s, progress=progress)
+    server = start(
+        variant, timeout_s=timeout_s, progress=progress, timeout_option="--ready-timeout"
+    )
     if on_ready is not None:
         on_ready(server)
     try:

@@ -172,17 +172,18 @@ def run(
     trial_fn: TrialFn = execute_trial,
     preflight_fn: Callable[[dict[str, Path]], dict[str, str]] | None = _preflight_all,
     on_event: Callable[[str, Event], None] | None = None,
+    progress: bool = True,
 ) -> SweepResult:
     """Run (or resume) a sweep; write ``sweep.json`` and the report into ``out_dir``."""
     plan = load_plan(plan_path)
     _check_bench(plan)
     out = Path(out_dir)
-    check_out_dir(out, "--out")
+    check_out_dir(out, "--out-dir")
     ledger_path = out / "ledger.sqlite"
     if ledger_path.exists() and not resume:
         raise CeilingError(
             f"{ledger_path} exists: a sweep already ran here",
-            fix="pass --resume to continue it, or another --out directory",
+            fix="pass --resume to continue it, or another --out-dir",
         )
     paths = materialize(plan, out)
     fps = {name: fingerprint(load_variant(p), plan.bench) for name, p in paths.items()}
@@ -225,6 +226,7 @@ def run(
                     early_stop=plan.early_stop,
                     launch_timeout_s=plan.launch_timeout_s,
                     sanity=plan.sanity,
+                    progress=progress,
                     out_dir=str(out),
                     log_dir=str(out / "logs"),
                 )
@@ -303,7 +305,7 @@ def run(
         variants=rows,
         comparison=comparison,
         verdict=_sweep_verdict(plan, rows),
-        reproduce=[f"ceiling sweep {plan.source} --out {out} --resume"],
+        reproduce=[f"ceiling sweep {plan.source} --out-dir {out} --resume"],
     )
     write_atomic(out / "sweep.json", dumps(result) + "\n", what="sweep result")
     render(result, out)

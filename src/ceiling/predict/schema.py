@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from ceiling.choices import Allreduce, PredictEngine
 from ceiling.spec.deployment import Deployment
 from ceiling.spec.hardware import Hardware
 
@@ -43,8 +44,8 @@ class PredictRequest(BaseModel):
     ep: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
     dp: int | None = Field(None, ge=1)
-    engine: Literal["vllm", "sglang", "trtllm", "generic"] = "vllm"
-    allreduce: Literal["auto", "nccl", "oneshot"] = "auto"
+    engine: PredictEngine = "vllm"
+    allreduce: Allreduce = "auto"
     cuda_graphs: bool = True
     batch: int = Field(1, ge=1)
     context: int = Field(1024, ge=1, description="KV length per sequence during decode")

@@ -22,6 +22,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+from ceiling.choices import CommBackend
 from ceiling.errors import CeilingError
 from ceiling.probe.fit import (
     algbw_GBps,
@@ -80,7 +81,7 @@ class CommbenchConfig(BaseModel):
     )
     variants: list[str] = Field(default_factory=list)
     custom_env: list[str] = Field(default_factory=list)
-    backend: str = "auto"  # auto | nccl | gloo
+    backend: CommBackend = "auto"
     dtype: str | None = None  # None: bfloat16 on nccl, float32 on gloo
     graph: bool = True
     graph_ops: int = 10

@@ -1,0 +1,25 @@
+"""The fixed enumerations of ceiling's inputs, defined once: the libraries validate against these
+``Literal`` types and the CLI offers them as choices (``--help`` lists them, shells complete
+them). Dependency-free on purpose: the CLI reads it while it starts. Lists that come from data
+or adapters (server engines, GPUs, links) are read from their own source by ``ceiling.cli``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+#: The engines predict models (``predict --engine``; ``PredictRequest.engine``).
+PredictEngine = Literal["vllm", "sglang", "trtllm", "generic"]
+#: The allreduce implementation predict assumes (``auto``: the engine's own rule).
+Allreduce = Literal["auto", "nccl", "oneshot"]
+#: The KV-cache dtype predict assumes (``auto``: the model's dtype).
+KvDtype = Literal["auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2"]  # spec.deployment sizes
+#: How ``bench`` drives the server (``BenchConfig.mode``).
+BenchMode = Literal["single", "concurrency", "rate"]
+#: The collective backend of ``commbench`` (``auto``: NCCL on GPUs, gloo on the CPU).
+CommBackend = Literal["auto", "nccl", "gloo"]
+
+
+def values(kind: object) -> tuple[str, ...]:
+    """The strings of one of the ``Literal`` types above."""
+    return tuple(str(v) for v in get_args(kind))

@@ -1,0 +1,117 @@
+"""One CLI vocabulary: docs/cli.md's table made executable. Every option of every command has
+exactly one row (one meaning), takes one kind of value wherever it appears, and the table lists
+exactly the commands that have it; renamed spellings still work, with a deprecation line."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from ceiling.choices import KvDtype, values
+from ceiling.cli import _command, main, option_kind
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+
+
+def _app_rows() -> dict[str, tuple[set[str], set[str]]]:
+    """option -> (kinds it takes, commands that have it), read from the Typer app."""
+    rows: dict[str, tuple[set[str], set[str]]] = defaultdict(lambda: (set(), set()))
+    for name, cmd in _command().commands.items():
+        subs = (
+            [(f"{name} {k}", s) for k, s in cmd.commands.items()]
+            if hasattr(cmd, "commands")
+            else [(name, cmd)]
+        )
+        for full, sub in subs:
+            for p in sub.params:
+                if p.param_type_name != "option" or p.hidden:
+                    continue
+                for opt in [*p.opts, *(getattr(p, "secondary_opts", None) or [])]:
+                    if opt.startswith("--"):
+                        rows[opt][0].add(option_kind(p))
+                        rows[opt][1].add(full)
+    return rows
+
+
+def _doc_rows() -> dict[str, tuple[str, set[str]]]:
+    text = DOC.read_text(encoding="utf-8")
+    table = text.split("| option | takes | meaning | commands |", 1)[1].split("\n\n", 1)[0]
+    out: dict[str, tuple[str, set[str]]] = {}
+    for line in table.strip().splitlines()[1:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        opt = cells[0].strip("`")
+        assert opt not in out, f"docs/cli.md: two rows for {opt}"
+        out[opt] = (cells[1], {c.strip() for c in cells[-1].split(",")})
+    return out
+
+
+def test_no_option_name_has_two_meanings_and_the_table_is_the_app():
+    app, doc = _app_rows(), _doc_rows()
+    two = {o: kinds for o, (kinds, _) in app.items() if len(kinds) > 1}
+    assert not two, f"one option name, two kinds of value: {two}"
+    assert set(app) == set(doc), (
+        f"options missing from docs/cli.md: {sorted(set(app) - set(doc))}; "
+        f"rows for no option: {sorted(set(doc) - set(app))}"
+    )
+    for opt, (kinds, commands) in app.items():
+        kind, listed = doc[opt]
+        assert {kind} == kinds, f"{opt}: the table says {kind}, the app takes {kinds}"
+        assert listed == commands, f"{opt}: the table lists {listed}, the app has it in {commands}"
+
+
+def test_the_rules_hold():
+    app = _app_rows()
+    assert app["--out"][0] == {"file"} and app["--out-dir"][0] == {"dir"}
+    assert app["--model"][0] == {"text"} and "bench" not in app["--model"][1]  # served: not --model
+    assert {"bench", "sanity", "trace capture"} <= app["--served-model"][1]
+    assert not any(o == "--timeout" for o in app), "a timeout is named by what it bounds"
+    for opt in ("--engine", "--allreduce", "--kv-dtype", "--mode", "--backend"):
+        assert app[opt][0] == {"choice"}, opt
+    progress = {"bench", "doctor", "sweep", "sanity", "launch", "preflight", "env"}
+    assert progress <= app["--quiet"][1]
+
+
+def test_help_lists_the_choices(capsys):
+    assert main(["predict", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "[vllm|sglang|trtllm|generic]" in out and "[auto|nccl|oneshot]" in out
+    assert main(["doctor", "--help"]) == 0
+    assert re.search(r"--engine \[[a-z|-]*llamacpp[a-z|-]*vllm\]", capsys.readouterr().out)
+
+
+def test_the_kv_dtype_choices_are_what_the_deployment_sizes():
+    from ceiling.spec.deployment import KV_DTYPE_BYTES
+
+    assert set(values(KvDtype)) == set(KV_DTYPE_BYTES)
+
+
+@pytest.mark.parametrize(
+    ("argv", "old", "new"),
+    [
+        (["report", "{missing}", "--out", "{tmp}"], "report --out", "--out-dir"),
+        (["sweep", "{missing}", "--out", "{tmp}"], "sweep --out", "--out-dir"),
+        (
+            ["doctor", "--url", "http://127.0.0.1:9", "--model-path", "x"],
+            "doctor --model-path",
+            "--model",
+        ),
+    ],
+)
+def test_old_spellings_work_one_release_with_a_deprecation_line(capsys, tmp_path, argv, old, new):
+    argv = [a.format(missing=tmp_path / "missing.json", tmp=tmp_path / "o") for a in argv]
+    assert main(argv) == 2  # the command ran with the old spelling (and refused its input)
+    err = capsys.readouterr().err
+    assert f"warning: {old}" in err and f"use {new}" in err
+    assert "No such option" not in err
+
+
+def test_sanity_model_is_the_input_and_a_served_name_there_is_read_the_old_way(capsys, tmp_path):
+    from ceiling.inputs import is_model_input
+
+    assert is_model_input("llama-3.1-8b") and is_model_input(str(tmp_path))
+    assert not is_model_input("tiny")  # a served name
+    assert main(["sanity", "--url", "http://127.0.0.1:9", "--model", "tiny", "--quiet"]) == 4
+    assert "use --served-model" in capsys.readouterr().err
