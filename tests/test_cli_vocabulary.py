@@ -109,7 +109,7 @@ def test_old_spellings_work_one_release_with_a_deprecation_line(capsys, tmp_path
 
 
 def test_sanity_model_is_the_input_and_a_served_name_there_is_read_the_old_way(capsys, tmp_path):
-    from ceiling.inputs import is_model_input
+    from ceiling.spec.model import is_model_input
 
     assert is_model_input("llama-3.1-8b") and is_model_input(str(tmp_path))
     assert not is_model_input("tiny")  # a served name

@@ -208,11 +208,3 @@ def check_server_url(url: str, option: str = "--url") -> None:
             f"{option} {shown!r} is not an http(s) server address",
             fix=f"e.g. {option} http://127.0.0.1:8000",
         )
-
-
-def is_model_input(text: str) -> bool:
-    """Whether ``text`` names a model the way ``--model`` does (docs/cli.md): a catalog name,
-    a ``config.json`` or a model directory here. (A served name is none of these.)"""
-    from ceiling.spec.model import catalog  # the catalog is a folder listing
-
-    return text in catalog() or Path(text).expanduser().exists()

@@ -51,6 +51,12 @@ def catalog() -> dict[str, Path]:
     return out
 
 
+def is_model_input(text: str) -> bool:
+    """Whether ``text`` names a model the way ``--model`` does (docs/cli.md): a catalog name,
+    a ``config.json`` or a model directory here. (A served name is none of these.)"""
+    return text in catalog() or Path(text).expanduser().exists()
+
+
 def list_models() -> list[dict[str, str]]:
     """Catalog entries with the Hugging Face id they come from."""
     rows = []
