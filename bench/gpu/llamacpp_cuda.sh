@@ -55,8 +55,9 @@ pack() {  # the results folder as one file (<= 16 MiB), written again after each
 BIN="$WORK/bin"
 GGUF="$WORK/gguf"
 mkdir -p "$GGUF"
-GG() { python3 "$HERE/random_gguf.py" "$@"; }
-export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+GG() { "${GG_PY:-python3}" "$HERE/random_gguf.py" "$@"; }
+SITE=${SITE:-/tmp/site}
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 
 prepare() {  # here, not on the GPU machine: fill .gpu/gpu/ (source, wheels, scripts)
   local root
@@ -111,7 +112,7 @@ pack_bins() {
   ls -la "$OUT"
 }
 unpack_bins() {  # carried from the first call
-  cat "$GPU_DIR"/bin.tar.gz.* | tar -xz -C "$WORK" && "$BIN/llama-server" --version
+  if [ -f "$GPU_DIR/bin.tar.xz" ]; then tar -xJf "$GPU_DIR/bin.tar.xz" -C "$WORK"; else cat "$GPU_DIR"/bin.tar.gz.* | tar -xz -C "$WORK"; fi && "$BIN/llama-server" --version
 }
 env_facts() {
   nvidia-smi; nvcc --version; cmake --version; ninja --version; nproc; free -g; df -h /tmp
@@ -119,9 +120,10 @@ env_facts() {
 }
 install_wheels() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site "$GPU_DIR"/whl/*.whl && python3 -c 'import gguf; print("gguf ok")'
+    --target "$SITE" "$GPU_DIR"/whl/*.whl && python3 -c 'import gguf; print("gguf ok")'
 }
-write_gguf() {  # write_gguf SHAPE FTYPE: $GGUF/SHAPE-FTYPE.gguf
+write_gguf() {  # write_gguf SHAPE FTYPE: $GGUF/SHAPE-FTYPE.gguf (kept when it is there)
+  [ -s "$GGUF/$1-$2.gguf" ] && return 0
   GG --shape "$1" --ftype "$2" --out "$GGUF/$1-$2.gguf" | tee -a "$RES/gguf_files.jsonl"
 }
 # the ops of one decode step at the model's shapes (llama.cpp's own exporter), without the

@@ -155,7 +155,9 @@ def tensors(s: Shape, ftype: str) -> list[tuple[str, str, tuple[int, ...]]]:
     """(name, ggml type, numpy shape = (..., rows, cols)) of every tensor, in file order."""
     out: list[tuple[str, str, tuple[int, ...]]] = []
     q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
-    out.append(("token_embd.weight", tensor_type(ftype, "token_embd", 0, s.layers), (s.vocab, s.hidden)))
+    out.append(
+        ("token_embd.weight", tensor_type(ftype, "token_embd", 0, s.layers), (s.vocab, s.hidden))
+    )
     for i in range(s.layers):
         p = f"blk.{i}."
 
@@ -181,7 +183,9 @@ def tensors(s: Shape, ftype: str) -> list[tuple[str, str, tuple[int, ...]]]:
             t("ffn_up", (s.ffn, s.hidden))
             t("ffn_down", (s.hidden, s.ffn))
     out.append(("output_norm.weight", "F32", (s.hidden,)))
-    out.append(("output.weight", tensor_type(ftype, "output", s.layers - 1, s.layers), (s.vocab, s.hidden)))
+    out.append(
+        ("output.weight", tensor_type(ftype, "output", s.layers - 1, s.layers), (s.vocab, s.hidden))
+    )
     return out  # fmt: skip
 
 

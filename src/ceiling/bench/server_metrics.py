@@ -129,8 +129,15 @@ def compare_to_client(
             "reason": missing or "no /metrics endpoint (or it did not answer)",
         }
     means = histogram_means_ms(d)
-    if not means:
+    counted = {}
+    for quantity, names in counters().items():
+        name = next((n for n in names if n in d), None)
+        if name is not None:
+            counted[quantity] = {"metric": name, "delta": d[name]}
+    if not means and not counted:
         return {"available": False, "reason": "/metrics has no known latency histograms"}
+    # an engine with counters and no histograms (llama-server: decode calls, tokens and
+    # seconds predicted) still reports what its counters say
     rows: dict[str, Any] = {}
     for quantity, info in means.items():
         row = dict(info)
@@ -141,9 +148,4 @@ def compare_to_client(
             if row["server_mean_ms"] is not None:
                 row["overhead_ms"] = c - row["server_mean_ms"]
         rows[quantity] = row
-    counted = {}
-    for quantity, names in counters().items():
-        name = next((n for n in names if n in d), None)
-        if name is not None:
-            counted[quantity] = {"metric": name, "delta": d[name]}
     return {"available": True, "engine": engine_of(d), "quantities": rows, "counters": counted}

@@ -73,6 +73,13 @@ def doctor(
         "bench: the verdict then uses the measured split.",
     ),
     trace_steps: int = typer.Option(32, "--trace-steps", help="Decode steps per traced window."),
+    accept_broken_output: str = typer.Option(
+        None,
+        "--accept-broken-output",
+        metavar="REASON",
+        help="Measure even if the sanity gate calls the output broken (the gate still runs; "
+        "its verdict and REASON go into the report), e.g. 'random weights: kernel timing only'.",
+    ),
     out_dir: Path = typer.Option(
         Path("ceiling-out"), "--out-dir", file_okay=False, help="Output directory."
     ),
@@ -131,6 +138,7 @@ def doctor(
         sanity=not no_sanity,
         trace=trace,
         trace_steps=trace_steps,
+        accept_broken_output=accept_broken_output,
         out_dir=str(out),
         progress=not (json_out or quiet),
     )

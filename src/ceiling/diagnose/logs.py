@@ -12,12 +12,13 @@ Each fact keeps the log lines it came from in ``evidence`` so that findings can 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.findings import FindingContext, context_for, derive_findings
-from ceiling.engines import all_engines
+from ceiling.engines import all_engines, get_engine
 from ceiling.engines.logparse import MAX_MESSAGES, parse_config_repr
 from ceiling.errors import CeilingError
 from ceiling.inputs import read_text
@@ -88,11 +89,19 @@ def inspect_log(
     engine: str | None = None,
     concurrency: int | None = None,
     context: FindingContext | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> EngineFacts:
-    """Parse an engine log file into EngineFacts with findings."""
+    """Parse an engine log file into EngineFacts with findings. ``env``: the launched variant's
+    environment, of which only the engine's ``facts_env`` variables are read."""
     p = Path(path)
     text = read_text(p, "log file", fix="pass the path of an engine's text log (stdout/stderr)")
-    facts = parse_lines(text.splitlines(), engine=engine, concurrency=concurrency, context=context)
+    lines = text.splitlines()
+    if env and engine:
+        adapter = get_engine(engine)
+        lines = [
+            f"ceiling: variant env {k}={env[k]}" for k in adapter.facts_env if k in env
+        ] + lines
+    facts = parse_lines(lines, engine=engine, concurrency=concurrency, context=context)
     facts.source = str(p)
     if facts == EngineFacts(engine=facts.engine, source=facts.source, findings=facts.findings):
         raise CeilingError(

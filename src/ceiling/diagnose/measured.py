@@ -57,6 +57,19 @@ class ServerView(BaseModel):
         return self.counters.get(name) or ServerCounter()
 
 
+def counted_itl(view: ServerView) -> ServerQuantity:
+    """The engine's time per generated token from counters, for an engine that keeps no
+    latency histogram (llama-server: tokens_predicted_seconds / tokens_predicted)."""
+    secs, toks = view.counter("decode_seconds"), view.counter("generated_tokens")
+    if not (secs.metric and toks.metric and toks.delta > 0 and secs.delta > 0):
+        return ServerQuantity()
+    return ServerQuantity(
+        metric=f"{secs.metric} / {toks.metric}",
+        count=toks.delta,
+        server_mean_ms=secs.delta / toks.delta * 1000.0,
+    )
+
+
 def decode_stat(run: LevelResult | None) -> tuple[float | None, float | None, float | None]:
     """Decode tok/s per stream with its CI across repeats: (mean, low, high)."""
     if run is None:
@@ -81,9 +94,16 @@ def measured_step(run: LevelResult | None) -> Measured | None:
     mean, lo, hi = decode_stat(run)
     if mean is None and run.mean_tpot_ms:
         mean = 1000.0 / run.mean_tpot_ms
-    itl = ServerView.of(run).quantity("itl")
+    view = ServerView.of(run)
+    itl = view.quantity("itl")
     srv = itl.server_mean_ms
     client_step = 1000.0 / mean if mean else None
+    if srv is None:
+        # counters time a whole slot's generation (sampling and the server's own work between
+        # steps included): evidence of a starved client only when they say FASTER than it saw
+        counted = counted_itl(view)
+        if counted.server_mean_ms and client_step and counted.server_mean_ms < client_step:
+            itl, srv = counted, counted.server_mean_ms
     if srv and (client_step is None or abs(client_step - srv) > CLIENT_AGREEMENT_PCT / 100 * srv):
         seen = (
             f"; the client's decode rate implies {client_step:.3g} ms per token"

@@ -37,11 +37,36 @@ def kv_capacity(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     (``--kv-cache-memory-bytes`` / ``VLLM_CPU_KVCACHE_SPACE`` on the CPU build), engine/
     arg_utils.py; SGLang 004e656 scheduler ("max_total_num_tokens=", ``mem_fraction_static``).
     """
+    want = ctx.concurrency if ctx.concurrency is not None else 1
+    per_request, asked = facts.max_model_len, ctx.request_tokens
+    if per_request is not None and asked is not None and per_request < asked:
+        # each request is cut short whatever the concurrency (llama-server: ctx-size / parallel)
+        f = Finding(
+            id="kv-capacity",
+            title=f"Each request gets {per_request} tokens of context; {asked} asked "
+            "(prompt + output)",
+            figures={"context_per_request": per_request, "request_tokens": asked},
+            severity="critical",
+            evidence=facts.evidence.get("kv", []) + facts.evidence.get("n_slots", []),
+            predicted_effect="requests stop (or are refused) at the context limit: outputs "
+            "come back shorter than asked",
+            doc=doc_path("kv-capacity"),
+        )
+        f.fix, f.preconditions = kv_remedies(facts, ctx)
+        return f
     if facts.max_concurrency is None:
         return None
-    want = ctx.concurrency if ctx.concurrency is not None else 1
     if facts.max_concurrency >= want:
         return None
+    cap = facts.running_cap()
+    if (
+        cap is not None
+        and cap == facts.max_concurrency
+        and facts.kv_cache_tokens
+        and asked
+        and facts.kv_cache_tokens / asked >= want
+    ):
+        return None  # the cache has room: the running-sequence cap limits (concurrency-cap)
     f = Finding(
         id="kv-capacity",
         title=f"KV cache holds {facts.max_concurrency:.2f} full-length requests; {want} requested",
@@ -136,7 +161,7 @@ def concurrency_cap(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
         title=f"The engine runs at most {cap} sequences at once; {want} requested",
         figures={"cap": cap, "concurrency": want},
         severity="critical" if cap * 2 <= want else "warning",
-        evidence=facts.evidence.get("non_default", [])[:1],
+        evidence=facts.evidence.get("non_default", [])[:1] + facts.evidence.get("n_slots", [])[:1],
         predicted_effect=f"requests beyond {cap} queue: total throughput stays at what {cap} "
         "streams give, and latency grows with the queue",
         doc=doc_path("concurrency-cap"),
@@ -390,6 +415,54 @@ def slow_restart(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     )
 
 
+def partial_offload(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
+    """Layers on the CPU. Trigger: llama.cpp offloaded fewer layers to the GPU than the model
+    has (``load_tensors: offloaded N/M layers to GPU``; ``-ngl`` below M).
+
+    Needs: nothing (each decode step runs the CPU's layers at host memory bandwidth and moves
+    the activations over PCIe twice). Ruled out by: every layer on the GPU.
+    Checked: llama.cpp (llama-cpp-python 0.3.36) src/llama-model.cpp ``load_tensors``.
+    """
+    on, total = facts.gpu_layers, facts.gpu_layers_total
+    if on is None or total is None or on >= total:
+        return None
+    return Finding(
+        id="partial-offload",
+        title=f"{total - on} of {total} layers run on the CPU (-ngl {on})",
+        figures={"gpu_layers": on, "layers": total},
+        severity="critical",
+        evidence=facts.evidence.get("offloaded", []),
+        fix=engine_fix(
+            ctx, "partial-offload", "put every layer on the GPU, or a smaller quant that fits"
+        ),
+        predicted_effect="the CPU's share of the weights is read at host memory bandwidth "
+        "(tens of GB/s against the GPU's TB/s): the step is host-bound",
+        doc=doc_path("partial-offload"),
+    )
+
+
+def flash_attn_off(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
+    """Flash attention off on a GPU. Trigger: llama.cpp's ``llama_context: flash_attn =
+    disabled`` on a GPU device.
+
+    Needs: a GPU (the CPU backend's flash attention is not the point). Ruled out by: enabled.
+    Checked: llama.cpp (llama-cpp-python 0.3.36) src/llama-context.cpp (``flash_attn``),
+    src/llama-graph.cpp (without it: KQ mat-mul, soft-max and KQV mat-mul as separate ops).
+    """
+    if facts.flash_attention is not False or (facts.device or "cpu") == "cpu":
+        return None
+    return Finding(
+        id="flash-attn-off",
+        title="Flash attention is off: attention runs as separate mat-mul and soft-max kernels",
+        severity="warning",
+        evidence=facts.evidence.get("flash_attn", []),
+        fix=engine_fix(ctx, "flash-attn-off", "turn flash attention on"),
+        predicted_effect="more kernels and KV-cache reads per layer each step; grows with "
+        "the context",
+        doc=doc_path("flash-attn-off"),
+    )
+
+
 RULES_SERVING: list[Rule] = [
     kv_capacity,
     concurrency_cap,
@@ -401,4 +474,6 @@ RULES_SERVING: list[Rule] = [
     spec_decode_acceptance,
     unknown_env,
     slow_restart,
+    partial_offload,
+    flash_attn_off,
 ]

@@ -386,12 +386,13 @@ def inspect_run(
     bench: Mapping[BenchMode, RunResult],
     concurrency: int,
     request_tokens: int | None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[EngineFacts, list[Finding]]:
     """doctor's inspection: the start-up log's facts and findings, checked against the
     hardware, the intended concurrency and request length, plus the findings of what the run
     measured (``bench``: doctor's bench results by mode)."""
     ctx = context_for(hardware, concurrency=concurrency, request_tokens=request_tokens)
-    facts = inspect_log(log_path, engine=engine, concurrency=concurrency, context=ctx)
+    facts = inspect_log(log_path, engine=engine, concurrency=concurrency, context=ctx, env=env)
     findings = list(facts.findings)
     if bench:
         adapter = get_engine(facts.engine) if facts.engine else None

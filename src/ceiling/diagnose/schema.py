@@ -65,6 +65,12 @@ class DoctorConfig(BaseModel):
         False, description="record the engine's own kernels (its profiler) in windows apart"
     )
     trace_steps: int = Field(32, ge=2, le=1000, description="decode steps per traced window")
+    accept_broken_output: str | None = Field(
+        None,
+        min_length=1,
+        description="why the doctor may measure a server the sanity gate calls broken (a random-"
+        "weight model, say); the gate still runs and the report records its verdict and this",
+    )
     progress: bool = True
 
     @property
@@ -169,6 +175,9 @@ class DoctorResult(BaseModel):
     preflight: Preflight | None = None
     flag_checks: dict[str, str | None] = Field(default_factory=dict)
     sanity: SanityReport | None = Field(None, description="the sanity gate's report")
+    sanity_override: str | None = Field(
+        None, description="the reason given to measure past a broken sanity verdict, if one was"
+    )
     bench: dict[BenchMode, RunResult] = Field(default_factory=dict)
     telemetry: Telemetry | None = Field(
         None, description="probe's TelemetrySeries during the single-stream bench (+ summary)"

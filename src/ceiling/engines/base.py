@@ -111,6 +111,10 @@ class Engine:
     # ``inspect`` findings: finding id -> how to fix it with THIS engine's flags. A finding whose
     # id is missing here gets the rules' engine-neutral advice (diagnose/rules*.py).
     finding_fixes: ClassVar[dict[str, str]] = {}
+    # variables of a variant's environment that change the engine without a line in its log
+    # (llama.cpp's GGML_CUDA_DISABLE_GRAPHS): the doctor hands their values to the log's grammar
+    # as ``ceiling: variant env NAME=VALUE`` lines; no other variable is read (secrets stay out)
+    facts_env: tuple[str, ...] = ()
     # how it streams (doctor's frontend-bound check); None: not known, the check is skipped
     streaming: ClassVar[StreamingTraits | None] = None
     # the API key the server then requires: its flag(s) (normalised names) and variable(s)

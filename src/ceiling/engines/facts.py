@@ -62,6 +62,10 @@ class EngineFacts(BaseModel):
     enforce_eager: bool | None = None
     compilation_mode: str | None = None
     cudagraph_mode: str | None = None
+    # llama.cpp: layers whose weights are on the GPU (-ngl) of the model's (repeating + output)
+    gpu_layers: int | None = None
+    gpu_layers_total: int | None = None
+    flash_attention: bool | None = None
     cudagraph_capture_sizes: list[int] | None = None
     max_cudagraph_capture_size: int | None = None
     custom_ops: list[str] | None = None
@@ -97,8 +101,9 @@ class EngineFacts(BaseModel):
 
     def running_cap(self) -> int | None:
         """The running-sequence cap the log shows set: vLLM's ``max_num_seqs``, SGLang's
-        ``max_running_requests`` (None when left at the engine's default)."""
-        for arg in ("max_num_seqs", "max_running_requests"):
+        ``max_running_requests``, llama-server's ``n_slots`` (None when left at the engine's
+        default)."""
+        for arg in ("max_num_seqs", "max_running_requests", "n_slots"):
             cap = self.non_default_args.get(arg)
             if isinstance(cap, int):
                 return cap

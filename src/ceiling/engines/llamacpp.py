@@ -85,6 +85,7 @@ def _device(hit: re.Match[str], r: LogRead) -> None:
 def _offloaded(hit: re.Match[str], r: LogRead) -> None:
     if int(hit[1]) > 0:
         r.scratch.setdefault("devices", []).append("GPU")
+    r.facts.gpu_layers, r.facts.gpu_layers_total = int(hit[1]), int(hit[2])
 
 
 def _model_buffer(hit: re.Match[str], r: LogRead) -> None:
@@ -99,6 +100,8 @@ def _ctx_per_sequence(hit: re.Match[str], r: LogRead) -> None:
 
 def _flash_attn(hit: re.Match[str], r: LogRead) -> None:
     r.facts.attention_backend = f"llama.cpp (flash_attn {hit[1]})"
+    # ``enabled``/``disabled`` once resolved (``auto`` is resolved per device at start-up)
+    r.facts.flash_attention = {"enabled": True, "disabled": False}.get(hit[1])
 
 
 def _kv_size(hit: re.Match[str], r: LogRead) -> None:

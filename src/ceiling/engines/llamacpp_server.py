@@ -60,6 +60,20 @@ def _slots(hit: re.Match[str], r: LogRead) -> None:
     r.scratch["slots"] = (int(hit[1]), int(hit[2]))  # applied last: the server's word wins
 
 
+def _graphs_built(hit: re.Match[str], r: LogRead) -> None:
+    """``system_info: ... CUDA : ARCHS = 900 | USE_GRAPHS = 1``: the build captures CUDA graphs
+    (unless the variant's environment turned them off: that line comes first)."""
+    if r.facts.cudagraph_mode is None:
+        on = hit[1] == "1"
+        r.facts.cudagraph_mode, r.facts.enforce_eager = ("llama.cpp" if on else "NONE"), not on
+
+
+def _graphs_env(hit: re.Match[str], r: LogRead) -> None:
+    """ggml-cuda reads GGML_CUDA_DISABLE_GRAPHS once (common.cuh: set at all = off) and logs
+    nothing about it: the doctor passes the variant's value in as a line of its own."""
+    r.facts.cudagraph_mode, r.facts.enforce_eager = "NONE", True
+
+
 def _build(hit: re.Match[str], r: LogRead) -> None:
     r.facts.version = f"b{hit[1]}.{hit[2]}"
 
@@ -68,12 +82,17 @@ def _finish(r: LogRead) -> None:
     """llama.cpp's facts, then the weight buffers' device (no per-layer device lines at -lv 4),
     then the slots: parallel sequences, each with ``n_ctx_slot`` tokens."""
     finish_loader(r)
-    if r.facts.device is None and r.scratch.get("buffers"):
-        r.facts.device = device_of(r.scratch["buffers"])
+    buffers = r.scratch.get("buffers") or []
+    # the weight buffers name the backend (``CUDA0 model buffer``); the offload line only says
+    # that some layers are on "a GPU"
+    if buffers and (r.facts.device is None or r.facts.device == "gpu"):
+        r.facts.device = device_of(buffers)
     if "slots" in r.scratch:
         n_slots, n_ctx_slot = r.scratch["slots"]
         r.facts.max_concurrency = float(n_slots)
         r.facts.max_model_len = n_ctx_slot
+        # the slots are the running-sequence cap too (``--parallel``): concurrency-cap reads it
+        r.facts.non_default_args["n_slots"] = n_slots
 
 
 #: llama-server's log: every line is ``0.00.015.125 I `` (time since start, level) and then a
@@ -94,6 +113,16 @@ LLAMA_SERVER_LOG = replace(
             field="ready",
             value=True,
             evidence="listening",
+        ),
+        Rule(
+            re.compile(r"system_info: .*\bCUDA : .*?USE_GRAPHS = (\d)"),
+            apply=_graphs_built,
+            evidence="eager",
+        ),
+        Rule(
+            re.compile(r"^ceiling: variant env GGML_CUDA_DISABLE_GRAPHS=(.*)$"),
+            apply=_graphs_env,
+            evidence="eager",
         ),
         Rule(
             re.compile(r"common_params_print_info: build (\d+) \((\w+)\)"),
@@ -181,6 +210,10 @@ class LlamaServerEngine(LlamaCppEngine):
     finding_fixes = {  # noqa: RUF012 (class data, read only)
         "kv-capacity": "more context: raise --ctx-size (it is shared by --parallel slots: "
         "each request gets ctx-size / parallel)",
+        "partial-offload": "offload every layer: --n-gpu-layers 999 (or a smaller quant that "
+        "fits the GPU)",
+        "flash-attn-off": "--flash-attn on",
+        "eager-mode": "unset GGML_CUDA_DISABLE_GRAPHS (the build has CUDA graphs: USE_GRAPHS = 1)",
     }
     ready_line = "llama_server: listening on "
     health_paths = ("/health", "/v1/models")
@@ -210,6 +243,17 @@ class LlamaServerEngine(LlamaCppEngine):
     log_grammar = LLAMA_SERVER_LOG
     log_marker = re.compile(r"^\d+\.\d+\.\d+\.\d+ [IWEDT] (srv|cmn|slot) ", re.M)
     log_claim_rank = 40  # before llamacpp-python: both print llama.cpp's loader lines
+    facts_env = ("GGML_CUDA_DISABLE_GRAPHS",)
+    # ``--metrics`` (tools/server/server-context.cpp): counters only, no histograms. n_decode is
+    # every llama_decode() call (one per engine step, prompt batches included); tokens_predicted
+    # and its seconds are summed over slots, so their ratio is the engine's own time per token
+    metric_prefix = "llamacpp:"
+    metric_counters = {  # noqa: RUF012 (class data, read only)
+        "engine_steps": ("llamacpp:n_decode_total",),
+        "generated_tokens": ("llamacpp:tokens_predicted_total",),
+        "decode_seconds": ("llamacpp:tokens_predicted_seconds_total",),
+        "prompt_tokens": ("llamacpp:prompt_tokens_total",),
+    }
 
     def install_hint(self) -> str:
         return (

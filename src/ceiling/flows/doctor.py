@@ -195,7 +195,8 @@ def _sanity_stage(
     variant: Variant | None,
 ) -> None:
     """The sanity gate: a server whose output is broken is reported as broken and the doctor
-    stops (SanityBroken) before any bench."""
+    stops (SanityBroken) before any bench, unless ``accept_broken_output`` gives a reason: then
+    the verdict and the reason are both recorded (``res.sanity_override``) and it goes on."""
     if not cfg.sanity:
         rec.skip("sanity", "turned off")
         return
@@ -203,6 +204,10 @@ def _sanity_stage(
         dtype = res.facts.dtype if res.facts is not None else None
         rep = doctor_gate(url, served, res.target.engine, cfg.model_path, variant, dtype)
         res.sanity = rep
+        if rep.verdict == "broken" and cfg.accept_broken_output:
+            res.sanity_override = cfg.accept_broken_output
+            st.message = f"{rep.headline}; measured anyway: {cfg.accept_broken_output}"
+            return
         if rep.verdict == "broken":
             res.verdict = broken_output_verdict(rep)
             raise SanityBroken(rep)
@@ -234,7 +239,7 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
         readable_log = log_path if log_path is not None and log_path.exists() else None
         if readable_log is not None:
             # start-up facts (TP, eager/CUDA graphs, dtype) describe the configuration to predict
-            _inspect_stage(rec, res, cfg, readable_log, "inspect log")
+            _inspect_stage(rec, res, cfg, readable_log, "inspect log", variant)
         else:
             rec.skip("inspect log", "no log file (pass --log with --url)")
         _sanity_stage(rec, res, cfg, url, served, variant)
@@ -247,7 +252,7 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
                 ranks = doctor_trace.ranks_of(variant)
                 doctor_trace.trace_windows(rec, res, cfg, setup, url, served, mode, ranks)
         if readable_log is not None:
-            _inspect_stage(rec, res, cfg, readable_log, "inspect log (after the bench)")
+            _inspect_stage(rec, res, cfg, readable_log, "inspect log (after the bench)", variant)
         _attribute_stage(rec, res, cfg)
         _verdict_stage(rec, res, cfg)
         where = res.hardware.name if res.hardware is not None else "?"
@@ -359,7 +364,12 @@ def _verdict_stage(rec: _Recorder, res: DoctorResult, cfg: DoctorConfig) -> None
 
 
 def _inspect_stage(
-    rec: _Recorder, res: DoctorResult, cfg: DoctorConfig, log_path: Path, name: str
+    rec: _Recorder,
+    res: DoctorResult,
+    cfg: DoctorConfig,
+    log_path: Path,
+    name: str,
+    variant: Variant | None = None,
 ) -> None:
     with rec.stage(name) as st:
         res.facts, res.findings = inspect_run(
@@ -369,6 +379,7 @@ def _inspect_stage(
             res.bench,
             concurrency=max(cfg.concurrency or [1]),
             request_tokens=cfg.input_len + cfg.max_tokens,
+            env=variant.env if variant is not None else None,
         )
         st.message = f"{len(res.findings)} findings"
 

@@ -37,6 +37,12 @@ def check_config(cfg: DoctorConfig) -> None:
             "doctor needs a server to examine",
             fix="pass --url http://HOST:PORT (running) or --variant FILE (launch)",
         )
+    if cfg.accept_broken_output and not cfg.sanity:
+        raise CeilingError(
+            "--accept-broken-output and --no-sanity both given",
+            fix="keep --accept-broken-output (the gate runs and its verdict is recorded), "
+            "drop --no-sanity",
+        )
     if cfg.url and cfg.variant:
         raise CeilingError(
             "--url and --variant both given: doctor examines one server",
