@@ -30,8 +30,14 @@ def test_records_are_read_and_mapped():
     assert req is not None, why
     assert req.model == "llama-3.1-70b" and req.tp == rec.tp and req.batch == rec.concurrency
     assert req.context == rec.isl + rec.osl // 2
-    dp = rec.model_copy(update={"attention_dp": 4})
+    dp = rec.model_copy(update={"attention_dp": 4, "moe_ep": rec.tp * 4, "moe_tp": 1})
     assert request_for(dp)[0] is None and "attention data parallel" in request_for(dp)[1]
+    moe = next(r for r in recs if r.attention_dp > 1 and r.model_path.startswith("MiniMax"))
+    req, why = request_for(moe, attention_dp=True)
+    assert req is not None, why
+    assert (req.dp, req.tp, req.ep, req.gpus) == (moe.attention_dp, moe.tp, moe.moe_ep,
+                                                   moe.tp * moe.attention_dp)  # fmt: skip
+    assert req.batch == moe.concurrency  # the records' batch is per DP rank
     odd = SiliconRecord(**{**rec.model_dump(), "model_path": "x/unknown"})
     assert "not mapped" in request_for(odd)[1]
 

@@ -29,10 +29,13 @@ def main(argv: list[str] | None = None) -> int:
         print("error: aiconfigurator-core is not installed\nfix: pip install 'ceiling[tables]'")
         return 2
     res = evaluate(args.max_concurrency)
+    dp = evaluate(args.max_concurrency, attention_dp=True)
+    summary = {k: v for k, v in dp.items() if k != "scored"}
     if args.out:
-        args.out.write_text(json.dumps({"schema_version": 1, **res}, indent=1))
+        out = {"schema_version": 1, **{k: v for k, v in res.items() if k != "scored"}}
+        args.out.write_text(json.dumps({**out, "attention_dp": summary}, indent=1))
     if args.json:
-        print(json.dumps(res, indent=1))
+        print(json.dumps({**res, "attention_dp": dp}, indent=1))
         return 0
     print(f"records at concurrency <= {args.max_concurrency}: {res['records']}")
     print(f"scored {res['all']['n']}; skipped: {res['skipped']}")
@@ -47,6 +50,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{st['median_tightness']!s:>6}"
         )
     print(f"\nbound violations (measured faster than the bound): {res['bound_violations']}")
+    st = dp["all"]
+    print(
+        f"\nattention data parallel + EP MoE (--dp ranks, per-rank batch; concurrency = all "
+        f"ranks): {st['n']} scored, median |err| {st['median_abs_error_pct']} %, p90 "
+        f"{st['p90_abs_error_pct']} %, signed {st['median_signed_error_pct']} %, "
+        f"bound violations {dp['bound_violations']}"
+    )
+    for k, v in dp["by_concurrency"].items():
+        print(f"  concurrency={k:6} {v['n']:>4} median |err| {v['median_abs_error_pct']} %")
     return 0
 
 

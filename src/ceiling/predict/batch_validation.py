@@ -57,8 +57,13 @@ def _map() -> SiliconMap:
     return load_yaml("predict/silicon_map.yaml", schema=SiliconMap)
 
 
-def request_for(rec: SiliconRecord) -> tuple[PredictRequest | None, str]:
-    """The request a record describes, or None and why predict cannot express it yet."""
+def request_for(
+    rec: SiliconRecord, attention_dp: bool = False
+) -> tuple[PredictRequest | None, str]:
+    """The request a record describes, or None and why predict cannot express it yet.
+    ``attention_dp``: the records with data-parallel attention (and EP MoE) instead, mapped to
+    ``--dp`` ranks of ``--tp`` each with the record's per-rank batch (the records' batch_size
+    is per DP rank: c512 at DP 4 is batch 128)."""
     m = _map()
     model = m.models.get(rec.model_path)
     gpu = m.systems.get(rec.system)
@@ -70,10 +75,11 @@ def request_for(rec: SiliconRecord) -> tuple[PredictRequest | None, str]:
         return None, f"engine {rec.backend} not predicted"
     if rec.pp > 1:
         return None, "pipeline parallel (latency only in predict)"
-    if rec.attention_dp > 1:
-        return None, "attention data parallel (not yet validated)"
-    if rec.moe_tp * rec.moe_ep not in (1, rec.tp):
-        return None, f"MoE TP {rec.moe_tp} x EP {rec.moe_ep} != TP {rec.tp}"
+    dp = rec.attention_dp
+    if (dp > 1) != attention_dp:
+        return None, "attention data parallel (scored apart)" if dp > 1 else "no attention DP"
+    if rec.moe_tp * rec.moe_ep not in (1, rec.tp * dp):
+        return None, f"MoE TP {rec.moe_tp} x EP {rec.moe_ep} != TP {rec.tp} x DP {dp}"
     quant = rec.moe_quant_mode if rec.moe_quant_mode else rec.gemm_quant_mode
     fmt = None if quant in model.native else m.formats.get(quant)
     if quant not in model.native and fmt is None:
@@ -81,8 +87,9 @@ def request_for(rec: SiliconRecord) -> tuple[PredictRequest | None, str]:
     req = PredictRequest(
         model=model.model,
         gpu=gpu,
-        gpus=rec.tp,
+        gpus=rec.tp * dp,
         tp=rec.tp,
+        dp=dp,
         ep=rec.moe_ep if rec.moe_ep > 1 else 1,
         engine=rec.backend,
         batch=rec.concurrency,
@@ -92,13 +99,16 @@ def request_for(rec: SiliconRecord) -> tuple[PredictRequest | None, str]:
     return req, ""
 
 
-def evaluate(max_concurrency: int = 64, per_group: int | None = None) -> dict[str, Any]:
+def evaluate(
+    max_concurrency: int = 64, per_group: int | None = None, attention_dp: bool = False
+) -> dict[str, Any]:
     """Every record at concurrency <= ``max_concurrency`` (or the first ``per_group`` of each
     model x system x engine, in file order: the tests' sample): scored rows, skipped reasons,
     stats overall, per concurrency, per backend and per system."""
     rows: list[BatchRow] = []
     skipped: dict[str, int] = defaultdict(int)
-    recs = [r for r in silicon_records() if r.concurrency <= max_concurrency]
+    # the concurrency a user sees: all DP ranks' sequences together
+    recs = [r for r in silicon_records() if r.concurrency * r.attention_dp <= max_concurrency]
     if per_group:
         seen: dict[tuple[str, str, str], int] = defaultdict(int)
         sample = []
@@ -109,7 +119,7 @@ def evaluate(max_concurrency: int = 64, per_group: int | None = None) -> dict[st
                 sample.append(r)
         recs = sample
     for rec in recs:
-        req, why = request_for(rec)
+        req, why = request_for(rec, attention_dp)
         if req is None:
             skipped[why] += 1
             continue
@@ -126,7 +136,7 @@ def evaluate(max_concurrency: int = 64, per_group: int | None = None) -> dict[st
                 backend=rec.backend,
                 system=rec.system,
                 model=rec.model_path,
-                concurrency=rec.concurrency,
+                concurrency=rec.concurrency * rec.attention_dp,
                 measured_tok_s_per_user=round(meas, 2),
                 expected_tok_s_per_user=p.decode_tok_s_per_stream,
                 bound_tok_s_per_user=p.bound.decode_tok_s_per_stream,
