@@ -13,9 +13,8 @@ import re
 from functools import cache
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ceiling.errors import CeilingError
 from ceiling.spec._data import load_yaml
 
 OpClass = Literal[
@@ -45,6 +44,8 @@ def _check_regex(value: str) -> str:
 class KernelPattern(BaseModel):
     """One kernel-name pattern: a regex searched in the name, the op class it means."""
 
+    model_config = ConfigDict(extra="forbid")
+
     match: str
     example: str = Field(min_length=1, description="a real name it matches (tested)")
     op_class: OpClass
@@ -57,6 +58,8 @@ class KernelPattern(BaseModel):
 class StepAnnotation(BaseModel):
     """A profiler annotation that wraps one engine step (named groups: context, generation)."""
 
+    model_config = ConfigDict(extra="forbid")
+
     name: str = Field(min_length=1, description="how a person reads it")
     match: str
     source: str = Field(min_length=3)
@@ -65,6 +68,8 @@ class StepAnnotation(BaseModel):
 
 
 class PatternTable(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     schema_version: Literal[1] = 1
     engine: str
     step_annotations: list[StepAnnotation] = Field(default_factory=list)
@@ -83,14 +88,8 @@ class Match(BaseModel):
 @cache
 def table(engine: str) -> PatternTable:
     """The pattern table of ``engine`` (``generic`` for the shared one)."""
-    data = load_yaml(f"trace/{engine}.yaml", folder="engines/data")
-    try:
-        return PatternTable.model_validate(data)
-    except ValidationError as exc:  # a broken shipped table is an install problem
-        raise CeilingError(
-            f"engines/data/trace/{engine}.yaml is invalid: {exc.errors()[0]['msg']}",
-            fix="reinstall ceiling",
-        ) from exc
+    # a broken shipped table is an install problem: CeilingError naming the file and the key
+    return load_yaml(f"trace/{engine}.yaml", folder="engines/data", schema=PatternTable)
 
 
 def engine_name(engine: str | None) -> str | None:

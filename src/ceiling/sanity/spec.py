@@ -12,28 +12,36 @@ import re
 from functools import cache
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from ceiling.spec._data import load_yaml
 
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "sanity.yaml"
 
 
-class KnownAnswer(BaseModel):
+class _Strict(BaseModel):
+    """The sanity spec's blocks: an unknown key is an error (a typo is not a default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class KnownAnswer(_Strict):
     id: str
     prompt: str
     contains: str
     max_tokens: int = 8
 
 
-class PerplexityText(BaseModel):
+class PerplexityText(_Strict):
     text: str
 
 
-class FreeGeneration(BaseModel):
+class FreeGeneration(_Strict):
     prompt: str
     max_tokens: int = 32
 
 
-class DegenerateRules(BaseModel):
+class DegenerateRules(_Strict):
     same_token_run: int = 12
     loop_max_period: int = 4
     loop_min_share: float = 0.75
@@ -41,7 +49,7 @@ class DegenerateRules(BaseModel):
     replacement_chars_broken: int = 3
 
 
-class ReferenceRules(BaseModel):
+class ReferenceRules(_Strict):
     max_weight_bytes: int = 1 << 30
     ok_below: dict[str, float] = Field(default_factory=lambda: {"float32": 0.02})
     broken_above: float = 0.5
@@ -55,35 +63,35 @@ class ReferenceRules(BaseModel):
         return max(self.ok_below.values())
 
 
-class Band(BaseModel):
+class Band(_Strict):
     """ok below ``ok_below``, broken above ``broken_above``, suspect in between."""
 
     ok_below: float
     broken_above: float
 
 
-class PassBand(BaseModel):
+class PassBand(_Strict):
     """ok at or above ``ok_at_least`` of the answers right, broken below ``broken_below``."""
 
     ok_at_least: float
     broken_below: float
 
 
-class FamilyMatch(BaseModel):
+class FamilyMatch(_Strict):
     marker: str | None = None
     model_type: str | None = None
     architecture: str | None = None
     name: str | None = None
 
 
-class Family(BaseModel):
+class Family(_Strict):
     name: str
     match: FamilyMatch = Field(default_factory=FamilyMatch)
     perplexity: Band
     known_answers: PassBand
 
 
-class SanitySpec(BaseModel):
+class SanitySpec(_Strict):
     schema_version: int = 1
     known_answers: list[KnownAnswer]
     perplexity: PerplexityText
@@ -123,7 +131,9 @@ def _config(model_dir: str | None) -> dict[str, object]:
 @cache
 def load_spec(path: str | None = None) -> SanitySpec:
     """``data/sanity.yaml`` (or another file of the same shape)."""
+    if path is None:
+        return load_yaml("sanity.yaml", schema=SanitySpec)
     import yaml
 
-    text = Path(path or DATA_FILE).read_text(encoding="utf-8")
+    text = Path(path).read_text(encoding="utf-8")
     return SanitySpec.model_validate(yaml.safe_load(text))

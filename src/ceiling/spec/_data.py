@@ -10,6 +10,7 @@ key named instead of silently becoming a default.
 
 from __future__ import annotations
 
+import difflib
 from functools import cache
 from importlib import resources
 from typing import Any, TypeVar, overload
@@ -74,11 +75,24 @@ def validate_data(data: Any, schema: type[M], name: str) -> M:
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        errors = exc.errors()
+        # an unknown key first: a misspelling shows as one unknown and one missing key, and
+        # the unknown one is what the author typed
+        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         key = ".".join(str(x) for x in first["loc"]) or "(top level)"
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        msg = first["msg"]
+        if first["type"] == "extra_forbidden":
+            parent = first["loc"][:-1]
+            missing = [
+                str(e["loc"][-1])
+                for e in errors
+                if e["type"] == "missing" and e["loc"][:-1] == parent and e["loc"]
+            ]
+            close = difflib.get_close_matches(str(first["loc"][-1]), missing, n=1)
+            msg = "unknown key" + (f" (did you mean {close[0]}?)" if close else "")
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise CeilingError(
-            f"package data file {name}: {key}: {first['msg']}{more}",
+            f"package data file {name}: {key}: {msg}{more}",
             fix="correct the key in the file (its schema is the model that reads it), "
             "or reinstall ceiling",
         ) from exc

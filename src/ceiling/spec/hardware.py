@@ -13,13 +13,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, model_validator
 
 from ceiling.errors import CeilingError
 from ceiling.spec._data import load_yaml
 
 
 class GPU(BaseModel):
+    """A GPU model (``data/gpus.yaml`` entry, or a user's GPU file: unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid")
+
     name: str
     full_name: str = ""
     arch: str
@@ -111,18 +115,26 @@ DECODE_POWER_SHARE = 0.6
 
 
 class NcclFit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     base_us: float
     hop_us: float
     busbw_GBps: float
 
 
 class OneshotFit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     base_us: float
     per_rank_us: float
     ingress_GBps: float
 
 
 class Link(BaseModel):
+    """A link kind between GPUs (``data/links.yaml`` entry)."""
+
+    model_config = ConfigDict(extra="forbid")
+
     name: str
     description: str
     kind: str  # nvlink | pcie-switch | pcie-host | pcie-cross-socket
@@ -135,19 +147,41 @@ class Link(BaseModel):
     source: str = ""
 
 
-def _catalog(file: str) -> dict[str, dict[str, Any]]:
-    data = load_yaml(file)
-    return {name: {**entry, "name": name} for name, entry in data.items()}
+def _named(data: Any) -> Any:
+    """A catalog's entries are keyed by name: the key is the entry's ``name``."""
+    if isinstance(data, dict):
+        return {n: {**e, "name": n} if isinstance(e, dict) else e for n, e in data.items()}
+    return data
 
 
-def _resolve(name: str, cat: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    key = name.strip().lower().replace("_", "-").replace(" ", "-")
-    if key in cat:
-        return cat[key]
-    for entry in cat.values():
-        if key in entry.get("aliases", []):
-            return entry
-    return None
+class GpuCatalog(RootModel[dict[str, GPU]]):
+    """``data/gpus.yaml``: catalog name -> GPU."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_entries(cls, data: Any) -> Any:
+        return _named(data)
+
+
+class LinkCatalog(RootModel[dict[str, Link]]):
+    """``data/links.yaml``: catalog name -> link kind."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_entries(cls, data: Any) -> Any:
+        return _named(data)
+
+
+def gpu_catalog() -> dict[str, GPU]:
+    return load_yaml("gpus.yaml", schema=GpuCatalog).root
+
+
+def _links() -> dict[str, Link]:
+    return load_yaml("links.yaml", schema=LinkCatalog).root
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
 def load_gpu(name: str) -> GPU:
@@ -155,15 +189,14 @@ def load_gpu(name: str) -> GPU:
     user-defined GPU from a YAML file (``--gpu my-gpu.yaml``, the catalog's fields)."""
     if name.endswith((".yaml", ".yml")):
         return _gpu_file(name)
-    entry = _resolve(name, _catalog("gpus.yaml"))
+    cat, key = gpu_catalog(), _key(name)
+    entry = cat.get(key) or next((g for g in cat.values() if key in g.aliases), None)
     if entry is None:
         raise CeilingError(
             f"unknown GPU '{name}'",
-            fix="one of: "
-            + ", ".join(_catalog("gpus.yaml"))
-            + " (see `ceiling predict --list-gpus`)",
+            fix="one of: " + ", ".join(cat) + " (see `ceiling predict --list-gpus`)",
         )
-    return GPU.model_validate(entry)
+    return entry.model_copy(deep=True)  # the catalog is cached: callers get their own
 
 
 def _gpu_file(path: str) -> GPU:
@@ -195,23 +228,21 @@ def _gpu_file(path: str) -> GPU:
 
 def load_link(name: str) -> Link:
     """A link kind from the catalog (``pcie5-switch``, ``nvlink4``, ...)."""
-    entry = _resolve(name, _catalog("links.yaml"))
+    entry = _links().get(_key(name))
     if entry is None:
         raise CeilingError(
             f"unknown link '{name}'",
-            fix="one of: "
-            + ", ".join(_catalog("links.yaml"))
-            + " (see `ceiling predict --list-links`)",
+            fix="one of: " + ", ".join(_links()) + " (see `ceiling predict --list-links`)",
         )
-    return Link.model_validate(entry)
+    return entry.model_copy(deep=True)
 
 
 def list_gpus() -> list[GPU]:
-    return [GPU.model_validate(e) for e in _catalog("gpus.yaml").values()]
+    return [g.model_copy(deep=True) for g in gpu_catalog().values()]
 
 
 def list_links() -> list[Link]:
-    return [Link.model_validate(e) for e in _catalog("links.yaml").values()]
+    return [lk.model_copy(deep=True) for lk in _links().values()]
 
 
 class GpuHardware(BaseModel):

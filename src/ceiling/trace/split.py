@@ -21,7 +21,7 @@ from typing import Any
 
 from ceiling.engines.trace_patterns import COLLECTIVE_CLASSES, Classifier
 from ceiling.errors import CeilingError
-from ceiling.spec._data import load_yaml
+from ceiling.spec._data import DataModel, load_yaml
 from ceiling.trace.ranks import RankAccount as _Rank
 from ceiling.trace.ranks import missing, rank_split, skew, slowest, waits
 from ceiling.trace.schema import (
@@ -41,10 +41,26 @@ TOP_KERNELS = 15
 _SPLITK = re.compile(r"splitKreduce|splitK_reduce|reduce_splitk", re.IGNORECASE)
 
 
+class OpClassInfo(DataModel):
+    """One op class of ``data/trace/classes.yaml``."""
+
+    what: str
+    predict_ops: list[str]
+    group: bool = False
+    component: str
+
+
+class ClassesFile(DataModel):
+    schema_version: int
+    classes: dict[str, OpClassInfo]
+
+
 @cache
 def class_table() -> dict[str, dict[str, Any]]:
-    """``data/trace/classes.yaml``: each op class's meaning, predict ops and component."""
-    return dict(load_yaml("trace/classes.yaml")["classes"])
+    """``data/trace/classes.yaml`` (validated at load): each op class's meaning, predict ops
+    and component (as plain mappings: the trace readers' shape)."""
+    table = load_yaml("trace/classes.yaml", schema=ClassesFile)
+    return {name: info.model_dump() for name, info in table.classes.items()}
 
 
 def split(

@@ -104,11 +104,12 @@ def system_bw_GBps(system: str) -> float | None:
 
 def _l2_bytes(system: str) -> float:
     """L2 of the GPU an aiconfigurator system holds (from our catalog; 128 MiB if unknown)."""
-    from ceiling.spec._data import load_yaml
+    from ceiling.spec.hardware import gpu_catalog
 
+    # an entry without its own l2_MiB counts as unknown here (not the model's default)
     sizes = [
-        float(e.get("l2_MiB") or 0)
-        for e in load_yaml("gpus.yaml").values()
-        if isinstance(e, dict) and e.get("aic_system") == system
+        g.l2_MiB if "l2_MiB" in g.model_fields_set else 0.0
+        for g in gpu_catalog().values()
+        if g.aic_system == system
     ]
     return (max(sizes) if sizes and max(sizes) > 0 else 128.0) * 2**20
