@@ -47,3 +47,19 @@ def test_positions_that_do_not_match_keep_one_gemm_class():
     llama = split([read_trace(FIX / "h200-llama-3.1-8b-b1-graph.pt.trace.json.gz")])
     other = assign(llama, _pred("qwen3-32b"))  # 64 layers: 257 GEMM calls, the trace has 129
     assert any("129 GEMM calls per step, predict runs 257" in n for n in other.notes)
+
+
+def test_doctor_verdict_split_has_gemm_roles():
+    from ceiling.diagnose.judge import traced_split
+    from ceiling.report import load_doc
+    from ceiling.trace.capture import TraceCapture
+
+    doc = load_doc(Path(__file__).parent / "data" / "report" / "doctor-cpu.json")
+    doc.prediction = _pred("llama-3.1-8b")
+    sp = split([read_trace(FIX / "h200-llama-3.1-8b-b1-graph.pt.trace.json.gz")])
+    doc.traces = [TraceCapture(url="http://127.0.0.1:1", engine="generic", steps_asked=4,
+                               recorded=True, files=["t.json.gz"], split=sp)]  # fmt: skip
+    ms = traced_split(doc)
+    assert ms is not None
+    rows = {r.op_class for r in ms.rows}
+    assert {"gemm_gate_up", "gemm_down", "gemm_qkv", "gemm_o", "gemm_lm_head"} <= rows

@@ -21,6 +21,7 @@ from ceiling.diagnose.verdict_model import CpuReadNote, Verdict
 from ceiling.errors import CeilingError
 from ceiling.predict.schema import Prediction
 from ceiling.spec.hardware import CpuHardware, Hardware, load_link
+from ceiling.trace.roles import assign as assign_gemm_roles
 
 
 def level_attributions(cfg: DoctorConfig, res: DoctorResult) -> list[LevelAttribution]:
@@ -86,7 +87,10 @@ def traced_split(res: DoctorResult) -> MeasuredSplit | None:
     win = next((t for t in res.traces if t.recorded and t.label == "single" and t.split), None)
     if win is None or win.split is None:
         return None
-    ms = measured_split(win.split, res.prediction, win.label, win.files)
+    sp = win.split
+    if res.prediction is not None:  # GEMMs by layer role where the positions match predict's
+        sp = assign_gemm_roles(sp, res.prediction)
+    ms = measured_split(sp, res.prediction, win.label, win.files)
     single = measured_step(res.bench.get("single"))
     if single is not None and single.step_ms > 0:
         ms.notes.append(
