@@ -70,7 +70,8 @@ def test_the_rules_hold():
     assert not any(o == "--timeout" for o in app), "a timeout is named by what it bounds"
     for opt in ("--engine", "--allreduce", "--kv-dtype", "--mode", "--backend"):
         assert app[opt][0] == {"choice"}, opt
-    progress = {"bench", "doctor", "sweep", "sanity", "launch", "preflight", "env"}
+    progress = {"bench", "doctor", "sweep", "sanity", "launch", "preflight", "env", "commbench"}
+    progress |= {"calibrate"}
     assert progress <= app["--quiet"][1]
 
 

@@ -152,12 +152,15 @@ class Bars:
     """Progress bars on stderr, one per label (``update(label, done, total)``), gone when the
     work is done; on no terminal, nothing."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, enabled: bool = True) -> None:
         self.what = what
+        self.enabled = enabled
         self._bars: RichProgress | None = None
         self._tasks: dict[str, TaskID] = {}
 
     def __enter__(self) -> Bars:
+        if not self.enabled:
+            return self
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,

@@ -109,6 +109,7 @@ def register(app: typer.Typer) -> None:
             help="Merge into this existing profile (e.g. calibrate's).",
         ),
         json_: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
     ) -> None:
         """Allreduce latency/bandwidth at decode message sizes, per NCCL setting; alpha-beta fits.
 
@@ -152,7 +153,7 @@ def register(app: typer.Typer) -> None:
         cfg = model_from_options(CommbenchConfig, options, "commbench", names)
         from ceiling.render import probe as show
 
-        res = commbench_to(cfg, out, results, merge)
+        res = commbench_to(cfg, out, results, merge, progress=not quiet)
         show.commbench(res, json_)
         raise typer.Exit(commbench_exit(res))
 
@@ -193,6 +194,7 @@ def register(app: typer.Typer) -> None:
             [], "--model", help="Decode shapes of these models for --ops (repeatable)."
         ),
         tp: int = typer.Option(1, "--tp", min=1, help="Per-rank shapes at this TP for --ops."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress line."),
     ) -> None:
         """HBM read/copy bandwidth, decode GEMV bandwidth per dtype, kernel launch cost -> profile.
 
@@ -217,4 +219,4 @@ def register(app: typer.Typer) -> None:
             ops_cfg = OpsConfig(
                 device="cpu" if cpu else "auto", models=model or DEFAULT_MODELS, tp=tp
             )
-        show.calibrate(calibrate_to(cfg, out, results, merge, ops_cfg), json_)
+        show.calibrate(calibrate_to(cfg, out, results, merge, ops_cfg, progress=not quiet), json_)

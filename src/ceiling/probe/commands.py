@@ -84,7 +84,11 @@ def telemetry_to(duration_s: float, interval_ms: float, out: Path | None) -> Tel
 
 
 def commbench_to(
-    cfg: CommbenchConfig, out: Path | None, results: Path | None, merge: Path | None
+    cfg: CommbenchConfig,
+    out: Path | None,
+    results: Path | None,
+    merge: Path | None,
+    progress: bool = True,
 ) -> CommbenchResult:
     """``ceiling commbench``: every variant and world size; the result (``results``) and the
     profile (``out``, merged into ``merge``) are saved after each variant, so an interrupted
@@ -103,7 +107,7 @@ def commbench_to(
                 if p is not None:
                     say(f"wrote {p}")
 
-    with Bars("allreduce") as bars:
+    with Bars("allreduce", enabled=progress) as bars:
         res = run_commbench(cfg, bars.update, checkpoint)
     checkpoint(res, final=True)
     return res
@@ -137,13 +141,14 @@ def calibrate_to(
     results: Path | None,
     merge: Path | None,
     ops_cfg: OpsConfig | None = None,
+    progress: bool = True,
 ) -> CalibrateRun:
     """``ceiling calibrate``: measure, fit, save the result (``results``) and the profile
     (``out``, merged into ``merge``)."""
     _check_outputs(out=out, results=results)
     base = load_profile(merge) if merge else None
     ops_res = None
-    with Progress("calibrating") as shown:
+    with Progress("calibrating", enabled=progress) as shown:
         res = run_calibrate(cfg, _status(shown, "calibrate"))
         if ops_cfg is not None:
             ops_res = run_ops(ops_cfg, _status(shown, "calibrate --ops"))
