@@ -116,3 +116,22 @@ def test_sanity_model_is_the_input_and_a_served_name_there_is_read_the_old_way(c
     assert not is_model_input("tiny")  # a served name
     assert main(["sanity", "--url", "http://127.0.0.1:9", "--model", "tiny", "--quiet"]) == 4
     assert "use --served-model" in capsys.readouterr().err
+
+
+def test_shells_complete_the_choices():
+    """The app has completion on (`ceiling --install-completion`): bash asks it this way."""
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "COMP_WORDS": "ceiling predict --kv-dtype ",
+        "COMP_CWORD": "3",
+        "_CEILING_COMPLETE": "complete_bash",
+    }
+    script = "import sys; from ceiling.cli import main; sys.exit(main())"
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.split() == list(values(KvDtype))

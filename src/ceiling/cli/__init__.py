@@ -24,7 +24,7 @@ app = typer.Typer(
         "doctor/sweep: all of it, with a verdict and a report."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion: shells complete commands, options, choices
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
