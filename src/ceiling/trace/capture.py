@@ -83,6 +83,12 @@ class TraceCapture(BaseModel):
         "timestamps) over the middle of the window",
     )
     engine_itl_count: int = Field(0, description="observations that mean is over")
+    engine_itl_span_s: list[float] | None = Field(
+        None, description="when the two scrapes were taken (wall clock, epoch seconds)"
+    )
+    trace_step_in_span_ms: float | None = Field(
+        None, description="the trace's mean step over the steps that began between the scrapes"
+    )
     step_vs_engine_pct: float | None = Field(
         None, description="(trace step - engine ITL) / engine ITL, percent"
     )
@@ -287,11 +293,13 @@ def capture_window(
         # been observed (the first tokens after it) and again before the engine stops (its
         # stop writes the files from the engine loop: another stall)
         _wait(lambda: gen.tokens() >= at_start + 3 or not gen.alive(), 60.0)
-        first = _scrape(url)
+        t_first, first = time.time(), _scrape(url)
         _wait(lambda: gen.tokens() >= at_start + max(4, steps * 3 // 4) or not gen.alive(), 120.0)
-        itl = histogram_means_ms(delta(first, _scrape(url)) or {}).get("itl") or {}
+        t_second, second = time.time(), _scrape(url)
+        itl = histogram_means_ms(delta(first, second) or {}).get("itl") or {}
         if itl.get("mean_ms") is not None:
             res.engine_itl_ms, res.engine_itl_count = itl["mean_ms"], int(itl["count"])
+            res.engine_itl_span_s = [t_first, t_second]
         # the window: the engine's own count where it keeps one, else the streams' tokens
         _wait(lambda: gen.tokens() >= at_start + steps + 2 or not gen.alive(), 120.0)
         if setup.bounded_by_engine:
@@ -332,7 +340,10 @@ def _compare(res: TraceCapture, path: Path, arrivals: list[list[float]]) -> None
     res.stream_itl_ms, res.stream_gaps = itl, gaps
     if itl:
         res.step_vs_stream_pct = round((sp.step_ms - itl) / itl * 100, 2)
-    if res.engine_itl_ms:
-        res.step_vs_engine_pct = round(
-            (sp.step_ms - res.engine_itl_ms) / res.engine_itl_ms * 100, 2
-        )
+    if res.engine_itl_ms and res.engine_itl_span_s:
+        # the same steps on both sides: those the trace saw begin between the two scrapes
+        a, b = res.engine_itl_span_s
+        inside = [st.ms for st in sp.per_step if a <= base + st.start_us / 1e6 <= b]
+        step = sum(inside) / len(inside) if len(inside) >= 3 else sp.step_ms
+        res.trace_step_in_span_ms = step
+        res.step_vs_engine_pct = round((step - res.engine_itl_ms) / res.engine_itl_ms * 100, 2)
