@@ -29,7 +29,7 @@ def test_ray_executor_runs_trials_and_driver_keeps_ledger(tmp_path):
             executor=ex,
             trial_fn=synthetic_trial,
             preflight_fn=None,
-            on_event=lambda n, e: events.append((n, e["type"])),
+            on_event=lambda n, e: events.append((n, e.type_)),
         )
     finally:
         cloudpickle.unregister_pickle_by_value(sweep_helpers)

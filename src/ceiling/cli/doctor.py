@@ -181,11 +181,14 @@ def sweep(
     out = renamed(out_dir, old_out, "sweep --out", "--out-dir")
     talk = not (json_out or quiet)
 
-    def on_event(name: str, ev: dict) -> None:
-        if talk and ev.get("type") == "repeat":
-            console().print(f"{name}: repeat {ev['idx']}: {ev.get('tok_s')} tok/s")
-        elif talk and ev.get("type") in ("stopped_early", "failed"):
-            console().print(f"{name}: {ev['type']}: {ev.get('reason') or ev.get('error')}")
+    from ceiling.sweep.events import Failed, Repeat, StoppedEarly, TrialEvent
+
+    def on_event(name: str, ev: TrialEvent) -> None:
+        if talk and isinstance(ev, Repeat):
+            console().print(f"{name}: repeat {ev.idx}: {ev.tok_s} tok/s")
+        elif talk and isinstance(ev, StoppedEarly | Failed):
+            why = ev.reason if isinstance(ev, StoppedEarly) else ev.error
+            console().print(f"{name}: {ev.type_}: {why}")
 
     result = sweep_flow.run(plan, out, resume=resume, on_event=on_event, progress=talk)
     show.sweep(result, out, json_out)

@@ -36,6 +36,16 @@ from ceiling.inputs import check_out_dir
 from ceiling.outputs import write_atomic
 from ceiling.report import render
 from ceiling.sweep.early_stop import decide, gain_interval
+from ceiling.sweep.events import (
+    Broken,
+    Done,
+    Failed,
+    Launched,
+    Repeat,
+    SanityPassed,
+    StoppedEarly,
+    as_event,
+)
 from ceiling.sweep.ledger import FINISHED, Ledger
 from ceiling.sweep.plan import Plan, fingerprint, load_plan, materialize
 from ceiling.sweep.schema import ComparisonRow, SweepResult, SweepVerdict, VariantSummary
@@ -243,41 +253,42 @@ def run(
                 ledger.set_status(fp, "running", started=time.time())
                 final = "interrupted"
                 try:
-                    for ev in executor.run(spec, trial_fn):
+                    for raw in executor.run(spec, trial_fn):
+                        ev = as_event(raw)
                         if on_event:
                             on_event(name, ev)
-                        kind = ev.get("type")
-                        if kind == "launched":
-                            ledger.set_status(fp, "running", log_path=ev.get("log_path"))
-                        elif kind == "repeat":
-                            ledger.record_repeat(
-                                fp, int(ev["idx"]), ev.get("tok_s"), ev.get("result") or {}
-                            )
-                        elif kind == "stopped_early":
-                            ledger.set_status(
-                                fp,
-                                "stopped_early",
-                                stop_reason=ev.get("reason"),
-                                finished=time.time(),
-                            )
-                            final = "stopped_early"
-                        elif kind == "broken":
-                            ledger.set_status(
-                                fp, "broken", error=ev.get("error"), finished=time.time()
-                            )
-                            final = "broken"
-                        elif kind == "failed":
-                            ledger.set_status(
-                                fp,
-                                "failed",
-                                error=ev.get("error"),
-                                finished=time.time(),
-                                **({"log_path": ev["log_path"]} if ev.get("log_path") else {}),
-                            )
-                            final = "failed"
-                        elif kind == "done":
-                            ledger.set_status(fp, "done", finished=time.time())
-                            final = "done"
+                        match ev:
+                            case Launched():
+                                ledger.set_status(fp, "running", log_path=ev.log_path)
+                            case Repeat():
+                                ledger.record_repeat(fp, ev.idx, ev.tok_s, ev.result)
+                            case StoppedEarly():
+                                ledger.set_status(
+                                    fp,
+                                    "stopped_early",
+                                    stop_reason=ev.reason,
+                                    finished=time.time(),
+                                )
+                                final = "stopped_early"
+                            case Broken():
+                                ledger.set_status(
+                                    fp, "broken", error=ev.error, finished=time.time()
+                                )
+                                final = "broken"
+                            case Failed():
+                                ledger.set_status(
+                                    fp,
+                                    "failed",
+                                    error=ev.error,
+                                    finished=time.time(),
+                                    **({"log_path": ev.log_path} if ev.log_path else {}),
+                                )
+                                final = "failed"
+                            case Done():
+                                ledger.set_status(fp, "done", finished=time.time())
+                                final = "done"
+                            case SanityPassed():
+                                pass  # the gate passed: the repeats follow
                 finally:
                     if final == "interrupted":
                         ledger.set_status(fp, "interrupted")

@@ -27,9 +27,19 @@ from ceiling.redact import use_api_key
 from ceiling.run.launcher import launch
 from ceiling.sanity.run import doctor_gate
 from ceiling.sweep.early_stop import decide
+from ceiling.sweep.events import (
+    Broken,
+    Done,
+    Failed,
+    Launched,
+    Repeat,
+    SanityPassed,
+    StoppedEarly,
+    TrialEvent,
+)
 from ceiling.sweep.plan import EarlyStop
 
-Event = dict[str, Any]
+Event = TrialEvent  # the name the flow exported before the events were typed
 
 
 class TrialSpec(BaseModel):
@@ -72,14 +82,18 @@ def execute_trial(spec: TrialSpec) -> Iterator[Event]:
             ) as server,
             use_api_key(server.api_key),
         ):
-            yield {"type": "launched", "log_path": str(server.log_path), "url": server.url}
+            yield Launched(log_path=str(server.log_path), url=server.url)
             if spec.sanity and spec.repeats_done == 0:
                 report = doctor_gate(server.url, server.model, variant.engine, None, variant)
-                event = {"sanity": report.model_dump(mode="json"), "log_path": str(server.log_path)}
+                gate = report.model_dump(mode="json")
                 if report.verdict == "broken":
-                    yield {"type": "broken", "error": f"broken output: {report.headline}", **event}
+                    yield Broken(
+                        error=f"broken output: {report.headline}",
+                        sanity=gate,
+                        log_path=str(server.log_path),
+                    )
                     return
-                yield {"type": "sanity", **event}
+                yield SanityPassed(sanity=gate, log_path=str(server.log_path))
             for idx in range(spec.repeats_done, spec.repeats_total):
                 name = f"{safe_name(spec.name)}-{spec.fingerprint}-r{idx}.json"
                 out = inside(spec.out_dir, Path(spec.out_dir) / "results" / name, "result")
@@ -98,32 +112,27 @@ def execute_trial(spec: TrialSpec) -> Iterator[Event]:
                     # interrupted (Ctrl-C): leave the trial resumable. A dead one is a failure.
                     if server.alive():
                         raise KeyboardInterrupt(res.partial_reason or "interrupted")
-                    yield {
-                        "type": "failed",
-                        "log_path": str(server.log_path),
-                        "error": f"server died during repeat {idx}: {res.partial_reason}",
-                    }
+                    yield Failed(
+                        log_path=str(server.log_path),
+                        error=f"server died during repeat {idx}: {res.partial_reason}",
+                    )
                     return
                 tok = res.decode_tok_s_per_stream
-                yield {
-                    "type": "repeat",
-                    "idx": idx,
-                    "tok_s": tok,
-                    "result": res.model_dump(mode="json"),
-                    "result_path": str(out),
-                }
+                yield Repeat(
+                    idx=idx, tok_s=tok, result=res.model_dump(mode="json"), result_path=str(out)
+                )
                 if tok is not None:
                     samples.append(tok)
                 if spec.baseline_samples is not None:
                     d = decide(spec.baseline_samples, samples, spec.early_stop)
                     if d.stop:
-                        yield {"type": "stopped_early", "reason": d.reason}
+                        yield StoppedEarly(reason=d.reason)
                         return
     except CeilingError as exc:
         log = getattr(exc, "log_path", None)
-        yield {"type": "failed", "error": exc.message, "log_path": str(log) if log else None}
+        yield Failed(error=exc.message, log_path=str(log) if log else None)
         return
-    yield {"type": "done"}
+    yield Done()
 
 
 class Executor(Protocol):
@@ -186,7 +195,7 @@ class RayExecutor:
             for ref in gen:
                 yield ray.get(ref)
         except ray.exceptions.RayError as exc:
-            yield {"type": "failed", "error": f"ray worker failed: {exc}".splitlines()[0]}
+            yield Failed(error=f"ray worker failed: {exc}".splitlines()[0])
 
     def close(self) -> None:
         if self.ray.is_initialized():
