@@ -197,7 +197,9 @@ def vocabulary(n: int) -> list[str]:
     return specials + chars + words
 
 
-def write(shape_name: str, ftype: str, out_path: str) -> dict[str, object]:
+def write(
+    shape_name: str, ftype: str, out_path: str, header_only: bool = False
+) -> dict[str, object]:
     import gguf  # the carried wheel (the GPU image has numpy, pyyaml, tqdm, requests)
 
     s = SHAPES[shape_name]
@@ -250,7 +252,7 @@ def write(shape_name: str, ftype: str, out_path: str) -> dict[str, object]:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for _name, ggml_type, shape in plan:
+    for _name, ggml_type, shape in [] if header_only else plan:
         arr = blocks.data(ggml_type, shape)
         if ggml_type == "F16":
             arr = arr.view(np.float16)
@@ -270,10 +272,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
     ap.add_argument("--ftype", choices=sorted(FILE_TYPES), required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument(
+        "--header-only",
+        action="store_true",
+        help="metadata and tensor infos only (what predict --engine llamacpp reads)",
+    )
     a = ap.parse_args(argv)
     t0 = time.time()
     tmp = f"{a.out}.tmp{os.getpid()}"
-    info = write(a.shape, a.ftype, tmp)
+    info = write(a.shape, a.ftype, tmp, a.header_only)
     os.replace(tmp, a.out)
     info["file"] = a.out
     info["seconds"] = round(time.time() - t0, 1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 #: The engines predict models (``predict --engine``; ``PredictRequest.engine``).
-PredictEngine = Literal["vllm", "sglang", "trtllm", "generic"]
+PredictEngine = Literal["vllm", "sglang", "trtllm", "generic", "llamacpp"]
 #: The allreduce implementation predict assumes (``auto``: the engine's own rule).
 Allreduce = Literal["auto", "nccl", "oneshot"]
 #: The KV-cache dtype predict assumes (``auto``: the model's dtype).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from ceiling.choices import Allreduce, KvDtype, PredictEngine
@@ -110,6 +112,12 @@ def register(app: typer.Typer) -> None:
         what_if: bool = typer.Option(
             False, "--what-if", help="also rank one-knob changes by expected tok/s"
         ),
+        gguf: Path | None = typer.Option(
+            None,
+            "--gguf",
+            dir_okay=False,
+            help="--engine llamacpp: the GGUF file whose weight types are read (header only)",
+        ),
         json_out: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
         list_gpus: bool = typer.Option(False, "--list-gpus", help="list the GPU catalog and exit"),
         list_links: bool = typer.Option(False, "--list-links", help="list the link kinds and exit"),
@@ -129,6 +137,14 @@ def register(app: typer.Typer) -> None:
             render.print_catalog(
                 gpus=list_gpus, links=list_links, models=list_models, as_json=json_out
             )
+            return
+        if engine == "llamacpp":
+            from ceiling.predict.llamacpp import predict_cli
+
+            if not gpu:
+                raise CeilingError("predict needs --gpu", fix="e.g. --gpu h200")
+            lp = predict_cli(gguf, gpu, context, not no_cuda_graphs, profile)
+            render.print_llamacpp(lp, json_out)
             return
         if not model or not gpu:
             raise CeilingError(

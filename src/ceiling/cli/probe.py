@@ -195,6 +195,24 @@ def register(app: typer.Typer) -> None:
         ),
         tp: int = typer.Option(1, "--tp", min=1, help="Per-rank shapes at this TP for --ops."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress line."),
+        engine: str | None = typer.Option(
+            None,
+            "--engine",
+            help="llamacpp: time llama.cpp's own mat-vec kernels per GGUF weight type "
+            "(test-backend-ops perf) into a profile for `predict --engine llamacpp`.",
+        ),
+        test_backend_ops: Path | None = typer.Option(
+            None, "--test-backend-ops", dir_okay=False, help="--engine llamacpp: the binary."
+        ),
+        from_output: Path | None = typer.Option(
+            None,
+            "--from-output",
+            dir_okay=False,
+            help="--engine llamacpp: a recorded `test-backend-ops perf --output sql` run.",
+        ),
+        gguf: Path | None = typer.Option(
+            None, "--gguf", dir_okay=False, help="--engine llamacpp: time this file's types."
+        ),
     ) -> None:
         """HBM read/copy bandwidth, decode GEMV bandwidth per dtype, kernel launch cost -> profile.
 
@@ -205,6 +223,32 @@ def register(app: typer.Typer) -> None:
         Example:
           ceiling calibrate --out profile.json   (then: ceiling predict ... --profile profile.json)
         """
+        if engine is not None:
+            from ceiling.errors import CeilingError
+
+            if engine != "llamacpp":
+                raise CeilingError(
+                    f"--engine {engine!r}: calibrate times one engine's own kernels: llamacpp",
+                    fix="drop --engine (PyTorch kernels), or pass --engine llamacpp",
+                )
+            from ceiling.console import emit_json
+            from ceiling.console import out as stdout
+            from ceiling.predict.llamacpp import calibrate_cli
+
+            prof = calibrate_cli(
+                str(test_backend_ops) if test_backend_ops else None,
+                str(from_output) if from_output else None,
+                str(gguf) if gguf else None,
+                str(out) if out else None,
+            )
+            if json_:
+                emit_json(prof)
+            else:
+                for r in prof.matvec.values():
+                    stdout().print(
+                        f"{r.type:<7} {r.shape} mat-vec: {r.time_us:.2f} us, {r.GBps:.0f} GB/s"
+                    )
+            return
         from ceiling.inputs import model_from_options
         from ceiling.probe.calibrate import CalibrateConfig
         from ceiling.probe.commands import calibrate_to

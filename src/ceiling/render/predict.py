@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ceiling.console import emit_json, out
 from ceiling.predict.api import Prediction
+from ceiling.predict.llamacpp import LlamaCppPrediction
 
 
 def print_prediction(p: Prediction) -> None:
@@ -200,3 +203,22 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return "-" if value is None else str(value)
+
+
+def print_llamacpp(p: LlamaCppPrediction, as_json: bool = False) -> None:
+    """``predict --engine llamacpp``: the step and its parts (per weight type, KV, kernels)."""
+    if as_json:
+        emit_json(p)
+        return
+    o = out()
+    o.print(
+        f"[bold]{Path(p.gguf).name}[/bold] ({p.arch}) on {p.gpu}, llama.cpp, context {p.context}, "
+        f"CUDA graphs {'on' if p.cuda_graphs else 'off'}: expected {p.step_ms:.3g} ms "
+        f"({p.tok_s:.4g} tok/s), bound {p.bound_ms:.3g} ms; {p.bytes_per_token / 1e9:.3g} GB "
+        f"read per token; evidence: {p.evidence}"
+    )
+    for part in p.parts:
+        o.print(
+            f"  {part.name:<18} {part.expected_ms:8.3f} ms  (bound {part.bound_ms:.3f})  "
+            f"{part.source}"
+        )
