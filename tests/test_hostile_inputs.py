@@ -90,7 +90,7 @@ def test_issue_examples_fail_in_one_line_before_any_work(argv, capsys, tmp_path)
     if argv[0] in ("bench", "doctor"):
         argv = [*argv, "--url", "http://127.0.0.1:9"]
     if argv[0] == "doctor":
-        argv += ["--out", str(tmp_path)]
+        argv += ["--out-dir", str(tmp_path)]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "\n  fix: " in err and "Traceback" not in err

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import click
 import typer
+
+# typer vendors click (typer._click) and its groups take that Context: no public alias exists
+from typer import _click
 from typer.core import TyperGroup
 
 from ceiling.cli._vocab import ServerEngine, renamed
@@ -15,7 +17,7 @@ class _TraceGroup(TyperGroup):
     """``ceiling trace FILE...`` reads traces, ``ceiling trace capture --url ...`` records one:
     a first argument that names no subcommand is a file of the default command (``read``)."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
             args = ["read", *args]
         return super().parse_args(ctx, args)
