@@ -16,6 +16,7 @@ from ceiling.envcheck.envdata import EnvFile, LoadErrorsFile
 from ceiling.errors import CeilingError
 from ceiling.predict.batch_validation import SiliconMap
 from ceiling.predict.datafiles import Constants, KernelPriorsFile, KernelsFile
+from ceiling.predict.ladder import Ladder
 from ceiling.predict.specdec import SpecData
 from ceiling.predict.validate import Validity
 from ceiling.probe.calibrate import CalibrateFile
@@ -41,6 +42,7 @@ SCHEMAS: dict[str, tuple[type[BaseModel], tuple[str | int, ...]]] = {
     "data/pcie.yaml": (PcieFile, ("generations", 5, "gt_per_s")),
     "data/predict/constants.yaml": (Constants, ("bound_op_us",)),
     "data/predict/engines.yaml": (EnginesFile, ("vllm", "host_ms")),
+    "data/predict/evidence.yaml": (Ladder, ("table_check", "max_ratio")),
     "data/predict/kernel_priors.yaml": (
         KernelPriorsFile,
         ("classes", "hopper", "gemm_bf16", "t0_us"),

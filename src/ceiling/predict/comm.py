@@ -18,6 +18,7 @@ ring otherwise, or a faster measured fit), never the engine's choice.
 from __future__ import annotations
 
 from ceiling.predict.collectives import allreduce_us, alltoall_us, send_us
+from ceiling.predict.ladder import ladder
 from ceiling.predict.opspec import CommShape, OpSpec, OpTime
 from ceiling.predict.resolved import Setup
 
@@ -95,6 +96,7 @@ def comm_time(s: Setup, op: OpSpec) -> OpTime:
     nbytes = float(sh.bytes)
     coll = sh.collective
     link = s.link
+    c = ladder().confidence
     if coll == "allreduce":
         impl, why = _algorithm(s, nbytes)
         bound = best_allreduce_us(s, n, nbytes) * s.consts.bound_comm_fraction
@@ -105,23 +107,27 @@ def comm_time(s: Setup, op: OpSpec) -> OpTime:
             for c in s.profile.collectives
         ):
             us = allreduce_us(link, fit_impl, n, nbytes, s.profile, in_cuda_graph=s.dep.cuda_graphs)
-            src, conf, note = "profile", 0.9, f"{impl} (commbench fit)"
+            src, conf, note = "profile", c.profile.collective, f"{impl} (commbench fit)"
         else:
             tab = _table_us(s, impl, n, nbytes)
             if tab is not None:
                 us, note = tab
-                src, conf = "table", 0.75
+                src, conf = "table", c.table.collective
             else:
                 us = _link_us(s, base_impl, n, nbytes)
-                src, conf, note = "prior", 0.5, f"{impl} ({link.name} constants)"
+                src, conf, note = "prior", c.prior.link_allreduce, f"{impl} ({link.name} constants)"
         if why:
             note = f"{note}; {why}"
         return OpTime(max(us, bound), bound, src, conf, f"allreduce/{impl}", note)
     if coll == "gather":
         us = alltoall_us(link, n, nbytes)
-        return OpTime(us, us * 0.5, "prior", 0.4, "gather/nccl", f"{link.name} constants")
+        return OpTime(
+            us, us * 0.5, "prior", c.prior.link_other, "gather/nccl", f"{link.name} constants"
+        )
     if coll == "alltoall":
         us = alltoall_us(link, n, nbytes)
-        return OpTime(us, us * 0.5, "prior", 0.4, "alltoall/nccl", f"{link.name} constants")
+        return OpTime(
+            us, us * 0.5, "prior", c.prior.link_other, "alltoall/nccl", f"{link.name} constants"
+        )
     us = send_us(link, nbytes)
-    return OpTime(us, us * 0.5, "prior", 0.4, "send", f"{link.name} constants")
+    return OpTime(us, us * 0.5, "prior", c.prior.link_other, "send", f"{link.name} constants")

@@ -25,8 +25,11 @@ algorithm the link allows (``ceiling.predict.comm``); no host time.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Literal
 
 from ceiling.predict.datafiles import KernelPrior, kernel_priors, kernels
+from ceiling.predict.ladder import climb, ladder
 from ceiling.predict.opspec import (
     AttentionShape,
     GdnShape,
@@ -39,15 +42,15 @@ from ceiling.predict.opspec import (
 from ceiling.predict.resolved import Setup
 from ceiling.spec.profile import OpFit
 
-# When a class has no prior for a family, borrow from these classes (in order), lower confidence.
-_BORROW = {
-    "blackwell_sm120": ["blackwell", "hopper", "ada", "ampere"],
-    "blackwell": ["hopper", "blackwell_sm120", "ampere"],
-    "hopper": ["blackwell", "ampere", "ada"],
-    "ada": ["blackwell_sm120", "hopper", "ampere"],
-    "ampere": ["ada", "hopper"],
-    "cdna3": ["hopper", "blackwell", "ampere"],
-}
+
+@dataclass
+class _Row:
+    """A table's latency for one op (us, before the clock scaling), and what it is."""
+
+    us: float
+    exact: bool
+    note: str
+    chosen: bool = False  # the rows of a backend the user named (not checked against the prior)
 
 
 def family_for(op: OpSpec, arch_class: str) -> str:
@@ -91,21 +94,27 @@ def chosen_patterns(
 
 def prior(family: str, arch_class: str) -> tuple[KernelPrior, float, str]:
     """(prior record, confidence, note) for a family on a GPU class, borrowing if needed."""
-    pri = kernel_priors().classes
+    pri, lad = kernel_priors().classes, ladder()
+    conf = lad.confidence.prior
     rec = pri.get(arch_class, {}).get(family)
     if rec is not None:
         if rec.eff is None:  # fixed cost known, bandwidth borrowed
-            for other in _BORROW.get(arch_class, []):
+            for other in lad.borrow.get(arch_class, []):
                 lent = pri.get(other, {}).get(family)
                 if lent is not None and lent.eff:
                     rec = rec.model_copy(update={"eff": lent.eff})
                     break
-        return rec, 0.5, ""
-    for other in _BORROW.get(arch_class, []):
+        return rec, conf.own_class, ""
+    for other in lad.borrow.get(arch_class, []):
         rec = pri.get(other, {}).get(family)
         if rec is not None:
-            return rec, 0.3, f"no {arch_class} data for {family}: {other} prior"
-    return KernelPrior(t0_us=5.0, eff=0.7), 0.2, f"no prior for {family}: generic 5 us + 70 % BW"
+            return rec, conf.borrowed_class, f"no {arch_class} data for {family}: {other} prior"
+    fb = lad.fallback
+    return (
+        KernelPrior(t0_us=fb.t0_us, eff=fb.eff),
+        conf.generic,
+        f"no prior for {family}: generic {fb.t0_us:g} us + {fb.eff * 100:.0f} % BW",
+    )
 
 
 class Evidence:
@@ -126,6 +135,8 @@ class Evidence:
         self.tables = tables if (self.system and tables.info() is not None) else None
         self.profile = s.profile
         self.generic = self.engine == "generic"
+        self.conf = ladder().confidence
+        self.eff_default = ladder().fallback.eff  # a prior without a bandwidth figure
 
     # -------------------------------------------------------------------------- helpers
     def bound_bw(self) -> float:
@@ -181,17 +192,19 @@ class Evidence:
             from ceiling.predict.choices import host_cost
 
             ms, why = host_cost(self.s)
-            return OpTime(ms * 1e3, 0.0, "engine", 0.5 if "PR #" in why else 0.3, "host", why)
+            eng = self.conf.engine
+            conf = eng.measured if "PR #" in why else eng.estimate
+            return OpTime(ms * 1e3, 0.0, "engine", conf, "host", why)
         if self.generic and not self._measured_here(op):
             return self._generic(op)
         if op.kind in ("elementwise", "sampling"):
             return self._elementwise(op)
         family = family_for(op, self.cls)
         if op.kind == "gemm":
-            return self._gemm(op, family)
+            return self._kernel(op, family, "gemm")
         if op.kind == "moe":
-            return self._moe(op, family)
-        return self._attention(op, family)
+            return self._kernel(op, family, "moe")
+        return self._kernel(op, family, "attention")
 
     def _measured_here(self, op: OpSpec) -> bool:
         """Whether the profile measured this op's kernel family on this box: then even plain
@@ -213,11 +226,16 @@ class Evidence:
         fit = self._profile_fit("elementwise")
         if fit is not None:
             us = op.kernels * fit.t0_us / self.clock + op.act_bytes / (0.8 * self.bw_ds * 1e3)
-            return OpTime(us, self._bound(op, fixed=False), "profile", 0.8, "elementwise")
+            conf = self.conf.profile.elementwise
+            return OpTime(us, self._bound(op, fixed=False), "profile", conf, "elementwise")
         if p is not None and p.kernel_launch_us_graph:
-            t0, src, conf = p.kernel_launch_us_graph + 1.0, "profile", 0.6
+            t0, src, conf = (
+                p.kernel_launch_us_graph + 1.0,
+                "profile",
+                self.conf.profile.launch_figure,
+            )
         else:
-            t0, src, conf = self.consts.elementwise_us, "prior", 0.4
+            t0, src, conf = self.consts.elementwise_us, "prior", self.conf.prior.elementwise
         us = op.kernels * t0 / self.clock + op.act_bytes / (0.8 * self.bw_ds * 1e3)
         return OpTime(us, self._bound(op, fixed=False), src, conf, "elementwise")
 
@@ -233,12 +251,13 @@ class Evidence:
         else:
             us = op.kernels * s.small_kernel_us + (op.kv_bytes + op.act_bytes) / (bw * 1e3)
         us = max(us, self._compute_floor(op))
-        return OpTime(us, self._bound(op, op.kind != "elementwise"), "prior", 0.6, "pytorch")
+        conf = self.conf.prior.pytorch
+        return OpTime(us, self._bound(op, op.kind != "elementwise"), "prior", conf, "pytorch")
 
     def _prior_us(self, rec: KernelPrior, op: OpSpec, tokens: float, hidden: int = 0) -> float:
         t0 = rec.t0_us
         t0 += rec.t0_per_khidden_us * hidden / 1000
-        eff = rec.eff or 0.7
+        eff = rec.eff or self.eff_default
         if tokens > 1 and rec.eff_64:
             # between 1 and 64 tokens: log-interpolate the fits at 1 and 64 (beyond: the 64 fit)
             w = min(math.log(tokens) / math.log(64), 1.0)
@@ -253,7 +272,7 @@ class Evidence:
     def _stream_floor(self, rec: KernelPrior, op: OpSpec) -> float:
         """A table row timed in a loop keeps small weights/KV in L2; a decode step streams them
         from DRAM: never below the bytes at the family's streamed efficiency (the prior's)."""
-        eff = rec.eff or 0.7
+        eff = rec.eff or self.eff_default
         return self.cold + (op.weight_bytes + op.kv_bytes) / (eff * self.bw_ds * 1e3)
 
     def _proxy(self, us: float, op: OpSpec, rec: KernelPrior) -> float:
@@ -264,7 +283,7 @@ class Evidence:
         sys_bw = self._system_bw()
         if not sys_bw or abs(sys_bw / self.bw_ds - 1) < 0.03:
             return us
-        eff = rec.eff or 0.7
+        eff = rec.eff or self.eff_default
         nbytes = op.weight_bytes + op.kv_bytes
         delta = nbytes / eff * (1 / self.bw_ds - 1 / sys_bw) / 1e3
         return max(us + delta, 0.0)
@@ -275,9 +294,10 @@ class Evidence:
         return self._sys_bw
 
     def _check(self, table_us: float, prior_us: float) -> str:
-        if table_us > 3 * prior_us and table_us - prior_us > 20:
+        chk = ladder().table_check
+        if table_us > chk.max_ratio * prior_us and table_us - prior_us > chk.min_excess_us:
             return (
-                f"table row {table_us:.0f} us is over 3x the prior {prior_us:.0f} us for this "
+                f"table row {table_us:.0f} us is over {chk.max_ratio:g}x the prior {prior_us:.0f} us for this "
                 "family (warm-up/JIT in the measurement or a kernel not used at decode): skipped"
             )
         return ""
@@ -291,110 +311,118 @@ class Evidence:
         us = max(us, bound)
         return OpTime(us, bound, src, conf, family, note)
 
-    def _gemm(self, op: OpSpec, family: str) -> OpTime:
-        assert isinstance(op.shape, GemmShape)  # ops.build_ops gives every GEMM its shape
-        m = float(op.shape.m)
-        rec, pconf, pnote = prior(family, self.cls)
-        prior_us = self._prior_us(rec, op, m)
-        fit = self._profile_fit(family)
-        if fit is not None:
-            bw = fit.bw_GBps or (rec.eff or 0.7) * self.bw_ds
-            us = fit.t0_us / self.clock + op.weight_bytes / (bw * 1e3)
-            return self._finish(op, us, "profile", 0.9, family, fit.note)
-        note = pnote
-        if self.tables is not None and op.name not in ("mla.w_uk_bmm", "mla.w_uv_bmm"):
-            pats = table_patterns(self.engine, family, self.cls)
-            meas = self.tables.gemm_measured(
-                self.system, self.engine, pats, m, int(op.shape.n), int(op.shape.k)
-            )
-            if meas is not None:
-                us = max(self._proxy(meas.us, op, rec) + self.cold, self._stream_floor(rec, op))
-                bad = self._check(us, prior_us)
-                if not bad:
-                    conf = 0.8 if meas.exact else 0.7
-                    return self._finish(op, us / self.clock, "table", conf, family, meas.key)
-                note = bad
-        return self._finish(op, prior_us, "prior", pconf, family, note)
-
-    def _moe(self, op: OpSpec, family: str) -> OpTime:
+    # -------------------------------------------------------------------------- the ladder
+    def _kernel(self, op: OpSpec, family: str, kind: Literal["gemm", "moe", "attention"]) -> OpTime:
+        """A GEMM, MoE or attention op up the evidence ladder (``predict.ladder``)."""
         sh = op.shape
-        assert isinstance(sh, MoeShape)
-        tokens = float(sh.tokens)
+        if kind == "gemm":
+            assert isinstance(sh, GemmShape)  # ops.build_ops gives every GEMM its shape
+            tokens, hidden, streamed = float(sh.m), 0, op.weight_bytes
+        elif kind == "moe":
+            assert isinstance(sh, MoeShape)
+            tokens, hidden, streamed = float(sh.tokens), int(sh.hidden), op.weight_bytes
+        else:  # attention, MLA and GDN ops carry one of these (ops.build_ops)
+            assert isinstance(sh, AttentionShape | MlaShape | GdnShape)
+            tokens, hidden, streamed = float(sh.batch), 0, op.kv_bytes
+        conf = ladder().confidence
         rec, pconf, pnote = prior(family, self.cls)
-        prior_us = self._prior_us(rec, op, tokens, int(sh.hidden))
-        fit = self._profile_fit(family)
-        if fit is not None:
-            bw = fit.bw_GBps or (rec.eff or 0.7) * self.bw_ds
-            us = fit.t0_us / self.clock + op.weight_bytes / (bw * 1e3)
-            return self._finish(op, us, "profile", 0.9, family, fit.note)
+        prior_us = self._prior_us(rec, op, tokens, hidden)
         note = pnote
-        if self.tables is not None:
-            pats, bnote, _chosen = chosen_patterns(self.s, "moe", family, self.cls)
-            note = "; ".join(x for x in (note, bnote) if x)
-            meas = self.tables.moe_measured(
-                self.system, self.engine, pats, tokens, int(sh.hidden), int(sh.inter),
-                int(sh.experts), int(sh.topk), int(sh.moe_tp),
+
+        def from_profile() -> OpTime | None:
+            fit = self._profile_fit(family)
+            if fit is None:
+                return None
+            bw = fit.bw_GBps or (rec.eff or self.eff_default) * self.bw_ds
+            us = fit.t0_us / self.clock + streamed / (bw * 1e3)
+            return self._finish(op, us, "profile", conf.profile.kernel, family, fit.note)
+
+        def from_table() -> OpTime | None:
+            nonlocal note
+            if self.tables is None:
+                return None
+            look = {"gemm": self._gemm_row, "moe": self._moe_row, "attention": self._attn_row}
+            row, extra = look[kind](op, family, rec, tokens)
+            note = "; ".join(x for x in (note, extra) if x)
+            if row is None:
+                return None
+            # a backend the user named is the kernel that runs: its rows are not checked
+            # against the default kernels' prior (SGLang Triton decode at 128k is ~30x it)
+            bad = "" if row.chosen else self._check(row.us, prior_us)
+            if bad:
+                note = bad
+                return None
+            c = getattr(conf.table, kind).of(row.exact)
+            return self._finish(op, row.us / self.clock, "table", c, family, row.note)
+
+        def from_prior() -> OpTime:
+            return self._finish(op, prior_us, "prior", pconf, family, note)
+
+        return climb({"profile": from_profile, "table": from_table, "prior": from_prior})
+
+    def _gemm_row(
+        self, op: OpSpec, family: str, rec: KernelPrior, m: float
+    ) -> tuple[_Row | None, str]:
+        sh = op.shape
+        assert isinstance(sh, GemmShape) and self.tables is not None and self.system
+        if op.name in ("mla.w_uk_bmm", "mla.w_uv_bmm"):
+            return None, ""
+        pats = table_patterns(self.engine, family, self.cls)
+        meas = self.tables.gemm_measured(self.system, self.engine, pats, m, int(sh.n), int(sh.k))
+        if meas is None:
+            return None, ""
+        us = max(self._proxy(meas.us, op, rec) + self.cold, self._stream_floor(rec, op))
+        return _Row(us, meas.exact, meas.key), ""
+
+    def _moe_row(
+        self, op: OpSpec, family: str, rec: KernelPrior, tokens: float
+    ) -> tuple[_Row | None, str]:
+        sh = op.shape
+        assert isinstance(sh, MoeShape) and self.tables is not None and self.system
+        pats, bnote, _chosen = chosen_patterns(self.s, "moe", family, self.cls)
+        meas = self.tables.moe_measured(
+            self.system, self.engine, pats, tokens, int(sh.hidden), int(sh.inter),
+            int(sh.experts), int(sh.topk), int(sh.moe_tp),
+        )  # fmt: skip
+        if meas is None:
+            return None, bnote
+        us = self._proxy(meas.us, op, rec) + self.cold
+        if int(sh.ep) > 1:
+            # the table holds EP=1 rows: swap its expert bytes (top-k experts of every
+            # token) for the busiest EP rank's, at the prior's bandwidth
+            eff = (rec.eff or self.eff_default) * self.bw_ds * 1e3
+            table_bytes = sh.expert_bytes * min(sh.experts, tokens * sh.topk)
+            us += (op.weight_bytes - table_bytes) / eff
+        us = max(us, self._stream_floor(rec, op))
+        return _Row(us, meas.exact, meas.key + (f"; {meas.note}" if meas.note else "")), bnote
+
+    def _attn_row(
+        self, op: OpSpec, family: str, rec: KernelPrior, batch: float
+    ) -> tuple[_Row | None, str]:
+        sh = op.shape
+        assert self.tables is not None and self.system
+        if op.name == "mla.indexer_scores":
+            return None, ""
+        from ceiling.predict.choices import kv_parallel_attention
+
+        pats, bnote, chosen = chosen_patterns(self.s, "attention", family, self.cls)
+        meas = None
+        if family == "attn_gqa" and isinstance(sh, AttentionShape):
+            kvd = sh.kv_dtype
+            pats = [(a, b or kvd) for a, b in pats]
+            meas = self.tables.attention_measured(
+                self.system, self.engine, pats, batch, float(sh.context),
+                int(sh.heads), int(sh.kv_heads), int(sh.head_dim),
+                bw_GBps=self.bw_ds, kv_parallel=kv_parallel_attention(),
             )  # fmt: skip
-            if meas is not None:
-                us = self._proxy(meas.us, op, rec) + self.cold
-                if int(sh.ep) > 1:
-                    # the table holds EP=1 rows: swap its expert bytes (top-k experts of every
-                    # token) for the busiest EP rank's, at the prior's bandwidth
-                    eff = (rec.eff or 0.7) * self.bw_ds * 1e3
-                    table_bytes = sh.expert_bytes * min(sh.experts, tokens * sh.topk)
-                    us += (op.weight_bytes - table_bytes) / eff
-                us = max(us, self._stream_floor(rec, op))
-                bad = self._check(us, prior_us)
-                if not bad:
-                    conf = 0.8 if meas.exact else 0.65
-                    return self._finish(
-                        op, us / self.clock, "table", conf, family,
-                        meas.key + (f"; {meas.note}" if meas.note else ""),
-                    )  # fmt: skip
-                note = bad
-        return self._finish(op, prior_us, "prior", pconf, family, note)
-
-    def _attention(self, op: OpSpec, family: str) -> OpTime:
-        sh = op.shape
-        # attention, MLA and GDN ops carry one of these (ops.build_ops)
-        assert isinstance(sh, AttentionShape | MlaShape | GdnShape)
-        batch = float(sh.batch)
-        rec, pconf, pnote = prior(family, self.cls)
-        prior_us = self._prior_us(rec, op, batch)
-        fit = self._profile_fit(family)
-        if fit is not None:
-            bw = fit.bw_GBps or (rec.eff or 0.7) * self.bw_ds
-            us = fit.t0_us / self.clock + op.kv_bytes / (bw * 1e3)
-            return self._finish(op, us, "profile", 0.9, family, fit.note)
-        note = pnote
-        if self.tables is not None and op.name != "mla.indexer_scores":
-            from ceiling.predict.choices import kv_parallel_attention
-
-            pats, bnote, chosen = chosen_patterns(self.s, "attention", family, self.cls)
-            note = "; ".join(x for x in (note, bnote) if x)
-            meas = None
-            if family == "attn_gqa" and isinstance(sh, AttentionShape):
-                kvd = sh.kv_dtype
-                pats = [(a, b or kvd) for a, b in pats]
-                meas = self.tables.attention_measured(
-                    self.system, self.engine, pats, batch, float(sh.context),
-                    int(sh.heads), int(sh.kv_heads), int(sh.head_dim),
-                    bw_GBps=self.bw_ds, kv_parallel=kv_parallel_attention(),
-                )  # fmt: skip
-            elif family == "attn_mla" and isinstance(sh, MlaShape):
-                kvd = "fp8" if self.s.kv_bytes <= 1 else "bfloat16"
-                pats = [(a, b or kvd) for a, b in pats]
-                meas = self.tables.mla_measured(
-                    self.system, self.engine, pats, batch, float(sh.context), int(sh.heads)
-                )
-            if meas is not None:
-                us = max(self._proxy(meas.us, op, rec) + self.cold, self._stream_floor(rec, op))
-                # a backend the user named is the kernel that runs: its rows are not checked
-                # against the default kernels' prior (SGLang Triton decode at 128k is ~30x it)
-                bad = "" if chosen else self._check(us, prior_us)
-                if not bad:
-                    conf = 0.75 if meas.exact else 0.6
-                    why = "; ".join(x for x in (meas.key, meas.note, bnote) if x)
-                    return self._finish(op, us / self.clock, "table", conf, family, why)
-                note = bad
-        return self._finish(op, prior_us, "prior", pconf, family, note)
+        elif family == "attn_mla" and isinstance(sh, MlaShape):
+            kvd = "fp8" if self.s.kv_bytes <= 1 else "bfloat16"
+            pats = [(a, b or kvd) for a, b in pats]
+            meas = self.tables.mla_measured(
+                self.system, self.engine, pats, batch, float(sh.context), int(sh.heads)
+            )
+        if meas is None:
+            return None, bnote
+        us = max(self._proxy(meas.us, op, rec) + self.cold, self._stream_floor(rec, op))
+        why = "; ".join(x for x in (meas.key, meas.note, bnote) if x)
+        return _Row(us, meas.exact, why, chosen), bnote

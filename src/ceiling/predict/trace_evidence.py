@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ceiling.predict.ladder import ladder
 from ceiling.predict.opspec import OpSpec, OpTime
 from ceiling.predict.resolved import Setup
 
@@ -62,7 +63,7 @@ def apply(
                 per_call = measured_us / calls if calls else 0.0
             how = "scaled with its class" if len(idx) > 1 else "measured"
             out[i] = replace(
-                out[i], expected_us=per_call, source="trace", confidence=0.95,
+                out[i], expected_us=per_call, source="trace", confidence=ladder().confidence.trace,
                 note=f"trace {e.op_class}: {e.ms_per_step:.4f} ms/step ({how})",
             )  # fmt: skip
             done.add(i)
