@@ -78,7 +78,7 @@ def test_the_rules_hold():
 def test_help_lists_the_choices(capsys):
     assert main(["predict", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "[vllm|sglang|trtllm|generic]" in out and "[auto|nccl|oneshot]" in out
+    assert "[vllm|sglang|trtllm|generic|llamacpp]" in out and "[auto|nccl|oneshot]" in out
     assert main(["doctor", "--help"]) == 0
     assert re.search(r"--engine \[[a-z|-]*llamacpp[a-z|-]*vllm\]", capsys.readouterr().out)
 

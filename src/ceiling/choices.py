@@ -10,6 +10,8 @@ from typing import Literal, get_args
 
 #: The engines predict models (``predict --engine``; ``PredictRequest.engine``).
 PredictEngine = Literal["vllm", "sglang", "trtllm", "generic", "llamacpp"]
+# engines whose own kernels `calibrate --engine` times (llama.cpp: test-backend-ops perf)
+CalibrateEngine = Literal["llamacpp"]
 #: The allreduce implementation predict assumes (``auto``: the engine's own rule).
 Allreduce = Literal["auto", "nccl", "oneshot"]
 #: The KV-cache dtype predict assumes (``auto``: the model's dtype).

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ceiling.choices import CommBackend
+from ceiling.choices import CalibrateEngine, CommBackend
 from ceiling.cli._vocab import renamed
 
 
@@ -195,7 +195,7 @@ def register(app: typer.Typer) -> None:
         ),
         tp: int = typer.Option(1, "--tp", min=1, help="Per-rank shapes at this TP for --ops."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress line."),
-        engine: str | None = typer.Option(
+        engine: CalibrateEngine | None = typer.Option(
             None,
             "--engine",
             help="llamacpp: time llama.cpp's own mat-vec kernels per GGUF weight type "
@@ -224,13 +224,6 @@ def register(app: typer.Typer) -> None:
           ceiling calibrate --out profile.json   (then: ceiling predict ... --profile profile.json)
         """
         if engine is not None:
-            from ceiling.errors import CeilingError
-
-            if engine != "llamacpp":
-                raise CeilingError(
-                    f"--engine {engine!r}: calibrate times one engine's own kernels: llamacpp",
-                    fix="drop --engine (PyTorch kernels), or pass --engine llamacpp",
-                )
             from ceiling.console import emit_json
             from ceiling.console import out as stdout
             from ceiling.predict.llamacpp import calibrate_cli
