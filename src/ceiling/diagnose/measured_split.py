@@ -119,6 +119,25 @@ def _groups(classes: list[ClassTime]) -> list[list[ClassTime]]:
     return groups
 
 
+def _component_floors(rows: list[ClassRow], prediction: Prediction | None) -> None:
+    """A prediction without per-op figures (a CPU's floors: weights, KV, compute as whole
+    components): each floor is the bound of the classes of that component, shared among them by
+    their measured time. Only weights and KV: which class would hold the compute floor (GEMMs
+    also read the weights) the names do not tell, so it is claimed by none."""
+    if prediction is None or (prediction.bound is not None and prediction.bound.ops):
+        return
+    floors = prediction.components_ms
+    for comp in ("weights", "kv"):
+        mine = [r for r in rows if r.component == comp and r.bound_ms is None]
+        total = sum(r.measured_ms for r in mine)
+        if comp not in floors or total <= 0:
+            continue
+        for r in mine:
+            r.bound_ms = floors[comp] * r.measured_ms / total
+            r.fundamental_ms = min(r.bound_ms, r.measured_ms)
+            r.gap_ms = r.measured_ms - r.bound_ms
+
+
 def measured_split(
     sp: TraceSplit,
     prediction: Prediction | None,
@@ -171,6 +190,7 @@ def measured_split(
             gap_ms=sp.idle_ms,
         )
     )
+    _component_floors(rows, prediction)
     rows.sort(key=lambda r: -r.measured_ms)
     fundamental = sum(r.fundamental_ms or 0.0 for r in rows)
     configurable = sum(max(r.gap_ms or 0.0, 0.0) for r in rows if r.bound_ms is not None)
@@ -206,11 +226,10 @@ def measured_split(
         allreduce_wait_ms=ar_wait,
         notes=list(sp.notes),
     )
-    if prediction is not None and not any(
-        r.bound_ms is not None for r in rows if r.op_class != IDLE
-    ):
+    if prediction is not None and prediction.bound is not None and not prediction.bound.ops:
         out.notes.append(
-            "predict names none of the ops these classes measure (e.g. a CPU's floors): the "
-            "classes are measured without a bound of their own"
+            "predict gives this hardware's floors as whole components (weights, KV), not per "
+            "op: each floor is the bound of the classes of that component, shared by their "
+            "measured time"
         )
     return out
