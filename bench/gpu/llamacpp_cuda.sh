@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # llama.cpp with CUDA on the lent H200, in one call of the device tool per mode (issue 27).
 #
-#   bash bench/gpu/llamacpp_cuda.sh build     # build + GGUFs + test-backend-ops perf + llama-bench
-#   bash bench/gpu/llamacpp_cuda.sh doctor    # the doctor end to end + the truth runs (carried bins)
+#   bash bench/gpu/llamacpp_cuda.sh prepare   # here: fill /work/main/.gpu/gpu (git-ignored)
+#   run(command="bash .gpu/gpu/llamacpp_cuda.sh build", carry=[".gpu/gpu"])   # call 1 (~9 min)
+#   run(command="DEADLINE=150 bash .gpu/gpu/llamacpp_cuda.sh doctor", carry=[".gpu/gpu"])
+#     # call 2 (~2.5 min): the doctor end to end + the known-answer runs on the carried binaries
 #
 # Everything it needs travels in .gpu/gpu/ (git-ignored; `bash bench/gpu/llamacpp_cuda.sh
 # prepare` fills it here): llama-src.tar.xz (llama-cpp-python 0.3.36's vendored llama.cpp,
@@ -81,7 +83,18 @@ prepare() {  # here, not on the GPU machine: fill .gpu/gpu/ (source, wheels, scr
   tar -C "$sdist/trim" -cJf "$dst/llama-src.tar.xz" llama.cpp
   rm -rf "$sdist"
   python3 -m pip download -q --no-deps --only-binary=:all: -d "$dst/whl" gguf==0.19.0
-  cp "$HERE/llamacpp_cuda.sh" "$HERE/random_gguf.py" "$dst/"
+  # the doctor call: ceiling's own wheels (bench/gpu/gpu_wheels.sh's list), this checkout's src,
+  # the variants, the decode ops exported in call 1; bin.tar.xz comes from call 1's bin.tar.gz.*
+  # (recompressed: `cat bin.tar.gz.* | gunzip | xz -9 > $dst/bin.tar.xz` keeps the tree < 64 MiB)
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$dst/whl" pydantic==2.14.4 pydantic_core==2.50.5 \
+    annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 typer==0.29.2 \
+    pyelftools==0.33 psutil==7.2.2 prometheus_client==0.26.0 markdown-it-py==4.3.0 mdurl==0.1.2
+  cp "$HERE/llamacpp_cuda.sh" "$HERE/llamacpp_doctor.sh" "$HERE/random_gguf.py" "$dst/"
+  rm -rf "$dst/variants" "$dst/src" "$dst/ops" && cp -a "$HERE/variants" "$root/src" "$dst/"
+  mkdir -p "$dst/ops" && cp "$root"/bench/results/2026-12-02_h200-llamacpp/call1/ops-*.txt "$dst/ops/"
+  find "$dst/src" -name __pycache__ -prune -exec rm -rf {} +
   du -sh "$dst"
 }
 
