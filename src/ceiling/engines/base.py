@@ -18,7 +18,10 @@ engine, and none of them lives outside ``ceiling.engines``:
 - where its readiness endpoints are (``health_paths``);
 - how ``ceiling sanity`` asks it for greedy text of an exact length and for the log-probabilities
   of a prompt (``ignore_eos_field``, ``token_ids_request``, ``prompt_logprobs_request``,
-  ``read_prompt_logprobs``; shapes in ``sampling.py``).
+  ``read_prompt_logprobs``; shapes in ``sampling.py``);
+- how it records its own kernels (``profiler``: the flags/variables a launch gets, the window's
+  endpoints, where each rank's trace lands, the sentence for a server ceiling did not launch;
+  nouns in ``profiling.py``).
 """
 
 from __future__ import annotations
