@@ -113,3 +113,90 @@ def test_sigterm_keeps_the_record_and_leaves_no_rank_running(tmp_path):
     assert all(r["stage"] and r["last_words"] for r in row["ranks"]["ranks"])
     left = subprocess.run(["pgrep", "-f", f"{SCRIPT} --worker"], capture_output=True, text=True)
     assert left.stdout.strip() == ""
+
+
+REPORT = Path(__file__).parents[1] / "bench" / "gpu" / "trace_report.py"
+
+
+def test_traced_tp2_on_gloo_both_ranks_allreduces_counted_and_the_step_matches_its_clock(
+    tmp_path,
+):
+    """--trace records every rank's steps; ceiling.trace reads them: each rank's allreduce
+    class holds (2 x layers + 1) calls per step, and classes + idle (the trace's step) agree with
+    the step timed independently on the rank's own clock (perf_counter on a CPU). The bound is
+    the issue's 5 %: both clocks time the same host spans, so on this CPU they agree to ~0.01 %
+    (measured: 49.924 vs 49.922 ms); the slack is for a loaded box's scheduling between the
+    profiler's annotation and the clock's read."""
+    from ceiling.trace import read_trace, split
+
+    out, tr = tmp_path / "r.json", tmp_path / "traces"
+    cmd = _tp_decode("--tp", "2", "--timeout", "150", "--trace", str(tr), "--trace-steps", "3")
+    proc = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    mode = tr / row["trace_dir"] / "eager"
+    files = sorted(mode.glob("rank*.pt.trace.json.gz"))
+    assert len(files) == 2
+    s = split([read_trace(p) for p in files])
+    assert sorted(r.rank for r in s.ranks) == [0, 1] and not s.missing_ranks
+    per_step = row["allreduces_per_step"]
+    assert per_step == 2 * row["layers"] + 1
+    for r in s.ranks:
+        alone = split([read_trace(mode / f"rank{r.rank}.pt.trace.json.gz")])
+        ar = next(c for c in alone.classes if c.op_class == "allreduce")
+        assert ar.ms > 0
+        assert ar.calls * alone.steps == per_step * 3 and alone.steps == 3
+        ag = next(c for c in alone.classes if c.op_class == "allgather")
+        assert ag.calls == 1
+        clock = json.loads((mode / f"steps_rank{r.rank}.json").read_text())
+        assert clock["clock"] == "perf_counter" and len(clock["steps_ms"]) == 3
+        measured = sum(clock["steps_ms"]) / 3
+        assert abs(sum(r.classes.values()) + r.idle_ms - measured) <= 0.05 * measured
+    assert s.collective_waits and s.collective_waits[0].op_class == "allreduce"
+
+    # the report step on the same traces: the figures and the goals, per rank
+    rep = tmp_path / "rep.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPORT), str(tmp_path), "--json", str(rep)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (cfg,) = json.loads(rep.read_text())["configs"]
+    (m,) = cfg["modes"]
+    assert m["mode"] == "eager" and m["ranks_present"] == [0, 1]
+    assert all(abs(r["step_vs_clock_pct"]) <= 5 for r in m["ranks"])
+    ar = next(c for c in m["collectives"] if c["op_class"] == "allreduce")
+    assert ar["calls_per_step"] == {"0": per_step, "1": per_step}  # JSON keys
+    states = {g["goal"].split(" ")[0]: g["state"] for g in m["goals"]}
+    assert states["allreduce"] == "not measured"  # no commbench.json in the folder
+    assert "| idle |" in proc.stdout and "classes + idle" in proc.stdout
+
+
+def test_trace_report_compares_the_allreduce_class_with_commbench_x_count():
+    """commbench's latency at the step's message size (log-log between measured sizes) x the
+    step's allreduce count is what the allreduce class is held against."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trace_report", REPORT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    doc = {
+        "runs": [
+            {
+                "world_size": 2,
+                "variant": "default",
+                "rows": [
+                    {"size_bytes": 4096, "time_us": 20.0, "graph_time_us": 8.0, "correct": True},
+                    {"size_bytes": 16384, "time_us": 40.0, "graph_time_us": 16.0, "correct": True},
+                ],
+            }
+        ]
+    }
+    us, _ = mod.commbench_us(doc, 2, "default", 8192, graph=True)
+    assert us == pytest.approx(8.0 * 2**0.5)  # halfway in log size: the geometric mean
+    assert mod.commbench_us(doc, 2, "default", 4096, graph=False)[0] == 20.0
+    assert mod.commbench_us(doc, 4, "default", 4096, graph=False)[0] is None
+    assert mod.commbench_us(doc, 2, "p2p-off", 4096, graph=False)[0] is None
+    assert mod.commbench_us(doc, 2, "default", 1 << 20, graph=False)[0] is None

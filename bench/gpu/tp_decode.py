@@ -161,9 +161,18 @@ def worker(spec_path: str) -> int:
     def rms(x, g):
         return torch.nn.functional.rms_norm(x, (H,), g, 1e-6)
 
+    trace = spec.get("trace")
+    all_reduce, all_gather = dist.all_reduce, dist.all_gather_into_tensor
+    if not cuda:
+        # gloo runs a collective on its own thread while the caller blocks in work.wait(),
+        # which no operator encloses: a CPU trace would show the wait as idle. The same call
+        # wrapped in an operator of its own keeps the wait inside the collective's time, as an
+        # NCCL kernel on a GPU stream does (trace pattern: ceiling_tp::* in generic.yaml).
+        all_reduce, all_gather = _blocking_collectives(torch, dist)
+
     def ar(x):
         if tp > 1 and comm:
-            dist.all_reduce(x)
+            all_reduce(x)
         return x
 
     def attention(a, d):
@@ -227,7 +236,7 @@ def worker(spec_path: str) -> int:
             h = h + ar(moe(a, d) if E else mlp(a, d))
         logits = rms(h, lnf) @ lm.t()
         if tp > 1 and comm:
-            dist.all_gather_into_tensor(gathered, logits)
+            all_gather(gathered, logits)
         else:
             gathered.copy_(logits)
         return h
@@ -269,6 +278,70 @@ def worker(spec_path: str) -> int:
                 out.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(out)
 
+    def traced(fn, mode):
+        """``trace["steps"]`` steady steps recorded by torch.profiler (CPU ops, and CUPTI's
+        kernels on a GPU, graph replays' kernels included) into one gzipped Chrome trace per
+        rank, each step also timed on its own clock: CUDA events on the stream (perf_counter on
+        a CPU) at every step's start, so step k = mark[k+1] - mark[k], the span the trace's
+        ProfilerStep#k annotation covers. Two warm-up steps run first under the profiler (their
+        records are dropped: the first call of some operators under a profiler is slow) and
+        end in a sync, so the first recorded step starts on an idle
+        GPU; one extra step is recorded at the end, as ceiling.trace leaves the last annotated
+        step out (its end is not recorded)."""
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        n = int(trace["steps"])
+        d = Path(trace["dir"]) / mode
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"rank{rank}.pt.trace.json.gz"
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        marks: list = []
+
+        def mark():
+            if cuda:
+                e = torch.cuda.Event(enable_timing=True)
+                e.record()
+                marks.append(e)
+            else:
+                marks.append(time.perf_counter())
+
+        sync()
+        dist.barrier()
+        with profile(
+            activities=acts,
+            schedule=schedule(wait=0, warmup=2, active=n + 1, repeat=1),
+            on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+        ) as prof:
+            for i in range(n + 3):
+                mark()
+                fn()
+                if i == 1:
+                    sync()
+                prof.step()
+        sync()
+        if cuda:
+            steps = [marks[k].elapsed_time(marks[k + 1]) for k in range(2, n + 2)]
+        else:
+            steps = [(marks[k + 1] - marks[k]) * 1e3 for k in range(2, n + 2)]
+        (d / f"steps_rank{rank}.json").write_text(
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "rank": rank,
+                    "world_size": tp,
+                    "mode": mode,
+                    "clock": "cuda_events" if cuda else "perf_counter",
+                    "trace": path.name,
+                    "steps": n,
+                    "steps_ms": steps,
+                    "what": "ProfilerStep#2..#N+1 of the trace, each timed from its start to the "
+                    "next step's start on this clock",
+                }
+            )
+            + "\n"
+        )
+        dist.barrier()
+
     dist.barrier()
     stage("eager warm-up")
     for _ in range(spec["warmup"]):
@@ -276,6 +349,9 @@ def worker(spec_path: str) -> int:
     sync()
     stage("eager timing")
     eager_ms = agree_max(timed(step, spec["iters_eager"])) if spec["eager"] else None
+    if trace and spec["eager"]:
+        stage("eager trace")
+        traced(step, "eager")
     graph_ms = None
     if cuda and spec["graph"]:
         stage("graph warm-up (side stream)")
@@ -297,6 +373,9 @@ def worker(spec_path: str) -> int:
         dist.barrier()
         stage("graph timing")
         graph_ms = agree_max(timed(g.replay, spec["iters_graph"]))
+        if trace:
+            stage("graph trace")
+            traced(g.replay, "graph")
     eager_nc = graph_nc = None
     g = g2 = None
     if tp > 1 and spec.get("no_comm_twin", True):
@@ -349,9 +428,7 @@ def worker(spec_path: str) -> int:
         }
     stage("write result")
     if rank == 0:
-        Path(spec["out"]).write_text(
-            json.dumps(
-                {
+        result = {
                     "eager_ms": eager_ms,
                     "graph_ms": graph_ms,
                     "eager_ms_no_comm": eager_nc,
@@ -376,9 +453,19 @@ def worker(spec_path: str) -> int:
                     "device_name": torch.cuda.get_device_name(dev) if cuda else "cpu",
                     "torch": torch.__version__,
                     "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-                }
-            )
-        )
+                    "allgathers_per_step": 1 if tp > 1 else 0,
+                    "allreduce_bytes": B * H * torch.finfo(dt).bits // 8,
+                    "hidden_size": H,
+                    "trace_modes": (["eager"] if spec["eager"] else [])
+                    + (["graph"] if cuda and spec["graph"] else [])
+                    if trace
+                    else [],
+        }  # fmt: skip
+        Path(spec["out"]).write_text(json.dumps(result))
+        if trace:  # the configuration beside its traces: the report needs nothing else
+            Path(trace["dir"]).mkdir(parents=True, exist_ok=True)
+            cfg_doc = {**spec.get("row", {}), **result, "schema_version": 1}
+            Path(trace["dir"], "config.json").write_text(json.dumps(cfg_doc, indent=1) + "\n")
     # NCCL will not release a communicator that a live CUDA graph captured: commDestroySync
     # polls "until all graphs referencing us die" (src/init.cc, localPersistentRefs), so a
     # graph still alive here made destroy_process_group wait forever (the TP >= 2 hang of
@@ -393,6 +480,29 @@ def worker(spec_path: str) -> int:
     dist.destroy_process_group()
     stage("done")
     return 0
+
+
+_BLOCKING: tuple | None = None
+
+
+def _blocking_collectives(torch, dist):
+    """all_reduce / all_gather_into_tensor as operators that return when the collective has
+    finished (torch.library custom ops: the profiler records each call as one ``cpu_op``)."""
+    global _BLOCKING
+    if _BLOCKING is None:
+        # schemas spelled out: this module's annotations are strings (from __future__)
+        all_reduce = torch.library.custom_op(
+            "ceiling_tp::all_reduce",
+            dist.all_reduce,
+            mutates_args=("x",),
+            schema="(Tensor(a!) x) -> ()",
+        )
+        all_gather = torch.library.custom_op(
+            "ceiling_tp::all_gather", dist.all_gather_into_tensor, mutates_args=("out",),
+            schema="(Tensor(a!) out, Tensor x) -> ()",
+        )  # fmt: skip
+        _BLOCKING = (all_reduce, all_gather)
+    return _BLOCKING
 
 
 def _routing(torch, gen, B, E, K, dev, lo=0, hi=None):
@@ -461,6 +571,18 @@ def main() -> int:
         "--census",
         action="store_true",
         help="also count the kernels of one eager step (torch.profiler, rank 0, CUDA only)",
+    )
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="record steady steps with torch.profiler on every rank (graph and eager): "
+        "DIR/<configuration>/<mode>/rank<R>.pt.trace.json.gz, each step also timed with CUDA "
+        "events (perf_counter on a CPU) in steps_rank<R>.json; config.json beside them",
+    )
+    ap.add_argument(
+        "--trace-steps", type=int, default=8, help="steps recorded per trace (default 8)"
     )
     ap.add_argument("--logs", type=Path, default=None, help="keep every rank's log under DIR")
     ap.add_argument(
@@ -567,6 +689,10 @@ def _run_configs(args, configs, rows, hang, device, backend, link) -> int:
                 "pg_timeout_s": max(30, int(args.timeout)),
                 "debug_hang": hang,
                 "out": str(Path(tmp, "r.json")),
+                "trace": {"dir": str(args.trace / _slug(base)), "steps": args.trace_steps}
+                if args.trace
+                else None,
+                "row": base,
             }
             Path(tmp, "spec.json").write_text(json.dumps(spec))
             t0 = time.time()
@@ -589,6 +715,8 @@ def _run_configs(args, configs, rows, hang, device, backend, link) -> int:
                 res = getattr(exc, "ranks_outcome", None)
                 interrupted = True
             row = {**base, "wall_s": round(time.time() - t0, 1)}
+            if args.trace:
+                row["trace_dir"] = _slug(base)  # under --trace DIR
             measured = Path(spec["out"]).is_file()  # rank 0 writes it once every rank agreed
             if measured:
                 row.update(json.loads(Path(spec["out"]).read_text()))
