@@ -34,11 +34,13 @@ _SNIFF = 8192
 MAX_INPUT_BYTES = 256 << 20
 
 
-def read_bytes(path: str | Path, what: str, fix: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+def read_bytes(path: str | Path, what: str, fix: str, limit: int | None = None) -> bytes:
     """The bytes of ``path``: a regular file of at most ``limit`` bytes. A directory, a device
     (``/dev/zero``), a FIFO (which would block for ever) or a socket is refused before a byte is
     read; the file is opened non-blocking and checked again through its descriptor, so a path
-    swapped for a FIFO meanwhile cannot hang us either."""
+    swapped for a FIFO meanwhile cannot hang us either. ``limit`` defaults to
+    :data:`MAX_INPUT_BYTES`."""
+    limit = MAX_INPUT_BYTES if limit is None else limit
     p = Path(path)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -79,7 +81,7 @@ _KINDS = {
 }
 
 
-def read_text(path: str | Path, what: str, fix: str, limit: int = MAX_INPUT_BYTES) -> str:
+def read_text(path: str | Path, what: str, fix: str, limit: int | None = None) -> str:
     """The UTF-8 text of ``path``; ``what`` names it in messages ("variant file", "--log").
     See :func:`read_bytes` for what is refused."""
     p = Path(path)

@@ -16,6 +16,7 @@ import asyncio
 import json
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -38,10 +39,21 @@ def api_key() -> str | None:
     return env_api_key()
 
 
+def check_one_credential(url: str) -> None:
+    """A request carries one Authorization header: an API key and ``user:password@`` in the
+    URL cannot both be sent (aiohttp refuses; which one the server wants is the user's call)."""
+    if "@" in urlsplit(url).netloc:
+        raise CeilingError(
+            "--url carries credentials (user:password@) and an API key is set "
+            f"({' / '.join(API_KEY_ENV)}): a request carries only one Authorization header",
+            fix="drop the credentials from --url, or unset the API key variable",
+        )
+
+
 def base_url(url: str) -> str:
     """Normalize a server URL to its root (``http://h:p``), accepting a trailing ``/v1``."""
     url = url.strip().rstrip("/")
-    if not url.startswith(("http://", "https://")):
+    if "://" not in url:  # host:port alone; another scheme (ftp://) is refused by the checks
         url = "http://" + url
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
@@ -129,6 +141,7 @@ class Client:
         headers = {"Accept": "text/event-stream"}
         key = api_key()
         if key:
+            check_one_credential(self.base)
             headers["Authorization"] = f"Bearer {key}"
         self._headers = headers
         self._session: aiohttp.ClientSession | None = None

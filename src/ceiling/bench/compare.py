@@ -11,6 +11,8 @@ The verdict is "no significant difference" whenever the interval contains zero.
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, Field
 
 from ceiling.bench.results import CI_METRICS, LevelResult, RunResult, Summary
@@ -164,6 +166,28 @@ def _check_metric(results: list[RunResult], metric: str, labels: list[str]) -> N
             )
 
 
+def _check_numbers(result: RunResult, label: str) -> None:
+    """Every number compare may use is finite and not negative (times, rates, counts): a
+    hand-edited or foreign file with ``-5`` ms or ``1e999`` is refused, never given a verdict."""
+    for lv in [result, *result.levels]:
+        for holder in [lv, *lv.repeats]:
+            values = {k: getattr(holder, k) for k in Summary.model_fields}
+            values.update(holder.model_extra or {})
+            for key, v in values.items():
+                if _is_number(v) and not (math.isfinite(v) and v >= 0):
+                    raise CeilingError(
+                        f"{label}: {key} = {v!r} is not a measurement (negative or not finite)",
+                        fix="compare result files as ceiling bench wrote them",
+                    )
+        for series, vals in lv.per_request.model_dump().items():
+            bad = [v for v in vals if _is_number(v) and not (math.isfinite(v) and v >= 0)]
+            if bad and series != "repeat":
+                raise CeilingError(
+                    f"{label}: per_request.{series} holds {bad[0]!r} (negative or not finite)",
+                    fix="compare result files as ceiling bench wrote them",
+                )
+
+
 def _check_values(rows: list[ComparisonRow], results: list[RunResult], labels: list[str]) -> None:
     """A side without a value (no request completed, or the metric was never measured) is no
     comparison: refuse it instead of calling it noise."""
@@ -194,6 +218,8 @@ def compare(
         )
     labels = labels or [f"run{i}" for i in range(len(results))]
     _check_metric(results, metric, labels)
+    for res, label in zip(results, labels, strict=True):
+        _check_numbers(res, label)
     base = results[0]
     rows: list[ComparisonRow] = []
     for res, label in zip(results[1:], labels[1:], strict=True):

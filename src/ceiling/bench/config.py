@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ceiling.bench.client import base_url
+from ceiling.bench.failures import MAX_FAILED_PCT
 from ceiling.choices import BenchMode
 from ceiling.errors import CeilingError
 from ceiling.inputs import check_server_url
@@ -17,33 +19,44 @@ Mode = BenchMode  # ceiling.choices: the CLI offers the same
 DEFAULT_MAX_TOKENS = {"single": 2048, "concurrency": 256, "rate": 256}
 
 
+#: More tokens than any model's context (the longest, Llama 4 Scout's, is 10 M): a larger
+#: --input-len/--max-tokens is a typo, and would make the client allocate the prompt first.
+MAX_SEQ_TOKENS = 10_000_000
+#: Requests, repeats, warm-ups: beyond this a value is a typo, not a plan.
+MAX_COUNT = 10_000_000
+MAX_CONCURRENCY = 100_000
+
+
 class BenchConfig(BaseModel):
     """Options of one ``ceiling bench`` run (see docs/bench.md for each)."""
 
     url: str
     model: str | None = None
     mode: Mode = "single"
-    max_tokens: int | None = Field(default=None, ge=1)
-    input_len: int = Field(default=128, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_SEQ_TOKENS)
+    input_len: int = Field(default=128, ge=1, le=MAX_SEQ_TOKENS)
     dataset: Path | None = None
     concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
-    rate: float | None = Field(default=None, gt=0)
-    burstiness: float = Field(default=1.0, gt=0)
-    requests: int | None = Field(default=None, ge=1)
-    duration: float | None = Field(default=None, gt=0)
-    repeat: int = Field(default=1, ge=1)
-    warmup: int = Field(default=1, ge=0)
+    rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    requests: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    duration: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    repeat: int = Field(default=1, ge=1, le=MAX_COUNT)
+    warmup: int = Field(default=1, ge=0, le=MAX_COUNT)
     ignore_eos: bool = True
-    logit_bias: dict[str, float] | None = None  # sent as is (token id -> bias)
+    # sent as is (token id -> bias)
+    logit_bias: dict[str, Annotated[float, Field(allow_inf_nan=False)]] | None = None
     chat: bool = False
-    temperature: float | None = None
+    temperature: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     save_detailed: bool = False
     telemetry: bool = False
     out: Path | None = None
-    timeout: float = Field(default=900.0, gt=0)
-    stall_timeout: float = Field(default=60.0, gt=0)
-    seed: int = 0
+    timeout: float = Field(default=900.0, gt=0, allow_inf_nan=False)
+    stall_timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)  # numpy's generators take non-negative
     workers: int = Field(default=1, ge=1, le=1024)
+    # above this share of failed requests (%) the run is a failure: exit 1, no verdict
+    max_failed_pct: float = Field(default=MAX_FAILED_PCT, ge=0, le=100, allow_inf_nan=False)
     ray: str | None = None  # Ray address ("auto", "host:port", "ray://...", "local")
 
     @model_validator(mode="after")
@@ -52,7 +65,7 @@ class BenchConfig(BaseModel):
         if self.mode == "rate" and self.rate is None:
             raise CeilingError("--mode rate needs --rate", fix="e.g. --rate 4 (requests/s)")
         if self.mode == "concurrency" and (
-            not self.concurrency or any(c < 1 for c in self.concurrency)
+            not self.concurrency or any(not 1 <= c <= MAX_CONCURRENCY for c in self.concurrency)
         ):
             raise CeilingError(
                 "--concurrency needs positive integers", fix="e.g. --concurrency 1,2,4,8"

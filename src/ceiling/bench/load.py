@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ceiling.bench.client import Client, RawStream
+from ceiling.bench.failures import context_overflow
 from ceiling.bench.metrics import RequestRecord, process
 from ceiling.bench.workloads import Prompt, request_body
 
@@ -133,6 +134,7 @@ class LoadState:
     checking: bool = False
     interrupted: bool = False  # stopped by Ctrl-C/SIGTERM (not by a dead server)
     ignore_eos: bool = True  # cleared when the server rejects the ignore_eos/min_tokens fields
+    overflow: str | None = None  # a context overflow (failures.context_overflow): the run stops
     notes: list[str] = field(default_factory=list)
     reason_from_driver: bool = False  # a worker was told to stop (it did not find a reason)
 
@@ -202,6 +204,11 @@ async def send_one(
         state.in_flight -= 1
     if raw.error_kind == "connection" or state.conn_streak:
         await state.observe(raw)
+    if raw.status == 400 and state.overflow is None:
+        overflow = context_overflow(raw.error, prompt.expected_tokens, max_t)
+        if overflow is not None:  # every further request would overflow too
+            state.overflow = overflow
+            state.stop(overflow)
     return Sent(raw, index, repeat, max_t, prompt.expected_tokens)
 
 

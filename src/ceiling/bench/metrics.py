@@ -119,6 +119,15 @@ def process(
             continue
         usage = obj.get("usage")
         if isinstance(usage, dict):
+            bad = {
+                k: usage[k]
+                for k in ("completion_tokens", "prompt_tokens")
+                if isinstance(usage.get(k), int) and not isinstance(usage[k], bool) and usage[k] < 0
+            }
+            if bad:  # a server that counts below zero: no number of this request is trusted
+                rec.error_kind = rec.error_kind or "bad_usage"
+                rec.error = rec.error or f"the server's usage holds negative counts: {bad}"
+                continue
             if isinstance(usage.get("completion_tokens"), int):
                 rec.usage_tokens = usage["completion_tokens"]
             if isinstance(usage.get("prompt_tokens"), int):

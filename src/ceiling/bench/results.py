@@ -140,6 +140,9 @@ class RunResult(LevelResult):
     timestamp_fallbacks: int = 0
     partial: bool = False
     partial_reason: str | None = None
+    context_overflow: str | None = Field(
+        None, description="the server's context cannot hold prompt + max_tokens (the run stopped)"
+    )
     interrupted: bool = False  # partial because of Ctrl-C/SIGTERM (CLI exit code 130)
     cancelled_in_flight: int = 0
     warnings: list[str] = Field(default_factory=list)

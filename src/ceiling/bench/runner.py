@@ -57,7 +57,7 @@ __all__ = ["BenchConfig", "RunResult", "run_bench"]
 OPEN_POOL = 512
 
 
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # a closed terminal too
 
 
 def _on_sigint(
@@ -255,7 +255,13 @@ async def _warmup(ctx: _Ctx) -> None:
             if not state.stopped:
                 prompt = ctx.prompts.take(1)[0]
                 sent = await _send(ctx, prompt, i, -1)
-                if _rejects_extensions(sent.raw) and state.ignore_eos and cfg.ignore_eos:
+                overflow = state.overflow is not None  # named as such, never "rejects ignore_eos"
+                if (
+                    _rejects_extensions(sent.raw)
+                    and state.ignore_eos
+                    and cfg.ignore_eos
+                    and not overflow
+                ):
                     # An OpenAI-compatible server without vLLM's extensions: go on without them.
                     state.ignore_eos = False
                     state.notes.append(
@@ -362,6 +368,7 @@ def _assemble(
         timestamp_source=ctx.client.timestamp_source,
         partial=ctx.state.stopped,
         partial_reason=ctx.state.reason,
+        context_overflow=ctx.state.overflow,
         interrupted=ctx.state.interrupted,
         cancelled_in_flight=ctx.state.cancelled,
         loop_lag_ms=lag_ms,

@@ -112,6 +112,9 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+        max_failed_pct: float = typer.Option(
+            5.0, "--max-failed-pct", help="Above this share of failed requests (%) the run fails."
+        ),
     ) -> None:
         """Measure a running OpenAI-compatible server: TTFT, ITL, TPOT, throughput, with CIs.
 
@@ -121,18 +124,20 @@ def register(app: typer.Typer) -> None:
 
         API key: CEILING_API_KEY (else OPENAI_API_KEY) is sent as the Bearer token; it never
         reaches output or result files. Exit codes: 0 ok, 1 every request failed or the server
-        died (partial result written), 2 bad option, 4 server unreachable or refused, 130
+        died (partial result written), or more than --max-failed-pct of the requests failed
+        (result written, no summary), 2 bad option or a context overflow, 4 server unreachable or refused, 130
         interrupted (partial result written).
         """
         import time
 
         from ceiling.bench.config import make_config
+        from ceiling.bench.failures import OVERFLOW_FIX, failure_statement
         from ceiling.bench.render import render_result
         from ceiling.bench.results import summary_dict
         from ceiling.bench.runner import run_bench
         from ceiling.console import console, emit_json
         from ceiling.console import out as stdout
-        from ceiling.errors import ExitStatus
+        from ceiling.errors import CeilingError, ExitStatus
 
         model = renamed(served_model, old_model, "bench --model", "--served-model")
         timeout = renamed(request_timeout, old_timeout, "bench --timeout", "--request-timeout")
@@ -164,8 +169,18 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             workers=workers,
             ray=ray,
+            max_failed_pct=max_failed_pct,
         )
         result = run_bench(cfg, progress=not quiet)
+        why = failure_statement(result, cfg.max_failed_pct)
+        if result.context_overflow:
+            raise CeilingError(f"{why}; result in {out}", fix=OVERFLOW_FIX)
+        if why and not result.partial:
+            raise CeilingError(
+                f"{why}; result in {out}",
+                fix="read the errors in the result; raise --max-failed-pct only on purpose",
+                exit_code=ExitStatus.FAILED,
+            )
         if as_json:
             emit_json(summary_dict(result))
         else:
@@ -173,9 +188,6 @@ def register(app: typer.Typer) -> None:
         if result.partial:
             console().print(f"partial result written to {out}: {result.partial_reason}")
             raise typer.Exit(ExitStatus.INTERRUPTED if result.interrupted else ExitStatus.FAILED)
-        if sum(lv.completed for lv in result.levels) == 0:
-            console().print(f"no request completed (errors: {result.errors}); result in {out}")
-            raise typer.Exit(ExitStatus.FAILED)
 
     @app.command("compare")
     def compare_cmd(

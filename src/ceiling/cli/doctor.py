@@ -80,6 +80,9 @@ def doctor(
         help="Measure even if the sanity gate calls the output broken (the gate still runs; "
         "its verdict and REASON go into the report), e.g. 'random weights: kernel timing only'.",
     ),
+    max_failed_pct: float = typer.Option(
+        5.0, "--max-failed-pct", help="Above this share of failed requests (%): no verdict."
+    ),
     out_dir: Path = typer.Option(
         Path("ceiling-out"), "--out-dir", file_okay=False, help="Output directory."
     ),
@@ -139,6 +142,7 @@ def doctor(
         trace=trace,
         trace_steps=trace_steps,
         accept_broken_output=accept_broken_output,
+        max_failed_pct=max_failed_pct,
         out_dir=str(out),
         progress=not (json_out or quiet),
     )
@@ -175,6 +179,7 @@ def sweep(
     --resume. Without a terminal, each launch prints its start-up phases as lines.
     """
     from ceiling.console import console
+    from ceiling.errors import CeilingError, ExitStatus
     from ceiling.flows import sweep as sweep_flow
     from ceiling.render import doctor as show
 
@@ -192,6 +197,13 @@ def sweep(
 
     result = sweep_flow.run(plan, out, resume=resume, on_event=on_event, progress=talk)
     show.sweep(result, out, json_out)
+    failed = sweep_flow.sweep_failure(result)
+    if failed:  # every variant failed: nothing was measured, the sweep is not "done"
+        raise CeilingError(
+            failed,
+            fix=f"read the variants' errors in {out}/sweep.json",
+            exit_code=ExitStatus.FAILED,
+        )
 
 
 def report(

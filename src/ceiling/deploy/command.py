@@ -9,6 +9,8 @@ from pydantic import BaseModel, Field, computed_field
 
 from ceiling.deploy.render import DeployFile, DeployPlan
 from ceiling.deploy.validate import Validation, verify_compose, verify_unit
+from ceiling.errors import CeilingError
+from ceiling.inputs import check_out_dir
 from ceiling.outputs import write_atomic
 
 
@@ -46,3 +48,19 @@ class DeployResult(BaseModel):
     @property
     def ok(self) -> bool:
         return not any(c.status == "failed" for c in self.validation)
+
+
+def check_inputs(
+    out_dir: Path, dry_run: bool, gpus: int | None, ready_timeout_s: int, env_file: Path | None
+) -> None:
+    """Every input of ``ceiling deploy`` before anything is rendered, validated or written."""
+    if gpus is not None and not 0 <= gpus <= 4096:
+        raise CeilingError(f"--gpus {gpus} is not a GPU count", fix="e.g. --gpus 8 (0: CPU)")
+    if not 1 <= ready_timeout_s <= 7 * 86400:
+        raise CeilingError(
+            f"--ready-timeout {ready_timeout_s} is out of range", fix="seconds, e.g. 1800"
+        )
+    if env_file is not None and env_file.is_dir():
+        raise CeilingError(f"--env-file {env_file} is a directory", fix="name a file")
+    if not dry_run:
+        check_out_dir(out_dir, "--out")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import time
 import urllib.error
@@ -11,6 +12,7 @@ import urllib.request
 from pydantic import BaseModel
 
 from ceiling.errors import CeilingError, ExitStatus
+from ceiling.inputs import check_server_url
 
 # our own server: never through an HTTP(S)_PROXY from the environment
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -20,7 +22,7 @@ def _ok(url: str) -> bool:
     try:
         with _NO_PROXY.open(url, timeout=2) as resp:
             return resp.status == 200
-    except (urllib.error.URLError, OSError, TimeoutError):
+    except (urllib.error.URLError, OSError, TimeoutError, ValueError, http.client.HTTPException):
         return False
 
 
@@ -67,7 +69,22 @@ class Ready(BaseModel):
     ready_s: float
 
 
+def check_ready_inputs(url: str, paths: list[str], timeout_s: float, pid: int | None) -> None:
+    """Every input of ``ceiling ready`` checked before the first request (one line each)."""
+    check_server_url(url)
+    for path in paths:
+        if not path.startswith("/") or any(c.isspace() or ord(c) < 32 for c in path):
+            raise CeilingError(
+                f"--path {path!r} is not a URL path", fix="e.g. --path /health (starts with /)"
+            )
+    if not 0 < timeout_s < float("inf"):
+        raise CeilingError(f"--timeout {timeout_s:g} is not a positive time", fix="--timeout 600")
+    if pid is not None and pid < 1:
+        raise CeilingError(f"--pid {pid} is not a process id", fix="the server's main PID")
+
+
 def ready(url: str, paths: list[str], timeout_s: float, pid: int | None) -> Ready:
     """``ceiling ready``: wait for ``paths`` (default ``/health``) of ``url``."""
+    check_ready_inputs(url, paths, timeout_s, pid)
     took = wait_ready(url, paths or ["/health"], timeout_s, pid)
     return Ready(url=url, paths=paths, ready_s=round(took, 2))

@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
+from ceiling.bench.config import MAX_CONCURRENCY, MAX_COUNT, MAX_SEQ_TOKENS
+from ceiling.bench.failures import MAX_FAILED_PCT
 from ceiling.bench.results import RunResult
 from ceiling.diagnose.attribute import Attribution, LevelAttribution
 from ceiling.diagnose.facts import EngineFacts
@@ -47,13 +49,16 @@ class DoctorConfig(BaseModel):
     cuda_graphs: bool | None = Field(
         None, description="None: from the variant's flags or the engine log, else assumed on"
     )
-    max_tokens: int = Field(512, ge=1)
-    input_len: int = Field(64, ge=1)
-    repeat: int = Field(3, ge=1)
-    warmup: int = Field(1, ge=0)
-    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 2, 4])
-    concurrency_max_tokens: int = Field(128, ge=1)
-    concurrency_requests: int | None = Field(None, ge=1)
+    max_tokens: int = Field(512, ge=1, le=MAX_SEQ_TOKENS)
+    input_len: int = Field(64, ge=1, le=MAX_SEQ_TOKENS)
+    repeat: int = Field(3, ge=1, le=MAX_COUNT)
+    warmup: int = Field(1, ge=0, le=MAX_COUNT)
+    concurrency: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(
+        default_factory=lambda: [1, 2, 4]
+    )
+    concurrency_max_tokens: int = Field(128, ge=1, le=MAX_SEQ_TOKENS)
+    concurrency_requests: int | None = Field(None, ge=1, le=MAX_COUNT)
+    max_failed_pct: float = Field(MAX_FAILED_PCT, ge=0, le=100, allow_inf_nan=False)
     target_tok_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     telemetry: bool = True
     measure_cpu: bool = True

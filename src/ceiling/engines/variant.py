@@ -238,7 +238,7 @@ def _raw_merged(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], lis
     elif isinstance(args_raw, list):
         child_args = list(parse_arg_list(args_raw, where))
     elif isinstance(args_raw, str):
-        child_args = list(parse_arg_list(shlex.split(args_raw), where))
+        child_args = list(parse_arg_list(_split(args_raw, where, "args"), where))
     else:
         raise CeilingError(
             f"{where}: `args` must be a list or a mapping", fix="see docs/engines.md"
@@ -271,6 +271,17 @@ def _raw_merged(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], lis
     return merged, [*chain, path]
 
 
+def _split(text: str, where: str, key: str) -> list[str]:
+    """A shell-like string as words; an unbalanced quote is one line naming the key."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise CeilingError(
+            f"{where}: `{key}` is not a valid command line ({exc}): {text!r}",
+            fix=f"balance the quotes in `{key}`, or write it as a YAML list",
+        ) from None
+
+
 def load_variant(path: str | Path) -> Variant:
     """Read a variant file (YAML or TOML), resolving ``extends``; raises CeilingError on bad input."""
     p = Path(path)
@@ -283,7 +294,7 @@ def load_variant(path: str | Path) -> Variant:
             )
     command = merged.get("command")
     if isinstance(command, str):
-        merged["command"] = shlex.split(command)
+        merged["command"] = _split(command, str(p), "command")
     if merged.get("port") is not None:
         try:
             merged["port"] = int(merged["port"])

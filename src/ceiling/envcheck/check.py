@@ -219,6 +219,12 @@ def env_report(
 ) -> EnvReport:
     """``ceiling env``: the report on ``python`` (default: ``engine``'s environment, as launch
     finds it, else this Python); ``report.ok`` is False when any problem is an error."""
+    if not 1 <= tp <= 4096:  # checked before any interpreter is started
+        raise CeilingError(f"--tp {tp} is not a tensor-parallel size", fix="e.g. --tp 8")
+    if not str(shm_root).strip() or not Path(shm_root).is_dir():
+        raise CeilingError(
+            f"--shm-root {shm_root} is not a directory", fix="the shared-memory mount: /dev/shm"
+        )
     python = python or _default_python(engine)
     with Progress(f"checking {python}", enabled=progress):
         return check_environment(python, tp=tp, shm_root=shm_root, use_cache=not refresh)

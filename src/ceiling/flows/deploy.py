@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ceiling.deploy.command import DeployResult, validate_plan, write_plan
+from ceiling.deploy.command import DeployResult, check_inputs, validate_plan, write_plan
 from ceiling.deploy.render import build_plan
 from ceiling.engines.variant import load_variant
+from ceiling.outputs import safe_name
 
 __all__ = ["DeployResult", "run"]
 
@@ -25,7 +26,8 @@ def run(
     """``ceiling deploy``: render the variant's unit and Compose service, write and validate
     them (``dry_run``: only render)."""
     variant = load_variant(variant_path)
-    out_dir = out or Path("ceiling-out") / "deploy" / variant.name
+    out_dir = out or Path("ceiling-out") / "deploy" / safe_name(variant.name)
+    check_inputs(out_dir, dry_run, gpus, ready_timeout_s, env_file)
     plan = build_plan(variant, out_dir, image=image, gpus=gpus, ready_timeout_s=ready_timeout_s,
                       env_file=env_file)  # fmt: skip
     result = DeployResult(plan=plan, dry_run=dry_run)

@@ -33,6 +33,7 @@ from typing import Any
 
 from ceiling import interrupts
 from ceiling.bench.config import BenchConfig
+from ceiling.bench.failures import failure_statement
 from ceiling.bench.runner import run_bench
 from ceiling.console import console, dumps
 from ceiling.diagnose.expect import expect
@@ -53,7 +54,7 @@ from ceiling.diagnose.verdict import broken_output_verdict
 from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError
 from ceiling.flows import doctor_trace, preflight
-from ceiling.flows.doctor_checks import check_config
+from ceiling.flows.doctor_checks import bench_failure, check_config
 from ceiling.flows.flag_hypotheses import flag_checks
 from ceiling.flows.hardware import describe_hardware, find_model_dir
 from ceiling.flows.target import served_models, server_alive
@@ -359,6 +360,10 @@ def _attribute_stage(rec: _Recorder, res: DoctorResult, cfg: DoctorConfig) -> No
 
 
 def _verdict_stage(rec: _Recorder, res: DoctorResult, cfg: DoctorConfig) -> None:
+    failed = None if res.server_died else bench_failure(res)
+    if failed:  # no verdict from a failed run: the flow says what failed instead
+        rec.skip("verdict", f"no verdict: {failed[1]}")
+        return
     with rec.stage("verdict"):
         res.verdict = verdict(cfg, res)
 
@@ -413,8 +418,10 @@ def _bench_stage(
             st.message = f"{b.completed} requests, partial: {b.partial}" + (
                 f" ({b.partial_reason})" if b.partial else ""
             )
-            if b.partial:
+            why = failure_statement(b, cfg.max_failed_pct)
+            if b.partial or why:
                 st.status = "failed"
+                st.message = why or st.message
         finally:
             if sampler is not None:
                 res.telemetry = _telemetry(sampler)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ceiling.bench.client import base_url
+from ceiling.bench.failures import OVERFLOW_FIX, failure_statement
 from ceiling.diagnose.schema import DoctorConfig, DoctorResult
 from ceiling.engines import engine_names
 from ceiling.engines.variant import load_variant
@@ -96,16 +97,34 @@ def completed_requests(res: DoctorResult) -> int | None:
 
 
 def outcome(res: DoctorResult) -> tuple[ExitStatus, str | None]:
-    """(exit code, why it is not 0): 1 when the server died or no request completed."""
+    """(exit code, why it is not 0): 1 when the server died, no request completed, or more than
+    ``--max-failed-pct`` of a stage's requests failed; 2 when the context overflowed (the
+    lengths asked do not fit the server)."""
     if res.server_died:
         return ExitStatus.FAILED, f"the server died {res.server_death}"
+    failed = bench_failure(res)
+    return failed if failed is not None else (ExitStatus.OK, None)
+
+
+def bench_failure(res: DoctorResult) -> tuple[ExitStatus, str] | None:
+    """Why the measurement failed, so that no verdict is drawn from it (None: it did not; a
+    server that died mid-run is the flow's own case and words its verdict itself)."""
+    overflow = next((b.context_overflow for b in res.bench.values() if b.context_overflow), None)
+    if overflow:
+        return ExitStatus.INPUT, f"{overflow}; fix: {OVERFLOW_FIX}"
     if completed_requests(res) == 0:
         errors: dict[str, int] = {}
         for b in res.bench.values():
             for k, v in b.errors.items():
                 errors[k] = errors.get(k, 0) + int(v)
         return ExitStatus.FAILED, f"no request completed (errors: {errors or 'none recorded'})"
-    return ExitStatus.OK, None
+    for mode, b in res.bench.items():
+        if b.partial:
+            continue  # a stage cut short (the server died, Ctrl-C): said by the flow
+        why = failure_statement(b, res.config.max_failed_pct)
+        if why:
+            return ExitStatus.FAILED, f"bench {mode}: {why}"
+    return None
 
 
-__all__ = ["OPTION_NAMES", "check_config", "completed_requests", "outcome"]
+__all__ = ["OPTION_NAMES", "bench_failure", "check_config", "completed_requests", "outcome"]

@@ -173,6 +173,15 @@ def _check_bench(plan: Plan) -> None:
         raise CeilingError(f"plan {plan.source}: bench: {err}", fix="see docs/sweep.md") from None
 
 
+def sweep_failure(result: SweepResult) -> str | None:
+    """Why the sweep as a whole failed (None: at least one variant was measured)."""
+    measured = [v for v in result.variants if v.status in ("done", "stopped_early") and v.repeats]
+    if measured or not result.variants:
+        return None
+    states = ", ".join(f"{v.name}: {v.status}" for v in result.variants)
+    return f"no variant of the sweep was measured ({states})"
+
+
 def run(
     plan_path: str | Path,
     out_dir: str | Path,

@@ -11,6 +11,7 @@ The fits become :class:`~ceiling.spec.profile.CollectiveFit` entries of a hardwa
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
@@ -72,26 +73,33 @@ def resolve_variants(names: list[str], custom: list[str]) -> list[tuple[str, dic
     return out
 
 
+#: The largest message commbench sends (8 GiB): a bigger --sizes is a typo that would make
+#: every rank allocate it before the first measurement.
+MAX_SIZE_BYTES = 1 << 33
+#: Element types an allreduce is measured in (torch names).
+Dtype = Literal["float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8"]
+
+
 class CommbenchConfig(BaseModel):
-    world_sizes: list[Annotated[int, Field(ge=2)]] | None = Field(
-        None, description="None: 2..N (N GPUs, or 2 on CPU)"
+    world_sizes: list[Annotated[int, Field(ge=2, le=4096)]] | None = Field(
+        None, description="None: 2..N (N GPUs, or 2 on CPU); capped by check_config"
     )
-    sizes: list[Annotated[int, Field(ge=1)]] = Field(
+    sizes: list[Annotated[int, Field(ge=1, le=MAX_SIZE_BYTES)]] = Field(
         default_factory=lambda: [1024 * 2**i for i in range(17)]
     )
     variants: list[str] = Field(default_factory=list)
     custom_env: list[str] = Field(default_factory=list)
     backend: CommBackend = "auto"
-    dtype: str | None = None  # None: bfloat16 on nccl, float32 on gloo
+    dtype: Dtype | None = None  # None: bfloat16 on nccl, float32 on gloo
     graph: bool = True
     graph_ops: int = 10
     warmup: int = 5
-    reps: int = Field(5, ge=1)
+    reps: int = Field(5, ge=1, le=10_000)
     min_iters: int = 5
     max_iters: int = 200
-    budget_s: float = Field(0.02, gt=0, allow_inf_nan=False)  # per repetition per size
+    budget_s: float = Field(0.02, gt=0, le=60, allow_inf_nan=False)  # per repetition per size
     model: str | None = None
-    batch: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1])
+    batch: list[Annotated[int, Field(ge=1, le=1_000_000)]] = Field(default_factory=lambda: [1])
     timeout_s: float = Field(600, gt=0, allow_inf_nan=False)
     python: str = Field(default_factory=lambda: sys.executable)
 
@@ -178,6 +186,23 @@ def model_dims(name: str) -> tuple[str, int, int]:
 # --------------------------------------------------------------------------- running
 
 
+def check_config(cfg: CommbenchConfig) -> None:
+    """Every input checked in well under a second, before torch is imported or a rank starts:
+    the variants resolve, the model is known, and no world size asks for more ranks than the
+    box has cores (a rank is a process; GPU counts are checked once torch has said them)."""
+    resolve_variants(cfg.variants, cfg.custom_env)
+    if cfg.model:
+        model_dims(cfg.model)
+    cores = os.cpu_count() or 1
+    too_big = [w for w in cfg.world_sizes or [] if w > max(cores, 2)]
+    if too_big:
+        raise CeilingError(
+            f"--world-sizes {max(too_big)}: more ranks than this machine's {cores} cores "
+            "(each rank is a process; a GPU rank needs a GPU too)",
+            fix=f"use --world-sizes up to {max(cores, 2)}",
+        )
+
+
 def _torch_facts(python: str) -> tuple[bool, int]:
     """(cuda available, GPU count) in a child process: the parent never imports torch/CUDA."""
     code = (
@@ -215,6 +240,7 @@ def run_commbench(
     ``on_run`` sees the result so far after each (variant, world size), so that a caller can
     checkpoint it: a long sweep cut short by a time limit keeps what it measured.
     """
+    check_config(cfg)
     cuda, n_gpus = _torch_facts(cfg.python)
     backend = cfg.backend
     if backend == "auto":

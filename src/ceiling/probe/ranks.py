@@ -30,6 +30,7 @@ from functools import cache
 from pathlib import Path
 
 from ceiling.probe.rankstage import DUMP_SIGNAL, PREFIX
+from ceiling.run.guard import spawn_watchdog
 from ceiling.spec._data import DataModel, load_yaml
 
 
@@ -174,6 +175,7 @@ def run_ranks(
         timed_out = False
         stopped: set[int] = set()
         interrupted: KeyboardInterrupt | None = None
+        watchdog: subprocess.Popen[bytes] | None = None
         try:
             for rank in range(world):
                 with open(paths[rank], "w") as log:
@@ -188,6 +190,8 @@ def run_ranks(
                             start_new_session=True,
                         )
                     )
+            # the guard the engines have: the ranks die with us, even when we are SIGKILLed
+            watchdog = spawn_watchdog([p.pid for p in procs])
             reader = threading.Thread(target=_pump, args=(procs[0].stdout, on_line), daemon=True)
             reader.start()
             deadline = t0 + timeout_s
@@ -219,6 +223,10 @@ def run_ranks(
                 _stop(procs, left, 0.0)
             if reader is not None:
                 reader.join(timeout=2.0)
+            if watchdog is not None:
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                    watchdog.terminate()
+                    watchdog.wait(timeout=5)
         waited = time.monotonic() - t0
         records = []
         for rank, p in enumerate(procs):

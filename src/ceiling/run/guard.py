@@ -238,9 +238,13 @@ def orphans() -> list[ServerRecord]:
     return [r for r in records() if not r.owner_alive()]
 
 
-def spawn_watchdog(pgid: int, token: str | None = None) -> subprocess.Popen[bytes] | None:
-    """Start the watchdog of group ``pgid`` for this process (None when it cannot start)."""
-    argv = [sys.executable, "-m", "ceiling.run.watchdog", str(pgid), str(os.getpid())]
+def spawn_watchdog(
+    pgid: int | list[int], token: str | None = None
+) -> subprocess.Popen[bytes] | None:
+    """Start the watchdog of group ``pgid`` (or of several: commbench's ranks) for this
+    process (None when it cannot start)."""
+    groups = ",".join(str(g) for g in ([pgid] if isinstance(pgid, int) else pgid))
+    argv = [sys.executable, "-m", "ceiling.run.watchdog", groups, str(os.getpid())]
     try:
         return subprocess.Popen(
             [*argv, *([token] if token else [])],

@@ -1,4 +1,5 @@
-"""``python -m ceiling.run.watchdog PGID OWNER_PID [TOKEN]``: end an engine's group when ceiling dies.
+"""``python -m ceiling.run.watchdog PGID[,PGID...] OWNER_PID [TOKEN]``: end an engine's group
+(or commbench's ranks' groups) when ceiling dies.
 
 Started by the launcher beside each engine (see :mod:`ceiling.run.guard`), in its own session.
 It blocks on a pidfd of the owner (Linux >= 5.3; else it polls ``getppid`` once a second), and
@@ -27,8 +28,8 @@ def _group_exists(pgid: int) -> bool:
     return True
 
 
-def watch(pgid: int, owner: int) -> str:
-    """Block until the group is gone ("group gone") or the owner died ("owner died")."""
+def watch(pgids: list[int], owner: int) -> str:
+    """Block until every group is gone ("group gone") or the owner died ("owner died")."""
     parent = os.getppid()
     try:
         fd: int | None = os.pidfd_open(owner)
@@ -47,17 +48,19 @@ def watch(pgid: int, owner: int) -> str:
             select.select([], [], [], 1.0)
             if os.getppid() != parent:
                 return "owner died"
-        if not _group_exists(pgid):
+        if not any(_group_exists(pgid) for pgid in pgids):
             return "group gone"
 
 
 def main(argv: list[str]) -> int:
-    pgid, owner = int(argv[0]), int(argv[1])
+    pgids, owner = [int(x) for x in argv[0].split(",")], int(argv[1])
     token = argv[2] if len(argv) > 2 else None
-    if watch(pgid, owner) == "owner died" and group_members(pgid):
-        end_group(pgid)
-    if not group_members(pgid):  # gone (ended here, by ceiling, or it died): its record goes
-        remove_record(pgid, token=token)
+    if watch(pgids, owner) == "owner died":
+        for pgid in pgids:  # commbench's ranks: one group each, all ended together
+            if group_members(pgid):
+                end_group(pgid)
+    if len(pgids) == 1 and not group_members(pgids[0]):
+        remove_record(pgids[0], token=token)  # gone (ended here, by ceiling, or it died)
     return 0
 
 

@@ -12,6 +12,7 @@ Every check says ok / suspect / broken / skipped with its evidence; the verdict 
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import time
@@ -49,7 +50,7 @@ class _Server:
         try:
             with self.opener.open(req, timeout=self.timeout_s) as resp:
                 return list(json.loads(resp.read().decode()).get("data") or [])
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
             raise CeilingError(
                 f"no OpenAI-compatible server at {self.url}: {exc}",
                 fix="start the server, or pass --variant FILE to let ceiling launch it",
@@ -70,7 +71,7 @@ class _Server:
                 fix="check the model name and that the server serves /v1/completions",
                 exit_code=ExitStatus.SERVER,
             ) from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
             raise CeilingError(
                 f"no answer from {self.url}: {exc}",
                 fix="start the server, or pass --variant FILE to let ceiling launch it",

@@ -12,9 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ceiling.bench.client import base_url
 from ceiling.console import console
 from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError, ExitStatus
+from ceiling.inputs import check_server_url
 from ceiling.run.launcher import launch
 from ceiling.sanity.checks import SanityReport, _Server, check_server
 
@@ -87,6 +89,18 @@ def run_sanity(cfg: SanityConfig) -> SanityReport:
         raise CeilingError(
             "sanity needs a server to ask",
             fix="pass --url http://HOST:PORT (running) or --variant FILE (launch)",
+        )
+    # every input before a launch or a request (a bad one costs a second, not a model load)
+    if cfg.url:
+        cfg = cfg.model_copy(update={"url": base_url(str(cfg.url))})
+        check_server_url(str(cfg.url))
+    if cfg.model_path and not Path(cfg.model_path).exists():
+        raise CeilingError(
+            f"--model-path {cfg.model_path} not found", fix="pass the model's local directory"
+        )
+    if not 0 < cfg.timeout_s < float("inf"):
+        raise CeilingError(
+            f"--timeout {cfg.timeout_s:g} is not a positive time", fix="--timeout 60"
         )
     with contextlib.ExitStack() as stack:
         engine, model_dir, dtype, model = cfg.engine, cfg.model_path, cfg.dtype, cfg.model
