@@ -334,7 +334,7 @@ def test_compare_refuses_impossible_numbers(field, value, tmp_path, capsys):
 
 
 def test_a_sweep_whose_every_variant_failed_exits_1(tmp_path, capsys, monkeypatch):
-    from ceiling.sweep import runner
+    from ceiling.flows import sweep as sweep_flow
     from ceiling.sweep.schema import SweepResult
 
     def all_failed(*_a, **_k):
@@ -351,7 +351,7 @@ def test_a_sweep_whose_every_variant_failed_exits_1(tmp_path, capsys, monkeypatc
             }
         )
 
-    monkeypatch.setattr(runner, "run_sweep", all_failed)
+    monkeypatch.setattr(sweep_flow, "run", all_failed)
     plan = tmp_path / "plan.yaml"
     plan.write_text("variants: []\n")
     err = _one_line_error(capsys, main(["sweep", str(plan), "--out", str(tmp_path / "o")]), 1)

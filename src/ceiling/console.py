@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import threading
 import time
 from functools import cache
 from types import TracebackType
@@ -122,7 +123,7 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.enabled and console().is_terminal:
-            self._status = console().status(self._text)
+            self._status = console().status(_plain(self._text))
             self._status.start()
         return self
 
@@ -138,7 +139,7 @@ class Progress:
 
     def update(self, text: str, key: str | None = None) -> None:
         if self._status is not None:
-            self._status.update(text)
+            self._status.update(_plain(text))
             return
         if not (self.enabled and self.lines):
             return
@@ -150,16 +151,30 @@ class Progress:
 
 class Bars:
     """Progress bars on stderr, one per label (``update(label, done, total)``), gone when the
-    work is done; on no terminal, nothing."""
+    work is done; on no terminal, a line every ``heartbeat_s`` seconds instead (the last
+    state, or "starting": commbench's ranks take minutes to start), so a log shows where the
+    work stands."""
 
-    def __init__(self, what: str, enabled: bool = True) -> None:
+    def __init__(self, what: str, enabled: bool = True, heartbeat_s: float = 5.0) -> None:
         self.what = what
         self.enabled = enabled
+        self.heartbeat_s = heartbeat_s
         self._bars: RichProgress | None = None
         self._tasks: dict[str, TaskID] = {}
+        self._state = "starting"
+        self._stop: threading.Event | None = None
+
+    def _beat(self, stop: threading.Event) -> None:
+        t0 = time.monotonic()
+        while not stop.wait(self.heartbeat_s):
+            say(f"{self.what}: {self._state} ({time.monotonic() - t0:.0f} s)")
 
     def __enter__(self) -> Bars:
         if not self.enabled:
+            return self
+        if not console().is_terminal:
+            self._stop = threading.Event()
+            threading.Thread(target=self._beat, args=(self._stop,), daemon=True).start()
             return self
         from rich.progress import (
             BarColumn,
@@ -188,13 +203,23 @@ class Bars:
     ) -> None:
         if self._bars is not None:
             self._bars.stop()
+        if self._stop is not None:
+            self._stop.set()
 
     def update(self, label: str, done: int, total: int) -> None:
+        self._state = f"{label} {done}/{total}"
         if self._bars is None:
             return
         if label not in self._tasks:
             self._tasks[label] = self._bars.add_task(f"{self.what} {label}", total=total)
         self._bars.update(self._tasks[label], completed=done)
+
+
+def _plain(text: str) -> Any:
+    """``text`` as Rich text that is never read as markup (``[gpu]`` in a message stays)."""
+    from rich.text import Text  # rich loads with the first console (start-up time)
+
+    return Text(text)
 
 
 def say(text: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import tempfile
 from pathlib import Path
@@ -125,7 +124,9 @@ def read_json(path: str | Path, what: str, fix: str) -> Any:
 
 
 def _writable_dir(d: Path, option: str) -> None:
-    """Create ``d`` (and parents) if needed and prove it takes a new file."""
+    """Create ``d`` (and parents) if needed and prove it takes a new file. ``a/../b`` is
+    taken as written (``b``): no folder ``a`` is made on the way."""
+    d = Path(os.path.normpath(d))
     if d.exists() and not d.is_dir():
         raise CeilingError(
             f"{option}: {d} exists and is not a directory", fix=f"pass another {option}"
@@ -194,6 +195,17 @@ def int_list(text: str, option: str) -> list[int]:
         ) from None
 
 
+def mask_userinfo(url: str) -> str:
+    """``url`` with everything between the scheme (or the start) and its LAST ``@`` masked: a
+    key with ``/``, spaces or ``@`` in it is hidden whole, even where the URL is malformed."""
+    if "@" not in url:
+        return url
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    return (scheme + sep if sep else "") + "***@" + rest.rsplit("@", 1)[1]
+
+
 def check_server_url(url: str, option: str = "--url") -> None:
     """The root of an http(s) server: a host, a valid port, maybe a path prefix (a gateway's);
     no query, fragment, ``@`` outside the credentials, spaces or control characters."""
@@ -205,7 +217,7 @@ def check_server_url(url: str, option: str = "--url") -> None:
     bad = any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url)
     bad = bad or "@" in parts.path or bool(parts.query or parts.fragment)
     if bad or parts.scheme not in ("http", "https") or not host or port in (-1, 0):
-        shown = re.sub(r"[^/\s]*@", "***@", url)  # a malformed URL may still hold a key
+        shown = mask_userinfo(url)  # a malformed URL may still hold a key
         raise CeilingError(
             f"{option} {shown!r} is not an http(s) server address",
             fix=f"e.g. {option} http://127.0.0.1:8000",

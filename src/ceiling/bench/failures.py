@@ -5,6 +5,8 @@
   "exceeds the available context size", ``exceed_context_size_error``). It is named as such,
   with the lengths and the fix, instead of being taken for a server that rejects ``ignore_eos``
   and then "measuring" a handful of tokens per request.
+- a stall: two streams in a row that send nothing for ``--stall-timeout`` seconds end the run
+  (``RunResult.stalled``) instead of every further request waiting as long.
 - :func:`failure_statement`: more failed requests than a set share of those sent
   (``--max-failed-pct``, default :data:`MAX_FAILED_PCT`): the numbers of such a run describe the
   requests that happened to pass, so no verdict is drawn from them.
@@ -67,9 +69,9 @@ OVERFLOW_FIX = (
 def failure_statement(result: RunResult, max_failed_pct: float = MAX_FAILED_PCT) -> str | None:
     """Why ``result`` is a failed run (None: it is a measurement): a context overflow, no
     completed request, or more failed requests than ``max_failed_pct`` % of those sent."""
-    overflow = getattr(result, "context_overflow", None)
-    if overflow:
-        return str(overflow)
+    for named in (result.context_overflow, result.stalled):
+        if named:
+            return named
     levels = result.levels or [result]
     done = sum(lv.completed for lv in levels)
     failed = sum(lv.failed for lv in levels)

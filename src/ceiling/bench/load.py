@@ -135,6 +135,8 @@ class LoadState:
     interrupted: bool = False  # stopped by Ctrl-C/SIGTERM (not by a dead server)
     ignore_eos: bool = True  # cleared when the server rejects the ignore_eos/min_tokens fields
     overflow: str | None = None  # a context overflow (failures.context_overflow): the run stops
+    stalled: str | None = None  # streams went silent for --stall-timeout, twice running: stop
+    stall_streak: int = 0
     notes: list[str] = field(default_factory=list)
     reason_from_driver: bool = False  # a worker was told to stop (it did not find a reason)
 
@@ -175,6 +177,10 @@ class LoadState:
             self.stop(f"server stopped answering ({raw.error})")
 
 
+#: Stalled requests in a row that end a run (a hiccup is counted; a hang stops it).
+STALLS_TO_STOP = 2
+
+
 def body_for(prompt: Prompt, options: RequestOptions, ignore_eos: bool) -> tuple[bytes, int]:
     """The serialized request for ``prompt`` and its max_tokens."""
     max_t = prompt.max_tokens or options.max_tokens
@@ -204,6 +210,16 @@ async def send_one(
         state.in_flight -= 1
     if raw.error_kind == "connection" or state.conn_streak:
         await state.observe(raw)
+    stall = raw.error_kind == "timeout" and (raw.error or "").startswith("no data for")
+    state.stall_streak = state.stall_streak + 1 if stall else 0
+    # one stall is a fault counted like any other; two in a row is a server that hangs: every
+    # further request would wait as long, so the run ends here with that statement
+    if state.stall_streak >= STALLS_TO_STOP and state.stalled is None:
+        state.stalled = (
+            f"the server stalled: {state.stall_streak} streams in a row sent nothing for "
+            f"{state.client.stall_s:g} s (--stall-timeout)"
+        )
+        state.stop(state.stalled)
     if raw.status == 400 and state.overflow is None:
         overflow = context_overflow(raw.error, prompt.expected_tokens, max_t)
         if overflow is not None:  # every further request would overflow too

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
@@ -71,9 +72,9 @@ def render_result(result: RunResult, console: Console, path: str | None = None) 
     if lag.get("p99") is not None:
         console.print(f"client loop lag: mean {lag['mean']:.3f} ms, p99 {lag['p99']:.3f} ms")
     for w in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}")
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}")
     if path:
-        console.print(f"result: {path}")
+        console.print(f"result: {escape(str(path))}")
 
 
 def render_comparison(comp: Comparison, console: Console) -> None:
@@ -98,4 +99,4 @@ def render_comparison(comp: Comparison, console: Console) -> None:
             notes.append(r.note)
     console.print(table)
     for n in notes:
-        console.print(f"note: {n}")
+        console.print(f"note: {escape(n)}")

@@ -140,6 +140,9 @@ class RunResult(LevelResult):
     timestamp_fallbacks: int = 0
     partial: bool = False
     partial_reason: str | None = None
+    stalled: str | None = Field(
+        None, description="a stream went silent for --stall-timeout mid-way (the run stopped)"
+    )
     context_overflow: str | None = Field(
         None, description="the server's context cannot hold prompt + max_tokens (the run stopped)"
     )

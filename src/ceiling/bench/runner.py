@@ -47,7 +47,7 @@ from ceiling.bench.results import LevelResult, RunResult, save_result
 from ceiling.bench.telemetry import Telemetry
 from ceiling.bench.workers import ProcessPool, merge, plan_shares
 from ceiling.bench.workloads import Prompt, load_jsonl, synthetic_prompts
-from ceiling.console import console
+from ceiling.console import console, say
 from ceiling.inputs import check_out_file
 from ceiling.redact import redact
 
@@ -57,6 +57,8 @@ __all__ = ["BenchConfig", "RunResult", "run_bench"]
 OPEN_POOL = 512
 
 
+#: Seconds between progress lines when stderr is not a terminal.
+HEARTBEAT_S = 5.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # a closed terminal too
 
 
@@ -111,8 +113,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> RunResult:
 
     ``cfg.out`` is checked before the first request: a path that cannot be written is an error
     in a second, not after the whole measurement."""
-    check_out_file(cfg.out, "--out")
     dataset = load_jsonl(cfg.dataset) if cfg.dataset is not None else None  # before a request
+    check_out_file(cfg.out, "--out")  # after the inputs: a bad one leaves no folder behind
     _raise_fd_limit(cfg)
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     with contextlib.suppress(ImportError):
@@ -124,6 +126,22 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> RunResult:
     if cfg.out is not None:
         save_result(result, cfg.out)
     return result
+
+
+async def _heartbeat(prog: Any, enabled: bool, every_s: float | None = None) -> None:
+    """Without a terminal the bars draw nothing until the end: a line on stderr every few
+    seconds says where the run stands (CI, nohup, a log file)."""
+    if not enabled or console().is_terminal:
+        return
+    t0 = time.monotonic()
+    while True:
+        await asyncio.sleep(HEARTBEAT_S if every_s is None else every_s)
+        live = [t for t in prog.tasks if not t.finished] or list(prog.tasks)[-1:]
+        if live:
+            t = live[-1]
+            total = f"/{int(t.total)}" if t.total else ""
+            say(f"bench: {t.description}: {int(t.completed)}{total} requests done "
+                f"({time.monotonic() - t0:.0f} s)")  # fmt: skip
 
 
 def _progress(enabled: bool) -> Any:
@@ -190,12 +208,16 @@ async def _run(
             measurements: list[Measurement] = []
             with _progress(show_progress) as prog:
                 ctx = _Ctx(cfg, client, model, path, prompts, state, prog, options, pool)
-                await _warmup(ctx)
-                for rep in range(cfg.repeat):
-                    for level in cfg.levels():
-                        if state.stopped:
-                            break
-                        measurements.append(await _measure(ctx, rep, level))
+                beat = asyncio.ensure_future(_heartbeat(prog, show_progress))
+                try:
+                    await _warmup(ctx)
+                    for rep in range(cfg.repeat):
+                        for level in cfg.levels():
+                            if state.stopped:
+                                break
+                            measurements.append(await _measure(ctx, rep, level))
+                finally:
+                    beat.cancel()
             lag_ms = await lag.stop()
             tele = telemetry.stop() if telemetry else None
         finally:
@@ -369,6 +391,7 @@ def _assemble(
         partial=ctx.state.stopped,
         partial_reason=ctx.state.reason,
         context_overflow=ctx.state.overflow,
+        stalled=ctx.state.stalled,
         interrupted=ctx.state.interrupted,
         cancelled_in_flight=ctx.state.cancelled,
         loop_lag_ms=lag_ms,

@@ -135,7 +135,7 @@ def register(app: typer.Typer) -> None:
         from ceiling.bench.render import render_result
         from ceiling.bench.results import summary_dict
         from ceiling.bench.runner import run_bench
-        from ceiling.console import console, emit_json
+        from ceiling.console import emit_json, say
         from ceiling.console import out as stdout
         from ceiling.errors import CeilingError, ExitStatus
 
@@ -186,7 +186,7 @@ def register(app: typer.Typer) -> None:
         else:
             render_result(result, stdout(), str(out))
         if result.partial:
-            console().print(f"partial result written to {out}: {result.partial_reason}")
+            say(f"partial result written to {out}: {result.partial_reason}")
             raise typer.Exit(ExitStatus.INTERRUPTED if result.interrupted else ExitStatus.FAILED)
 
     @app.command("compare")

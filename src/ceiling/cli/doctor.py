@@ -83,6 +83,9 @@ def doctor(
     max_failed_pct: float = typer.Option(
         5.0, "--max-failed-pct", help="Above this share of failed requests (%): no verdict."
     ),
+    stall_timeout: float = typer.Option(
+        60.0, "--stall-timeout", help="A stream silent this long ends the stage (a finding)."
+    ),
     out_dir: Path = typer.Option(
         Path("ceiling-out"), "--out-dir", file_okay=False, help="Output directory."
     ),
@@ -107,7 +110,7 @@ def doctor(
     written), 2 bad option, 3 the engine did not start,
     4 server unreachable or refused, 130 interrupted (doctor.json written, interrupted: true).
     """
-    from ceiling.console import console
+    from ceiling.console import say
     from ceiling.diagnose.schema import DoctorConfig
     from ceiling.flows import doctor as doctor_flow
     from ceiling.flows.doctor_checks import OPTION_NAMES, outcome
@@ -143,6 +146,7 @@ def doctor(
         trace_steps=trace_steps,
         accept_broken_output=accept_broken_output,
         max_failed_pct=max_failed_pct,
+        stall_timeout_s=stall_timeout,
         out_dir=str(out),
         progress=not (json_out or quiet),
     )
@@ -151,7 +155,7 @@ def doctor(
     code, why = outcome(res)
     show.doctor(res, json_out)
     if why:
-        console().print(f"doctor: {why}; what was measured is in {res.files.get('doctor')}")
+        say(f"doctor: {why}; what was measured is in {res.files.get('doctor')}")
     raise typer.Exit(code)
 
 
@@ -178,7 +182,7 @@ def sweep(
     Ctrl-C stops the running trial (its engine too) and leaves the ledger resumable: rerun with
     --resume. Without a terminal, each launch prints its start-up phases as lines.
     """
-    from ceiling.console import console
+    from ceiling.console import say
     from ceiling.errors import CeilingError, ExitStatus
     from ceiling.flows import sweep as sweep_flow
     from ceiling.render import doctor as show
@@ -190,10 +194,10 @@ def sweep(
 
     def on_event(name: str, ev: TrialEvent) -> None:
         if talk and isinstance(ev, Repeat):
-            console().print(f"{name}: repeat {ev.idx}: {ev.tok_s} tok/s")
+            say(f"{name}: repeat {ev.idx}: {ev.tok_s} tok/s")
         elif talk and isinstance(ev, StoppedEarly | Failed):
             why = ev.reason if isinstance(ev, StoppedEarly) else ev.error
-            console().print(f"{name}: {ev.type_}: {why}")
+            say(f"{name}: {ev.type_}: {why}")
 
     result = sweep_flow.run(plan, out, resume=resume, on_event=on_event, progress=talk)
     show.sweep(result, out, json_out)

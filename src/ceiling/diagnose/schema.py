@@ -59,6 +59,8 @@ class DoctorConfig(BaseModel):
     concurrency_max_tokens: int = Field(128, ge=1, le=MAX_SEQ_TOKENS)
     concurrency_requests: int | None = Field(None, ge=1, le=MAX_COUNT)
     max_failed_pct: float = Field(MAX_FAILED_PCT, ge=0, le=100, allow_inf_nan=False)
+    # a stream silent this long ends the stage with a statement (not the request timeout)
+    stall_timeout_s: float = Field(60.0, gt=0, le=86400, allow_inf_nan=False)
     target_tok_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     telemetry: bool = True
     measure_cpu: bool = True

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from ceiling import interrupts
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.failures import failure_statement
@@ -86,7 +88,7 @@ class _Recorder:
         self.result.stages.append(st)
         t0 = time.monotonic()
         if self.progress:
-            console().print(f"[bold]doctor[/bold]: {name} ...")
+            console().print(f"[bold]doctor[/bold]: {escape(name)} ...")
         try:
             yield st
         except CeilingError as exc:
@@ -131,6 +133,7 @@ def _bench_config(
             telemetry=False,  # the doctor samples itself and keeps the series
             save_detailed=True,
             out=out,
+            stall_timeout=cfg.stall_timeout_s,
         )
     return BenchConfig(
         url=url,
@@ -144,6 +147,7 @@ def _bench_config(
         warmup=0,
         save_detailed=True,
         out=out,
+        stall_timeout=cfg.stall_timeout_s,
     )
 
 

@@ -24,6 +24,7 @@ from ceiling.spec.model import catalog
 #: DoctorConfig field -> the CLI option that sets it, where the two names differ
 OPTION_NAMES = {
     "launch_timeout_s": "--ready-timeout",
+    "stall_timeout_s": "--stall-timeout",
     "target_tok_s": "--target",
     "out_dir": "--out-dir",
     "model_path": "--model",
@@ -119,7 +120,7 @@ def bench_failure(res: DoctorResult) -> tuple[ExitStatus, str] | None:
                 errors[k] = errors.get(k, 0) + int(v)
         return ExitStatus.FAILED, f"no request completed (errors: {errors or 'none recorded'})"
     for mode, b in res.bench.items():
-        if b.partial:
+        if b.partial and not b.stalled:
             continue  # a stage cut short (the server died, Ctrl-C): said by the flow
         why = failure_statement(b, res.config.max_failed_pct)
         if why:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from rich.markup import escape
 
 from ceiling.bench.client import base_url
 from ceiling.console import console
@@ -128,7 +129,9 @@ def run_sanity(cfg: SanityConfig) -> SanityReport:
         if model_dir is None and root and Path(root).is_dir():
             model_dir = root
         if cfg.progress:
-            console().print(f"[bold]sanity[/bold]: asking {model} at {url} ...")
+            console().print(
+                f"[bold]sanity[/bold]: asking {escape(str(model))} at {escape(url)} ..."
+            )
         return check_server(
             url, model, engine, model_dir, dtype, reference=cfg.reference, timeout_s=cfg.timeout_s
         )
