@@ -89,9 +89,9 @@ def test_sigkill_leaves_every_output_complete_or_absent(delay, sse_url, tmp_path
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64}))
     out = tmp_path / "o"
-    proc = _ceiling("doctor", "--url", sse_url, "--model-path", str(model), "--max-tokens", "40",
+    proc = _ceiling("doctor", "--url", sse_url, "--model", str(model), "--max-tokens", "40",
                     "--repeat", "2", "--concurrency", "1,2", "--no-telemetry", "--no-sanity",
-                    "--no-measure-cpu", "--out", str(out))  # fmt: skip
+                    "--no-measure-cpu", "--out-dir", str(out))  # fmt: skip
     time.sleep(delay)
     proc.kill()
     proc.communicate(timeout=30)

@@ -54,9 +54,9 @@ def test_doctor_gives_no_verdict_after_a_stall(tmp_path, capsys):
     with SSEServer(
         lambda i, _b: Plan(itl_s=0.001, stall_at=2 if i >= 2 else None, stall_s=60)
     ) as srv:
-        argv = ["doctor", "--url", srv.url, "--model-path", str(model), "--max-tokens", "8",
+        argv = ["doctor", "--url", srv.url, "--model", str(model), "--max-tokens", "8",
                 "--repeat", "3", "--concurrency", "none", "--no-telemetry", "--no-measure-cpu",
-                "--no-sanity", "--stall-timeout", "1", "--out", str(tmp_path / "o")]  # fmt: skip
+                "--no-sanity", "--stall-timeout", "1", "--out-dir", str(tmp_path / "o")]  # fmt: skip
         rc = main(argv)
     err = capsys.readouterr().err
     assert rc == 1 and "stalled" in err, err

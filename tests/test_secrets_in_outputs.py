@@ -35,9 +35,9 @@ def test_doctor_writes_no_secret(tmp_path, monkeypatch, capsys):
     (model / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64}))
     out = tmp_path / "out"
     with SSEServer(Plan(itl_s=0.001)) as srv:
-        argv = ["doctor", "--url", srv.url, "--model-path", str(model), "--max-tokens", "8",
+        argv = ["doctor", "--url", srv.url, "--model", str(model), "--max-tokens", "8",
                 "--repeat", "1", "--concurrency", "1", "--no-telemetry", "--no-measure-cpu",
-                "--no-sanity", "--out", str(out)]  # fmt: skip
+                "--no-sanity", "--out-dir", str(out)]  # fmt: skip
         assert main(argv) == 0, capsys.readouterr().err
         assert srv.headers and srv.headers[-1].get("Authorization") == f"Bearer {KEY}"
     seen = capsys.readouterr()
@@ -76,7 +76,7 @@ def test_deploy_writes_no_secret(tmp_path, capsys):
     )
     out = tmp_path / "out"
     rc = main(["deploy", str(v), "--image", "vllm/vllm-openai:v0.11.0", "--no-validate",
-               "--out", str(out)])  # fmt: skip
+               "--out-dir", str(out)])  # fmt: skip
     seen = capsys.readouterr()
     assert rc == 0, seen.err
     assert KEY not in seen.out + seen.err and TOKEN not in seen.out + seen.err

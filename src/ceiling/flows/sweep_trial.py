@@ -106,7 +106,7 @@ def execute_trial(spec: TrialSpec) -> Iterator[Event]:
                         "out": out,
                     }
                 )
-                res = run_bench(cfg, progress=True)  # bars on a terminal, else a line every 5 s
+                res = run_bench(cfg, progress=spec.progress)
                 if res.partial:
                     # A partial repeat is not a measurement. A live server means the user
                     # interrupted (Ctrl-C): leave the trial resumable. A dead one is a failure.
