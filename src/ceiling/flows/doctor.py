@@ -31,8 +31,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
-
 from ceiling import interrupts
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.failures import failure_statement
@@ -88,7 +86,7 @@ class _Recorder:
         self.result.stages.append(st)
         t0 = time.monotonic()
         if self.progress:
-            console().print(f"[bold]doctor[/bold]: {escape(name)} ...")
+            console().print(f"[bold]doctor[/bold]: {name} ...")  # our stage names
         try:
             yield st
         except CeilingError as exc:
@@ -424,8 +422,7 @@ def _bench_stage(
             )
             why = failure_statement(b, cfg.max_failed_pct)
             if b.partial or why:
-                st.status = "failed"
-                st.message = why or st.message
+                st.status, st.message = "failed", why or st.message
         finally:
             if sampler is not None:
                 res.telemetry = _telemetry(sampler)
