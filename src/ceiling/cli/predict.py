@@ -40,6 +40,13 @@ def register(app: typer.Typer) -> None:
         dp: int | None = typer.Option(
             None, "--dp", min=1, help="data parallel replicas (default gpus / (tp x pp))"
         ),
+        dcp: int = typer.Option(
+            1,
+            "--dcp",
+            min=1,
+            help="decode context parallel size (vLLM --decode-context-parallel-size; divides "
+            "--tp; shards MLA's latent KV cache over the TP ranks)",
+        ),
         engine: PredictEngine = typer.Option("vllm", "--engine", help="the engine to predict"),
         allreduce: Allreduce = typer.Option(
             "auto", "--allreduce", help="allreduce implementation (auto: the engine's rule)"
@@ -158,7 +165,7 @@ def register(app: typer.Typer) -> None:
 
         try:
             req = PredictRequest(
-                model=model, gpu=gpu, gpus=gpus, link=link, tp=tp, ep=ep, pp=pp, dp=dp,
+                model=model, gpu=gpu, gpus=gpus, link=link, tp=tp, ep=ep, pp=pp, dp=dp, dcp=dcp,
                 engine=engine, allreduce=allreduce, cuda_graphs=not no_cuda_graphs, batch=batch,
                 context=context, prompt_len=prompt_len, kv_dtype=kv_dtype,
                 weight_format=weight_format, profile=profile, power_limit=power_limit,

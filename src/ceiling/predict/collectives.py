@@ -90,3 +90,13 @@ def alltoall_us(link: Link, n: int, nbytes_per_rank: float) -> float:
 def send_us(link: Link, nbytes: float) -> float:
     """One point-to-point send between pipeline stages."""
     return link.p2p_us + nbytes / (link.bw_GBps * 1e3)
+
+
+def ring_us(link: Link, n: int, total_bytes: float) -> float:
+    """One NCCL ring all-gather or reduce-scatter whose full buffer is ``total_bytes``: n - 1
+    steps, each rank moving (n - 1) / n of the buffer (NCCL's algorithm bandwidth model:
+    busbw = algbw x (n - 1) / n for both)."""
+    if n <= 1:
+        return 0.0
+    c = link.nccl
+    return c.base_us + (n - 1) * c.hop_us + (n - 1) / n * total_bytes / (c.busbw_GBps * 1e3)

@@ -17,7 +17,7 @@ ring otherwise, or a faster measured fit), never the engine's choice.
 
 from __future__ import annotations
 
-from ceiling.predict.collectives import allreduce_us, alltoall_us, send_us
+from ceiling.predict.collectives import allreduce_us, alltoall_us, ring_us, send_us
 from ceiling.predict.ladder import ladder
 from ceiling.predict.opspec import CommShape, OpSpec, OpTime
 from ceiling.predict.resolved import Setup
@@ -119,6 +119,13 @@ def comm_time(s: Setup, op: OpSpec) -> OpTime:
         if why:
             note = f"{note}; {why}"
         return OpTime(max(us, bound), bound, src, conf, f"allreduce/{impl}", note)
+    if coll in ("allgather", "reducescatter"):
+        # vLLM's GroupCoordinator runs both through NCCL (PyNccl), never its custom allreduce
+        total = nbytes * n if coll == "allgather" else nbytes
+        us = ring_us(link, n, total)
+        return OpTime(
+            us, us * 0.5, "prior", c.prior.link_other, f"{coll}/nccl", f"{link.name} constants"
+        )
     if coll == "gather":
         us = alltoall_us(link, n, nbytes)
         return OpTime(

@@ -34,7 +34,7 @@ from ceiling.predict.step import (
     prefill_ms,
     weight_resident_bytes,
 )
-from ceiling.predict.validate import check_engine_vendor
+from ceiling.predict.validate import check_dcp, check_engine_vendor
 from ceiling.spec.checks import check_parallel
 from ceiling.spec.deployment import Deployment, engine_rules
 from ceiling.spec.hardware import GPU, list_links, load_gpu, load_link
@@ -113,6 +113,7 @@ def setup(req: PredictRequest, spec: ModelSpec | None = None) -> tuple[Setup, in
                 f"{spec.n_experts} experts do not split over --ep {req.ep}",
                 fix=f"use an --ep that divides {spec.n_experts}",
             )
+    check_dcp(req.engine, req.dcp, req.tp, spec)
     default_link = _default_link(gpu, req.tp * req.pp)
     talks = req.tp * req.pp > 1 or (req.ep > 1 and dp > 1)
     asked = req.link_name()
@@ -128,6 +129,7 @@ def setup(req: PredictRequest, spec: ModelSpec | None = None) -> tuple[Setup, in
         pp=req.pp,
         ep=req.ep,
         dp=dp,
+        dcp=req.dcp,
         kv_dtype=req.kv_dtype,
         cuda_graphs=req.cuda_graphs,
         allreduce=req.allreduce,
@@ -352,7 +354,13 @@ def _assumptions(s: Setup, req: PredictRequest, gpus: int, step: Step) -> list[s
         s.bw_reason,
         s.kv_reason,
         f"allreduce: {s.allreduce_impl} ({s.allreduce_reason})",
-        f"layout: {gpus} x {s.gpu.name} over {s.link.name}; tp={d.tp} pp={d.pp} ep={d.ep} dp={d.dp}",
+        f"layout: {gpus} x {s.gpu.name} over {s.link.name}; tp={d.tp} pp={d.pp} ep={d.ep} dp={d.dp}"
+        + (
+            f" dcp={d.dcp} (MLA latent KV sharded by token over {d.dcp} TP ranks; query and LSE "
+            "all-gathered, output reduce-scattered per MLA layer: vLLM ag_rs)"
+            if d.dcp > 1
+            else ""
+        ),
         f"kernels/step: {step.details.kernels_per_step} ({step.details.gemm_kernels_per_step} GEMMs "
         f"x {s.gemm_kernel_us:.2f} us fixed + others x {s.small_kernel_us:.2f} us in a CUDA graph)"
         + (

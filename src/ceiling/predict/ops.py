@@ -259,19 +259,48 @@ def _mla_ops(
         )  # fmt: skip
         if topk:
             ctx = min(context, topk)
+    # DCP (vLLM): every rank of the group reads only its 1/dcp of each sequence's latent
+    # cache, for the group's gathered heads (H/TP x dcp): the same FLOPs, 1/dcp of the bytes;
+    # the query gather, LSE gather, correction and output reduce-scatter are _dcp_ops
+    dcp = s.dep.dcp
+    ctx_r = math.ceil(ctx / dcp)
+    heads_a = min(spec.heads, heads_r * dcp)
     ops.append(
         OpSpec(
             "attention.mla",
             "mla",
             n,
-            kv_bytes=B * ctx * latent * kvb,
-            flops=2.0 * B * ctx * heads_r * (2 * mla["kv_lora_rank"] + mla["qk_rope_head_dim"]),
+            kv_bytes=B * ctx_r * latent * kvb,
+            flops=2.0 * B * ctx_r * heads_a * (2 * mla["kv_lora_rank"] + mla["qk_rope_head_dim"]),
             kernels=2,
-            shape=MlaShape(batch=B, context=ctx, heads=heads_r),
+            shape=MlaShape(batch=B, context=ctx_r, heads=heads_a),
         )
     )
+    if dcp > 1:
+        ops += _dcp_ops(s, n, B, heads_r, heads_a)
     ops.append(_gemm("mla.o_proj", n, o, 1 / tp, B, h, o[0].cols / tp if o else h))
     return ops
+
+
+def _dcp_ops(s: Setup, n: int, B: float, heads_r: int, heads_a: int) -> list[OpSpec]:
+    """What DCP adds to each MLA layer (vLLM's ``ag_rs`` backend, engines.yaml): the decode
+    query all-gathered over the group (each rank's B x H/TP x (kv_lora_rank + rope) in bf16),
+    the fp32 LSE of the gathered heads all-gathered, one correction kernel, and the output
+    (B x H/TP x dcp x kv_lora_rank, bf16) reduce-scattered back to this rank's heads."""
+    mla, dcp = s.spec.mla, s.dep.dcp
+    width = mla["kv_lora_rank"] + mla["qk_rope_head_dim"]
+    q = B * heads_r * width * 2
+    lse = B * heads_a * 4
+    out = B * heads_a * mla["kv_lora_rank"] * 2
+    return [
+        OpSpec("dcp.query_allgather", "comm", n, act_bytes=q,
+               shape=CommShape(collective="allgather", bytes=q, ranks=dcp)),
+        OpSpec("dcp.lse_allgather", "comm", n, act_bytes=lse,
+               shape=CommShape(collective="allgather", bytes=lse, ranks=dcp)),
+        _small("dcp.lse_correct", n, 2 * out + dcp * lse),
+        OpSpec("dcp.out_reduce_scatter", "comm", n, act_bytes=out,
+               shape=CommShape(collective="reducescatter", bytes=out, ranks=dcp)),
+    ]  # fmt: skip
 
 
 def _gdn_ops(s: Setup, layer: LayerSpec, kinds: Kinds, n: int, B: float) -> list[OpSpec]:

@@ -66,9 +66,10 @@ class MoeShape:
 
 @dataclass
 class CommShape:
-    """One collective: ``bytes`` per call over ``ranks`` ranks."""
+    """One collective: ``bytes`` per call over ``ranks`` ranks (``allgather``: what each
+    rank contributes; ``reducescatter``: the full input each rank holds)."""
 
-    collective: Literal["allreduce", "gather", "alltoall", "send"]
+    collective: Literal["allreduce", "gather", "alltoall", "send", "allgather", "reducescatter"]
     bytes: float
     ranks: int
 

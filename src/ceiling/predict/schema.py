@@ -44,6 +44,7 @@ class PredictRequest(BaseModel):
     ep: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
     dp: int | None = Field(None, ge=1)
+    dcp: int = Field(1, ge=1, description="decode context parallel size (vLLM), divides tp")
     engine: PredictEngine = "vllm"
     allreduce: Allreduce = "auto"
     cuda_graphs: bool = True

@@ -142,7 +142,8 @@ def kv_bytes_per_token_gpu(s: Setup, context: int) -> tuple[float, float]:
             state += layer.state_bytes / d.tp
             continue
         if layer.attention == "mla":
-            share = 1.0  # latent cache replicated on every TP rank
+            # latent cache replicated on every TP rank; DCP shards it by token over its group
+            share = 1.0 / d.dcp
         else:
             heads_per_rank = max(1, math.ceil(layer.kv_heads / d.tp))
             share = heads_per_rank / layer.kv_heads

@@ -27,7 +27,9 @@ from typing import Any, get_args
 from ceiling.errors import CeilingError
 from ceiling.predict.schema import PredictRequest
 from ceiling.spec._data import DataModel, load_yaml
+from ceiling.spec.deployment import engines_table
 from ceiling.spec.hardware import GPU, Link, load_gpu, load_link
+from ceiling.spec.model import ModelSpec
 
 _NO_LINK = ("self", "none", "")
 
@@ -81,6 +83,34 @@ def check_engine_vendor(engine: str, gpu: GPU) -> None:
             f"--engine {engine} does not run on {gpu.name} ({vendor.upper()} {gpu.arch}): "
             f"{engine} runs on {' and '.join(v.upper() for v in allowed)} GPUs only",
             fix=f"use --engine {' or '.join(ok)} on {gpu.name}",
+        )
+
+
+def check_dcp(engine: str, dcp: int, tp: int, spec: ModelSpec) -> None:
+    """``--dcp N`` is a layout the engine runs: an engine with decode context parallel
+    (``engines.yaml`` ``decode_context_parallel``), N dividing TP (the DCP group reuses the TP
+    ranks: vLLM's ParallelConfig check), attention of a kind the rule shards (MLA)."""
+    if dcp <= 1:
+        return
+    rule = engines_table()[engine].decode_context_parallel if engine in engines_table() else None
+    if rule is None:
+        have = [e for e, r in engines_table().items() if r.decode_context_parallel]
+        raise CeilingError(
+            f"--dcp {dcp}: {engine} has no decode context parallel",
+            fix=f"use --engine {' or '.join(have)}, or drop --dcp",
+        )
+    if tp % dcp:
+        raise CeilingError(
+            f"--dcp {dcp} must divide --tp {tp}: the DCP group reuses the TP ranks",
+            fix=f"use a --dcp that divides {tp} (e.g. --dcp {tp})",
+        )
+    kinds = {"gqa" if layer.attention not in ("mla", "linear") else layer.attention
+             for layer in spec.layers}  # fmt: skip
+    if not kinds & set(rule.attention):
+        raise CeilingError(
+            f"--dcp {dcp}: {spec.name} has no {'/'.join(a.upper() for a in rule.attention)} "
+            "attention, the only kind predict shards under DCP (GQA DCP is not modelled)",
+            fix="drop --dcp",
         )
 
 

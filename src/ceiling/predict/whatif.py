@@ -7,11 +7,13 @@ uses ``expected`` (what the engine would deliver); each row also carries the var
 
 from __future__ import annotations
 
+from math import gcd
 from typing import Any
 
 from ceiling.predict.core import load_spec, variant
 from ceiling.predict.schema import Prediction, PredictRequest, WhatIf
 from ceiling.predict.specdec import mtp_layers, spec_data
+from ceiling.spec.deployment import engines_table
 from ceiling.spec.hardware import list_links, load_gpu, load_link
 
 
@@ -44,6 +46,23 @@ def _spec_variants(req: PredictRequest) -> list[tuple[str, dict[str, Any], str]]
                  "the checkpoint's MTP layer; default acceptance (spec_decode.yaml)")]  # fmt: skip
     return [(f"EAGLE-3 speculative decoding ({k} tokens)", {"spec": "eagle3"},
              "needs an EAGLE-3 draft for this model; default acceptance (spec_decode.yaml)")]  # fmt: skip
+
+
+def _dcp_variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str, Any], str]]:
+    """DCP off when the request has it; DCP = TP where the engine has it, the model has MLA
+    attention (its latent cache is otherwise replicated on every TP rank) and the context is
+    long (engines.yaml ``what_if_min_context``)."""
+    if req.dcp > 1:
+        return [("DCP off (latent KV replicated on every TP rank)", {"dcp": 1}, "")]
+    rule = engines_table()[req.engine].decode_context_parallel if req.tp > 1 else None
+    if rule is None or req.context < rule.what_if_min_context:
+        return []
+    layers = load_spec(req.model, req.weight_format).layers
+    if not any(layer.attention in rule.attention for layer in layers):
+        return []
+    return [(f"DCP={req.tp} (decode context parallel: KV sharded over the TP ranks)",
+             {"dcp": req.tp}, "3 NCCL collectives more per MLA layer; KV capacity x "
+             f"{req.tp}")]  # fmt: skip
 
 
 def _variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str, Any], str]]:
@@ -83,11 +102,14 @@ def _variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str
             out.append((f"all linear weights {f}", {"weight_format": f}, ""))
     if req.kv_dtype in ("auto", "bf16", "fp16"):
         out.append(("KV cache fp8", {"kv_dtype": "fp8"}, ""))
+    out += _dcp_variants(req, pred)
     if req.tp >= 2:
         fewer = req.tp // 2
         out.append(
-            (f"fewer GPUs: TP={fewer}", {"tp": fewer, "gpus": None, "ep": min(req.ep, fewer)}, "")
-        )
+            (f"fewer GPUs: TP={fewer}",
+             {"tp": fewer, "gpus": None, "ep": min(req.ep, fewer), "dcp": gcd(req.dcp, fewer)},
+             "")
+        )  # fmt: skip
     if req.tp <= 4 and req.pp == 1:
         more = req.tp * 2
         out.append((f"more GPUs: TP={more}", {"tp": more, "gpus": None}, ""))
@@ -95,13 +117,12 @@ def _variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str
     if req.engine != "generic":
         for eng in ("vllm", "sglang", "trtllm"):
             if eng != req.engine:
-                out.append(
-                    (
-                        f"engine {eng}",
-                        {"engine": eng},
-                        "engine rules only (host overhead, allreduce rule)",
-                    )
-                )
+                patch: dict[str, Any] = {"engine": eng}
+                note = "engine rules only (host overhead, allreduce rule)"
+                if req.dcp > 1 and engines_table()[eng].decode_context_parallel is None:
+                    patch["dcp"] = 1
+                    note += f"; {eng} has no DCP: without it"
+                out.append((f"engine {eng}", patch, note))
     return out
 
 

@@ -18,7 +18,8 @@ def print_prediction(p: Prediction) -> None:
     where = f"{h.gpus} x {h.gpu} over {h.link}" if h.kind == "gpu" else f"CPU {h.cpu}"
     con.print(
         f"[bold]{m.name}[/bold] on {where} "
-        f"(tp={d.tp} pp={d.pp} ep={d.ep} dp={d.dp}, {d.engine}, "
+        f"(tp={d.tp} pp={d.pp} ep={d.ep} dp={d.dp}{f' dcp={d.dcp}' if d.dcp > 1 else ''}, "
+        f"{d.engine}, "
         f"allreduce {d.allreduce_impl}, graphs {'on' if d.cuda_graphs else 'off'})"
     )
     b = p.bound

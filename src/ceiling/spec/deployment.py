@@ -45,6 +45,16 @@ class SharedExpertStreamRule(DataModel):
     rule: str
 
 
+class DcpRule(DataModel):
+    """How the engine runs decode context parallel (``--dcp``): which attention it shards and
+    the collectives each sharded attention layer adds (``data/predict/engines.yaml``)."""
+
+    attention: list[Literal["mla", "gqa"]]
+    comm_backend: Literal["ag_rs", "a2a"]
+    what_if_min_context: int = Field(description="contexts from which what-if offers DCP")
+    source: str
+
+
 class EngineEntry(DataModel):
     """One engine of ``data/predict/engines.yaml``."""
 
@@ -57,6 +67,7 @@ class EngineEntry(DataModel):
     )
     kernels: Literal["fused", "pytorch"]
     shared_expert_stream: SharedExpertStreamRule | None = None
+    decode_context_parallel: DcpRule | None = None
     gpu_memory_utilization: float
     activation_reserve_GiB: float
 
@@ -111,6 +122,7 @@ class Deployment(BaseModel):
     pp: int = Field(1, ge=1)
     ep: int = Field(1, ge=1)
     dp: int = Field(1, ge=1)
+    dcp: int = Field(1, ge=1, description="decode context parallel: KV shards within TP")
     kv_dtype: str = "auto"
     cuda_graphs: bool = True
     allreduce: Literal["auto", "nccl", "oneshot"] = "auto"
