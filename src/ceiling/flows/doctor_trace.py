@@ -23,7 +23,7 @@ from ceiling.engines import get_engine
 from ceiling.engines.profiling import ProfilerSetup
 from ceiling.engines.variant import Variant
 from ceiling.errors import CeilingError
-from ceiling.trace.capture import TraceCapture, capture_window
+from ceiling.trace.capture import TraceCapture, capture_window, engine_steps
 
 TRACE_DIR = "traces"
 
@@ -40,7 +40,9 @@ def traced_variant(variant: Variant, cfg: DoctorConfig, out: Path) -> tuple[Vari
     version = None
     with contextlib.suppress(CeilingError):  # preflight says what is wrong with the install
         version = engine.locate(variant).version
-    setup = engine.profiler(version, out / TRACE_DIR, cfg.trace_steps, prefix="doctor")
+    setup = engine.profiler(
+        version, out / TRACE_DIR, engine_steps(cfg.trace_steps), prefix="doctor"
+    )
     return setup.apply(variant), setup
 
 
@@ -65,7 +67,7 @@ def unlaunched_setup(engine_name: str | None, cfg: DoctorConfig, out: Path) -> P
             enable_hint=f"engine {engine_name or 'unknown'!r}: ceiling knows no profiler of it "
             "(pass --engine vllm|sglang)",
         )
-    return engine.profiler(None, out / TRACE_DIR, cfg.trace_steps, prefix="doctor")
+    return engine.profiler(None, out / TRACE_DIR, engine_steps(cfg.trace_steps), prefix="doctor")
 
 
 def trace_windows(

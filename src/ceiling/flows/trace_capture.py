@@ -16,7 +16,7 @@ from ceiling.console import dumps
 from ceiling.engines import get_engine
 from ceiling.errors import CeilingError
 from ceiling.flows.target import served_models
-from ceiling.trace.capture import TraceCapture, capture_window
+from ceiling.trace.capture import TraceCapture, capture_window, engine_steps
 
 
 def capture(
@@ -48,7 +48,7 @@ def capture(
     adapter = get_engine(str(name))
     served = model or (models[0]["id"] if models else "")
     folder = Path(trace_dir) if trace_dir else out / "traces"
-    setup = adapter.profiler(engine_version, folder, steps, prefix="capture")
+    setup = adapter.profiler(engine_version, folder, engine_steps(steps), prefix="capture")
     if setup.supported and not setup.works_unlaunched and trace_dir is None:
         raise CeilingError(
             f"{adapter.display_name} writes its traces where it was started to "

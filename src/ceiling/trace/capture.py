@@ -51,6 +51,13 @@ FILES_TIMEOUT_S = 60.0
 _BASE_NS = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 
 
+def engine_steps(steps: int) -> int:
+    """The engine steps to record for ``steps`` counted ones. A step ends where the next one
+    begins (the host's turn between steps is part of it), so the last recorded step has no
+    end and the split leaves it out: ``--steps N`` asks the engine for N + 1."""
+    return steps + 1
+
+
 class TraceCapture(BaseModel):
     """One recorded window: what was asked, what the engine wrote, and its measured split."""
 
@@ -248,8 +255,9 @@ def capture_window(
     max_tokens: int | None = None,
 ) -> TraceCapture:
     """Record ``steps`` decode steps of ``streams`` running generations (see the module
-    docstring). Not recording (engine without a profiler, or one not turned on) is a result
-    with ``why_not`` set, not an error: the caller carries on without a trace."""
+    docstring; ``setup`` was asked for :func:`engine_steps` of them). Not recording (engine
+    without a profiler, or one not turned on) is a result with ``why_not`` set, not an error:
+    the caller carries on without a trace."""
     url = base_url(url)
     res = TraceCapture(
         url=url,
@@ -266,7 +274,7 @@ def capture_window(
     t_begin = time.monotonic()
     # enough tokens for the warm-up, the start call's stall (no tokens meanwhile) and the
     # window, with room for the stop; the generation is cancelled once the window is read
-    budget = max_tokens or (WARM_TOKENS + 2 * steps + 64)
+    budget = max_tokens or (WARM_TOKENS + 2 * engine_steps(steps) + 64)
     gen = _Streams(url, model, streams, budget, extra_body or {})
     gen.start()
     try:
@@ -301,7 +309,7 @@ def capture_window(
             res.engine_itl_ms, res.engine_itl_count = itl["mean_ms"], int(itl["count"])
             res.engine_itl_span_s = [t_first, t_second]
         # the window: the engine's own count where it keeps one, else the streams' tokens
-        _wait(lambda: gen.tokens() >= at_start + steps + 2 or not gen.alive(), 120.0)
+        _wait(lambda: gen.tokens() >= at_start + engine_steps(steps) + 2 or not gen.alive(), 120.0)
         if setup.bounded_by_engine:
             _wait(lambda: bool(_new_files(setup, folder, since, before)), 10.0, poll_s=0.05)
         if setup.stop_path:
