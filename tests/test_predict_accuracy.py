@@ -26,12 +26,13 @@ from ceiling.predict.calibration import (
 
 RATCHET_POINTS = 2.0
 
-# figures on 2026-12-02 (the speed sign convention; numpy's percentile), priors only
+# figures on 2026-12-02 (the speed sign convention; numpy's percentile), priors only; the
+# single/first-pass/vLLM figures lowered when V005/V006 (DCP=8) became scored rows (--dcp)
 PRIORS = {
-    "single_median": 12.3,
-    "single_p90": 56.3,
-    "first_pass_p90": 23.8,  # rows before V016 (decode_calibration.csv and V001-V015)
-    "vllm_median": 11.1,
+    "single_median": 11.8,
+    "single_p90": 53.8,
+    "first_pass_p90": 23.3,  # rows before V016 (decode_calibration.csv and V001-V015)
+    "vllm_median": 10.6,
     "held_out_median": 17.6,
     "held_out_p90": 44.5,
     "spec_median": 45.8,  # the 7 MTP rows of decode_calibration.csv (all seen), 2026-12-02
@@ -39,15 +40,15 @@ PRIORS = {
 # the same with aiconfigurator-core 0.12.0's tables
 TABLES = {
     "single_median": 12.9,
-    "single_p90": 48.0,
+    "single_p90": 46.8,
     "first_pass_p90": 19.9,
-    "vllm_median": 10.7,
+    "vllm_median": 10.1,
     "held_out_median": 20.4,
     "held_out_p90": 44.2,
     "spec_median": 39.2,
 }
 PAIRS_RIGHT_SIGN = 12  # of 15 (P1-P9: 7 of 9; the MTP pairs P10-P15: 5 of 6), priors only
-PAIRS_WITHIN_5 = 3
+PAIRS_WITHIN_5 = 4  # P3 (P2P off under DCP=8) joined with --dcp
 
 
 def _figures(res: dict) -> dict[str, float]:

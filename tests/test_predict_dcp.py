@@ -143,3 +143,21 @@ def test_cli_dcp_flag_and_error(priors_only, capsys):
     rc = main(["predict", "--model", "kimi-k2.5", "--gpu", "h200", "--tp", "8", "--dcp", "5"])
     err = capsys.readouterr().err
     assert rc == 2 and "error:" in err and "fix:" in err and "Traceback" not in err
+
+
+def test_published_dcp_rows_are_scored_with_their_dcp(priors_only):
+    """V005/V006 (Kimi-K2.5 at DCP=8 on 8 RTX PRO 6000s) were bound-only while DCP was not
+    modelled; the row's ``dcp`` column now reaches the request and the rows are scored."""
+    import csv
+
+    from ceiling.predict.calibration import reference_dir, request_for
+
+    rows = {
+        r["id"]: r for r in csv.DictReader(open(reference_dir() / "decode_validation.csv"))
+    }
+    for rid in ("V005", "V006"):
+        row = rows[rid]
+        assert row["use"] == "all" and row["seen"] == "yes" and "dcp 8" in row["seen_note"]
+        req, _ = request_for(row)
+        assert req is not None and req.dcp == 8
+    assert request_for(rows["V004"])[0].dcp == 1  # type: ignore[union-attr]

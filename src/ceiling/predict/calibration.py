@@ -208,6 +208,7 @@ def _validation_request(row: dict[str, str]) -> tuple[PredictRequest | None, str
         async_scheduling={"true": True, "false": False}.get(
             (row.get("async_scheduling") or "").lower()
         ),
+        dcp=int(row.get("dcp") or 1),
     )
     return req, ""
 
