@@ -120,3 +120,65 @@ def test_trace_files_are_the_workers_of_this_window(tmp_path: Path) -> None:
         "w1_dp0_pp0_tp1_dcp0_ep0_rank1.2.pt.trace.json.gz",
     ]
     assert len(setup.trace_files(tmp_path)) == 3  # without `since`, the old window too
+
+
+def _own(args: list[Arg] | None = None, env: dict[str, str] | None = None) -> Variant:
+    return Variant(name="v", engine="vllm", model="m", args=args or [], env=env or {})
+
+
+def test_a_variants_own_profiler_directory_is_where_the_files_are_read(tmp_path: Path) -> None:
+    """The variant's own --profiler-config wins in apply: its directory, not ours, has the
+    files (before, capture looked in ours and found nothing)."""
+    mine = tmp_path / "mine"
+    setup = get_engine("vllm").profiler("0.32.0", tmp_path / "ours", steps=4)
+    conf = json.dumps({"profiler": "torch", "torch_profiler_dir": str(mine)})
+    own = _own([Arg(flag="--profiler_config", values=[conf])])
+    found = setup.for_variant(own)
+    assert found.trace_dir == str(mine)
+    assert setup.apply(own).argv() == own.argv()  # theirs is launched as it is
+    (mine / "w").mkdir(parents=True)
+    (mine / "w" / "doctor_rank0.1.pt.trace.json.gz").write_bytes(b"x")
+    assert [p.name for p in found.trace_files(Path(found.trace_dir))] == [
+        "doctor_rank0.1.pt.trace.json.gz"
+    ]
+    # a variant without its own keeps ours
+    assert setup.for_variant(_own()).trace_dir == setup.trace_dir
+    # older vLLM: the variable
+    old = get_engine("vllm").profiler("0.8.5", tmp_path / "ours", steps=4)
+    got = old.for_variant(_own(env={"VLLM_TORCH_PROFILER_DIR": str(mine)}))
+    assert got.trace_dir == str(mine)
+    assert old.apply(_own(env={"VLLM_TORCH_PROFILER_DIR": str(mine)})).env == {
+        "VLLM_TORCH_PROFILER_DIR": str(mine)
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ('{"profiler":"torch"}', "names no torch_profiler_dir"),
+        ("not json", "is not JSON"),
+        ('{"profiler":"cuda","torch_profiler_dir":"/x"}', "'cuda' profiler"),
+        ('{"profiler":"torch","torch_profiler_dir":"rel/dir"}', "relative trace directory"),
+    ],
+)
+def test_a_variants_own_profiler_setting_ceiling_cannot_read_is_refused(
+    tmp_path: Path, value: str, says: str
+) -> None:
+    from ceiling.errors import CeilingError
+
+    setup = get_engine("vllm").profiler("0.32.0", tmp_path, steps=4)
+    with pytest.raises(CeilingError) as err:
+        setup.for_variant(_own([Arg(flag="--profiler-config", values=[value])]))
+    assert says in str(err.value) and err.value.fix
+
+
+def test_doctor_reads_the_variants_own_directory(tmp_path: Path) -> None:
+    from ceiling.diagnose.schema import DoctorConfig
+    from ceiling.flows import doctor_trace
+
+    conf = json.dumps({"profiler": "torch", "torch_profiler_dir": str(tmp_path / "mine")})
+    own = _own([Arg(flag="--profiler-config", values=[conf])])
+    cfg = DoctorConfig(url="http://x", trace=True, trace_steps=4)
+    traced, setup = doctor_trace.traced_variant(own, cfg, tmp_path / "out")
+    assert setup.trace_dir == str(tmp_path / "mine")
+    assert traced.argv() == own.argv()

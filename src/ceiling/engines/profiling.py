@@ -10,12 +10,14 @@ it answers, so that ``ceiling.trace.capture`` and the doctor never name an engin
 from __future__ import annotations
 
 import fnmatch
+import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ceiling.engines.variant import Arg, Variant
+from ceiling.engines.variant import Arg, Variant, normalize_flag
+from ceiling.errors import CeilingError
 
 
 class ProfilerSetup(BaseModel):
@@ -43,6 +45,12 @@ class ProfilerSetup(BaseModel):
     trace_dir: str | None = None
     file_patterns: list[str] = Field(default_factory=list)
     exclude_patterns: list[str] = Field(default_factory=list)
+    # where a variant that sets the profiler itself names its directory (its values win over
+    # ours in ``apply``, so the files land there): a flag whose value is JSON with the
+    # directory under ``dir_flag_key`` (vLLM's --profiler-config), or a variable
+    dir_flag: str | None = None
+    dir_flag_key: str | None = None
+    dir_env: str | None = None
     # a server ceiling did not launch: exactly which flag or variable turns profiling on
     enable_hint: str
     # what instead, where the engine has no profiler of its own
@@ -69,6 +77,33 @@ class ProfilerSetup(BaseModel):
             found.append(path)
         return sorted(found)
 
+    def for_variant(self, variant: Variant) -> ProfilerSetup:
+        """This setup with ``trace_dir`` where ``variant`` itself tells the engine to write
+        (its own flag or variable wins in ``apply``: looking in ours would find nothing).
+        A setting that names no directory ceiling can read is an error saying what to fix."""
+        folder: str | None = None
+        what = ""
+        if self.dir_flag is not None:
+            key = normalize_flag(self.dir_flag)
+            mine = [a for a in variant.args if a.key == key]
+            if mine:
+                what = f"the variant's {self.dir_flag}"
+                folder = _dir_from_flag(mine[-1], self.dir_flag_key, what, self.enable_hint)
+        if folder is None and self.dir_env is not None and self.dir_env in variant.env:
+            what = f"the variant's {self.dir_env}"
+            folder = variant.env[self.dir_env]
+        if folder is None:
+            return self
+        path = Path(folder).expanduser()
+        if not path.is_absolute():
+            raise CeilingError(
+                f"{what} names a relative trace directory ({folder!r}): the server resolves "
+                "it from its own working directory, which ceiling cannot see",
+                fix=f"give an absolute directory in {what}, or drop it (ceiling then sets one)",
+            )
+        notes = [*self.notes, f"trace files read from {path} ({what})"]
+        return self.model_copy(update={"trace_dir": str(path), "notes": notes})
+
     def apply(self, variant: Variant) -> Variant:
         """``variant`` with this profiler's flags and variables added (the variant's own
         values win: a user who set the flag already keeps theirs)."""
@@ -78,6 +113,30 @@ class ProfilerSetup(BaseModel):
         data["args"] = [*data["args"], *(a.model_dump() for a in extra)]
         data["env"] = {**self.env, **variant.env}
         return Variant.model_validate(data)
+
+
+def _dir_from_flag(arg: Arg, key: str | None, what: str, hint: str) -> str:
+    """The directory a variant's own profiler flag names (its value, or ``key`` of its JSON)."""
+    text = " ".join(arg.values)
+    if key is None:
+        if not text:
+            raise CeilingError(f"{what} has no value", fix=hint)
+        return text
+    try:
+        conf = json.loads(text)
+    except ValueError as exc:
+        raise CeilingError(f"{what} is not JSON ({text[:80]!r})", fix=hint) from exc
+    if not isinstance(conf, dict) or not conf.get(key):
+        raise CeilingError(
+            f"{what} names no {key}: the engine would write no trace ceiling can find",
+            fix=f'add "{key}": "/absolute/dir" to it, or drop the flag (ceiling sets it)',
+        )
+    if conf.get("profiler", "torch") != "torch":
+        raise CeilingError(
+            f"{what} asks for the {conf['profiler']!r} profiler: ceiling reads torch traces",
+            fix='set "profiler": "torch" in it, or drop the flag (ceiling sets it)',
+        )
+    return str(conf[key])
 
 
 def _args(tokens: list[str]) -> list[Arg]:

@@ -315,6 +315,7 @@ class VllmEngine(Engine):
             return ProfilerSetup(
                 **common,
                 env={"VLLM_TORCH_PROFILER_DIR": folder},
+                dir_env="VLLM_TORCH_PROFILER_DIR",
                 enable_hint=f"vLLM {version}: start the server with VLLM_TORCH_PROFILER_DIR=DIR "
                 "set (an absolute directory on the server's machine); ceiling then records "
                 "through /start_profile and /stop_profile",
@@ -341,6 +342,8 @@ class VllmEngine(Engine):
         return ProfilerSetup(
             **common,
             args=["--profiler-config", json.dumps(config, separators=(",", ":"))],
+            dir_flag="--profiler-config",
+            dir_flag_key="torch_profiler_dir",
             start_body=body,
             bounded_by_engine=True,
             enable_hint=hint + "; ceiling then records through /start_profile and /stop_profile",

@@ -35,7 +35,8 @@ class _Recorder(Protocol):
 
 
 def traced_variant(variant: Variant, cfg: DoctorConfig, out: Path) -> tuple[Variant, ProfilerSetup]:
-    """``variant`` with its engine's profiler settings (for the installed version) added."""
+    """``variant`` with its engine's profiler settings (for the installed version) added, and
+    the setup that finds the files where the variant's own settings send them."""
     engine = get_engine(variant.engine)
     version = None
     with contextlib.suppress(CeilingError):  # preflight says what is wrong with the install
@@ -43,6 +44,8 @@ def traced_variant(variant: Variant, cfg: DoctorConfig, out: Path) -> tuple[Vari
     setup = engine.profiler(
         version, out / TRACE_DIR, engine_steps(cfg.trace_steps), prefix="doctor"
     )
+    # a variant that sets the profiler itself keeps its directory: the files are read there
+    setup = setup.for_variant(variant)
     return setup.apply(variant), setup
 
 
