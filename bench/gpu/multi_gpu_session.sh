@@ -35,7 +35,7 @@ if [ -z "$WS" ]; then
   echo "only ${N:-0} GPU(s): multi-GPU runs need 2 or more (set WORLD_SIZES=1 for a path check)" >&2
   WS=1
 fi
-W=/tmp/mg_work; mkdir -p "$W/logs"
+W=${WORK:-/tmp/mg_work}; mkdir -p "$W/logs"
 LOG="$OUT/session_$PART.log"
 step() { echo; echo "== $* ($(date -u +%T))"; }
 
@@ -44,8 +44,8 @@ comm() {
   step "calibrate (GPU 0)"; timeout 150 $PY -m ceiling calibrate --results "$W/calibrate.json" --out "$W/profile_calibrate.json"
   step "commbench"
   # results and profile are rewritten after every (variant, world size): a cut-off keeps them
-  timeout 300 $PY -m ceiling commbench --world-sizes "$WS" --sizes 1K..64M --variant issue7 \
-    --model llama-3.1-70b --budget-ms 5 --reps 3 --timeout 120 \
+  timeout 300 $PY -m ceiling commbench --world-sizes "$WS" --sizes 1K..64M --preset issue7 \
+    --model llama-3.1-70b --budget-ms 5 --reps 3 --rank-timeout 120 --quiet \
     --merge "$W/profile_calibrate.json" --out "$OUT/profile.json" --results "$OUT/commbench.json"
 }
 
@@ -70,6 +70,73 @@ tp() {
     --iters 20 --timeout 90 --logs "$W/logs/moe" $PROF_ARG --out "$OUT/tp_decode_moe.json"
 }
 
+# ---------------------------------------------------------------- traced TP decode (issues 28, 29)
+# DEADLINE (s, default 560): no stage starts once too little is left; each gets what is left.
+DEADLINE=${DEADLINE:-560}; T0=$(date +%s)
+left() { echo $((DEADLINE - ($(date +%s) - T0))); }
+# TINY=1: the same commands on tiny shapes with gloo ranks (a path check on a CPU box)
+TINY_ARGS=${TINY:+--tiny --backend gloo}
+CB_ARGS=${TINY:+--backend gloo --no-graph}
+[ -n "${TINY:-}" ] && { CB_SIZES=${CB_SIZES:-128,1K}; CB_PRESET=${CB_PRESET:-default}; }
+TR=$W/traces
+# run_for NEED_S RESERVE_S CMD...: CMD under `timeout` of what is left minus RESERVE, if >= NEED
+run_for() {
+  local need=$1 reserve=$2; shift 2
+  local t=$(( $(left) - reserve ))
+  if [ "$t" -lt "$need" ]; then echo "skipped (only ${t}s left, needs ${need}s): $*"; return 1; fi
+  timeout "$t" "$@"
+}
+traced() {  # traced NAME TP_DECODE_ARGS...: one tp_decode run recorded by the profiler
+  local name=$1; shift
+  run_for 60 "${RESERVE:-60}" $PY bench/gpu/tp_decode.py "$@" --trace "$TR" \
+    --trace-steps "${TRACE_STEPS:-6}" --iters 20 --timeout 120 --logs "$W/logs/$name" \
+    $TINY_ARGS ${PROF:+--profile $PROF} --out "$TR/tp_trace_$name.json"
+}
+trace28() {  # issue 28 run 1: TP=2, dense + MoE shape, CUDA graphs (and eager), default / P2P off
+  mkdir -p "$TR"
+  step "issue 28: traced TP=2 decode, Llama-3.1-8B and Qwen3-30B-A3B shapes, default + p2p-off"
+  RESERVE=${RESERVE28:-120} traced tp2 --model llama-3.1-8b,qwen3-30b-a3b --tp 2 --variant default,p2p-off
+  step "commbench at world size 2 (the allreduce class's reference: default, p2p-off)"
+  run_for 30 "${RESERVE:-60}" $PY -m ceiling commbench --world-sizes 2 --sizes "${CB_SIZES:-1K..1M}" \
+    --preset default --preset p2p-off --budget-ms 5 --reps 3 --rank-timeout 90 --quiet $CB_ARGS \
+    --results "$TR/commbench_ws2.json"
+}
+trace29() {  # issue 29's tp_decode part at TP 4 and 8: 70B dense; MoE TP-sharded and EP
+  mkdir -p "$TR"
+  local ws29=${TRACE29_WS:-$(for w in 4 8; do [ "$w" -le "${N:-0}" ] && printf '%s ' "$w"; done)}
+  if [ -z "$ws29" ]; then echo "issue 29 needs 4 or 8 GPUs (${N:-0} here): skipped"; return 0; fi
+  for w in $ws29; do
+    step "issue 29: traced TP=$w decode, Llama-3.1-70B, graphs + eager, default + p2p-off"
+    traced "dense70_tp$w" --model llama-3.1-70b --tp "$w" --variant default,p2p-off
+    step "issue 29: traced TP=$w decode, Qwen3-30B-A3B, TP-sharded experts and EP=$w"
+    traced "moe_tp$w" --model qwen3-30b-a3b --tp "$w" --parallel tp,ep --variant default,p2p-off
+  done
+  step "commbench at world sizes ${ws29% } (variant group issue7: the allreduce class's reference)"
+  run_for 60 "${RESERVE:-45}" $PY -m ceiling commbench --world-sizes "$(echo $ws29 | tr ' ' ,)" \
+    --sizes "${CB_SIZES:-1K..64M}" --preset "${CB_PRESET:-issue7}" --model llama-3.1-70b \
+    --budget-ms 3 --reps 3 --rank-timeout 120 --quiet $CB_ARGS \
+    --out "$TR/profile.json" --results "$TR/commbench_ws$(echo $ws29 | tr ' ' _).json" || return 0
+  step "predict beside each traced row, with the collective fits just measured"
+  for f in "$TR"/tp_trace_*.json; do
+    [ -z "${TINY:-}" ] && [ -f "$TR/profile.json" ] && \
+      run_for 5 20 $PY bench/gpu/tp_decode.py --repredict "$f" --profile "$TR/profile.json" >/dev/null
+  done
+}
+trace_report() {  # the figures and the goals (on the machine: every rank's trace is read there)
+  step "trace report"
+  $PY bench/gpu/trace_report.py "$TR" --json "$TR/trace_report.json" > "$OUT/report_trace.md"
+  cp "$TR/trace_report.json" "$OUT/" 2>/dev/null
+  # the traces themselves: <= 3 files of 15 MiB (the tool returns 8 files, 64 MiB in all);
+  # when they do not fit, ranks 0 and 1 of each configuration (the report read every rank)
+  (cd "$W" && tar -czf "$W/traces.tgz" traces)
+  if [ "$(stat -c %s "$W/traces.tgz")" -gt $((45 * 1024 * 1024)) ]; then
+    echo "traces over 45 MiB: keeping ranks 0 and 1 of each (the report above read all ranks)"
+    (cd "$W" && find traces -name '*.json' -o -name 'rank[01].pt.trace.json.gz' | tar -czf "$W/traces.tgz" -T -)
+  fi
+  split -b 15M -d "$W/traces.tgz" "$OUT/traces.tgz."
+  ls -la "$OUT"
+}
+
 {
   step "machine ($N GPUs, world sizes $WS)"; date -u; nvidia-smi -L; nvidia-smi topo -m
   $PY -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count())"
@@ -77,12 +144,15 @@ tp() {
     comm) comm; $PY bench/gpu/multi_gpu_report.py "$OUT/commbench.json" > "$OUT/report_comm.md" ;;
     tp) tp "${2:-}"
         $PY bench/gpu/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json > "$OUT/report_tp.md" ;;
-    all) tp ""; comm
+    issue28|trace28) trace28; trace_report ;;
+    issue29|trace29) PROF=${PROF:-}; trace29; trace_report ;;
+    trace) trace28; trace29; trace_report ;;
+    all) tp ""; comm; trace28; trace29; trace_report
          $PY bench/gpu/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json \
            "$OUT/commbench.json" > "$OUT/report_all.md" ;;
-    *) echo "usage: multi_gpu_session.sh all | comm | tp [PROFILE.json]" >&2 ;;
+    *) echo "usage: multi_gpu_session.sh all | comm | tp [PROFILE.json] | issue28 | issue29 | trace" >&2 ;;
   esac
   step "done"; date -u
 } 2>&1 | tee "$LOG"
 # full rank logs and the smaller files in one archive (the device tool returns at most 8 files)
-tar -czf "$OUT/extras.tgz" -C "$W" . 2>/dev/null
+tar -czf "$OUT/extras.tgz" -C "$W" --exclude=./traces --exclude=./traces.tgz . 2>/dev/null

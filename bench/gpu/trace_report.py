@@ -38,7 +38,7 @@ PREDICT_GOAL_PCT = {"tp": 10.0, "ep": 15.0}
 def commbench_us(doc: dict | None, world: int, variant: str, size: int, graph: bool):
     """commbench's allreduce latency (us) at ``size`` bytes for this world size and variant,
     log-log interpolated between its measured sizes; (us, how) or (None, why not)."""
-    if not doc:
+    if not doc or not doc.get("runs"):
         return None, "no commbench.json"
     runs = [
         r
@@ -227,10 +227,12 @@ def goals(cfg: dict, m: dict) -> list[dict]:
 
 
 def analyse(root: Path, commbench_path: Path | None = None) -> dict:
-    commbench_path = commbench_path or next(iter(sorted(root.rglob("commbench.json"))), None)
-    commbench = json.loads(commbench_path.read_text()) if commbench_path else None
+    # every commbench result of the session (one per world-size group), runs pooled: each
+    # configuration looks up its own world size and variant
+    paths = [commbench_path] if commbench_path else sorted(root.rglob("commbench*.json"))
+    commbench = {"runs": [r for p in paths for r in json.loads(p.read_text()).get("runs", [])]}
     rows = {}
-    for p in sorted(root.rglob("tp_decode*.json")):
+    for p in sorted(root.rglob("tp_*.json")):  # tp_decode's results (tp_trace_*.json too)
         try:
             for r in json.loads(p.read_text()).get("rows", []):
                 if r.get("trace_dir"):
@@ -256,7 +258,7 @@ def analyse(root: Path, commbench_path: Path | None = None) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "root": str(root),
-        "commbench": str(commbench_path) if commbench_path else None,
+        "commbench": ", ".join(str(p) for p in paths) or None,
         "configs": configs,
     }
 
@@ -333,7 +335,9 @@ def _pct_s(v) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("root", type=Path, help="the session's result folder (or a --trace DIR)")
-    ap.add_argument("--commbench", type=Path, default=None, help="default: ROOT/**/commbench.json")
+    ap.add_argument(
+        "--commbench", type=Path, default=None, help="default: every ROOT/**/commbench*.json"
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
     if not args.root.is_dir():
