@@ -357,3 +357,22 @@ def test_a_sweep_whose_every_variant_failed_exits_1(tmp_path, capsys, monkeypatc
     plan.write_text("variants: []\n")
     err = _one_line_error(capsys, main(["sweep", str(plan), "--out-dir", str(tmp_path / "o")]), 1)
     assert "no variant of the sweep was measured" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--url", "http://127.0.0.1:9", "--quiet", "--out", "{L}"],
+        ["bench", "--url", "http://127.0.0.1:9", "--quiet", "--dataset", "{L}"],
+        ["doctor", "--url", "http://127.0.0.1:9", "--out-dir", "{L}"],
+        ["predict", "--model", "{L}", "--gpu", "h200"],
+        ["shm", "--root", "{L}"],
+        ["probe", "--out", "{L}"],
+        ["commbench", "--sizes", "1e309"],  # found by the long fuzz profile: int(inf)
+    ],
+)
+def test_a_name_longer_than_the_filesystem_allows(argv, capsys):
+    """Path.exists()/is_file() raise ENAMETOOLONG instead of answering False: a 300-byte name
+    was a traceback wherever a path was looked at (found by the fuzz suite)."""
+    rc = main([a.replace("{L}", "a" * 300) for a in argv])
+    _one_line_error(capsys, rc, 2)

@@ -28,6 +28,7 @@ code  kind
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 from typing import Any
 
@@ -64,6 +65,20 @@ class CeilingError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} ({self.fix})" if self.fix else self.message
+
+
+def path_too_long(exc: BaseException) -> CeilingError | None:
+    """A path the user gave that the filesystem cannot hold (ENAMETOOLONG: a name over 255
+    bytes, a path over 4096) as bad input. ``Path.exists()``/``is_file()`` raise it instead of
+    answering False wherever a path is looked at, so it is turned into one line here, once."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        shown = str(exc.filename or "")
+        shown = shown if len(shown) <= 80 else shown[:60] + "..." + shown[-10:]
+        return CeilingError(
+            f"{shown!r}: a path longer than the filesystem allows ({exc.strerror})",
+            fix="pass a shorter path (a name is at most 255 bytes)",
+        )
+    return None
 
 
 def exit_status(exc: BaseException) -> ExitStatus | None:

@@ -25,6 +25,8 @@ MAX_SEQ_TOKENS = 10_000_000
 #: Requests, repeats, warm-ups: beyond this a value is a typo, not a plan.
 MAX_COUNT = 10_000_000
 MAX_CONCURRENCY = 100_000
+#: A week: a longer time is a typo (socket and event-loop timers overflow near 1e308 s).
+MAX_SECONDS = 7 * 86400.0
 
 
 class BenchConfig(BaseModel):
@@ -40,7 +42,7 @@ class BenchConfig(BaseModel):
     rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     requests: int | None = Field(default=None, ge=1, le=MAX_COUNT)
-    duration: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    duration: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     repeat: int = Field(default=1, ge=1, le=MAX_COUNT)
     warmup: int = Field(default=1, ge=0, le=MAX_COUNT)
     ignore_eos: bool = True
@@ -51,8 +53,8 @@ class BenchConfig(BaseModel):
     save_detailed: bool = False
     telemetry: bool = False
     out: Path | None = None
-    timeout: float = Field(default=900.0, gt=0, allow_inf_nan=False)
-    stall_timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    timeout: float = Field(default=900.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    stall_timeout: float = Field(default=60.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     seed: int = Field(default=0, ge=0, le=2**63 - 1)  # numpy's generators take non-negative
     workers: int = Field(default=1, ge=1, le=1024)
     # above this share of failed requests (%) the run is a failure: exit 1, no verdict

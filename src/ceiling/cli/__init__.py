@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     there. Messages pass through the secret redactor.
     """
     from ceiling import console, interrupts
-    from ceiling.errors import exit_status
+    from ceiling.errors import exit_status, path_too_long
     from ceiling.redact import redact
 
     args = sys.argv[1:] if argv is None else list(argv)
@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(code)
     except SystemExit as exc:  # sys.exit() inside a command: its code, as Click would
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException as exc:
+    except BaseException as raised:
+        exc = path_too_long(raised) or raised
         status = exit_status(exc)
         if status is None:
             raise  # a bug: keep its traceback

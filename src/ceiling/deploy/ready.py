@@ -77,7 +77,7 @@ def check_ready_inputs(url: str, paths: list[str], timeout_s: float, pid: int | 
             raise CeilingError(
                 f"--path {path!r} is not a URL path", fix="e.g. --path /health (starts with /)"
             )
-    if not 0 < timeout_s < float("inf"):
+    if not 0 < timeout_s <= 7 * 86400:  # a week: longer is a typo
         raise CeilingError(f"--timeout {timeout_s:g} is not a positive time", fix="--timeout 600")
     if pid is not None and pid < 1:
         raise CeilingError(f"--pid {pid} is not a process id", fix="the server's main PID")

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
-from ceiling.bench.config import MAX_CONCURRENCY, MAX_COUNT, MAX_SEQ_TOKENS
+from ceiling.bench.config import MAX_CONCURRENCY, MAX_COUNT, MAX_SECONDS, MAX_SEQ_TOKENS
 from ceiling.bench.failures import MAX_FAILED_PCT
 from ceiling.bench.results import RunResult
 from ceiling.diagnose.attribute import Attribution, LevelAttribution
@@ -64,7 +64,7 @@ class DoctorConfig(BaseModel):
     target_tok_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     telemetry: bool = True
     measure_cpu: bool = True
-    launch_timeout_s: float = Field(1800.0, gt=0, allow_inf_nan=False)
+    launch_timeout_s: float = Field(1800.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     out_dir: str = "ceiling-out"
     flag_hypotheses: list[str] = Field(default_factory=lambda: list(FLAG_HYPOTHESES))
     sanity: bool = Field(True, description="gate on `ceiling sanity` before any measurement")

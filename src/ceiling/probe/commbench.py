@@ -100,7 +100,7 @@ class CommbenchConfig(BaseModel):
     budget_s: float = Field(0.02, gt=0, le=60, allow_inf_nan=False)  # per repetition per size
     model: str | None = None
     batch: list[Annotated[int, Field(ge=1, le=1_000_000)]] = Field(default_factory=lambda: [1])
-    timeout_s: float = Field(600, gt=0, allow_inf_nan=False)
+    timeout_s: float = Field(600, gt=0, le=7 * 86400, allow_inf_nan=False)
     python: str = Field(default_factory=lambda: sys.executable)
 
 

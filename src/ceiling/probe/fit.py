@@ -78,8 +78,8 @@ def parse_size(text: str) -> int:
     if mult != 1:
         s = s[:-1]
     value = float(s) * mult
-    if value <= 0:
-        raise ValueError(f"size must be positive: {text}")
+    if not math.isfinite(value) or value <= 0:  # int(inf) would raise OverflowError
+        raise ValueError(f"size must be a positive number: {text}")
     return int(value)
 
 

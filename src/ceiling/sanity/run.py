@@ -21,6 +21,9 @@ from ceiling.inputs import check_server_url
 from ceiling.run.launcher import launch
 from ceiling.sanity.checks import SanityReport, _Server, check_server
 
+#: A week: longer timeouts are typos (and a socket timeout of 1e308 s overflows time_t).
+MAX_SECONDS = 7 * 86400.0
+
 
 class SanityConfig(BaseModel):
     url: str | None = None
@@ -99,7 +102,7 @@ def run_sanity(cfg: SanityConfig) -> SanityReport:
         raise CeilingError(
             f"--model-path {cfg.model_path} not found", fix="pass the model's local directory"
         )
-    if not 0 < cfg.timeout_s < float("inf"):
+    if not 0 < cfg.timeout_s <= MAX_SECONDS:  # socket timeouts overflow past time_t
         raise CeilingError(
             f"--timeout {cfg.timeout_s:g} is not a positive time", fix="--timeout 60"
         )
