@@ -223,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         if code == ExitStatus.INTERRUPTED and interrupts.requested() is not None:
             _fail(args, f"interrupted ({interrupts.describe()})", None, code, printed)
         return int(code)
-    except SystemExit as exc:  # sys.exit() inside a command: its code, as Click would
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except SystemExit as ended:  # sys.exit() inside a command: its code, as Click would
+        return ended.code if isinstance(ended.code, int) else (0 if ended.code is None else 1)
     except BaseException as raised:
         exc = path_too_long(raised) or raised
         status = exit_status(exc)
