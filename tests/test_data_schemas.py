@@ -16,6 +16,7 @@ from ceiling.envcheck.envdata import EnvFile, LoadErrorsFile
 from ceiling.errors import CeilingError
 from ceiling.predict.batch_validation import SiliconMap
 from ceiling.predict.datafiles import Constants, KernelPriorsFile, KernelsFile
+from ceiling.predict.engine_options import TrtllmOptions
 from ceiling.predict.ladder import Ladder
 from ceiling.predict.specdec import SpecData
 from ceiling.predict.validate import Validity
@@ -53,6 +54,7 @@ SCHEMAS: dict[str, tuple[type[BaseModel], tuple[str | int, ...]]] = {
     ),
     "data/predict/silicon_map.yaml": (SiliconMap, ("models", "Qwen/Qwen3-32B", "native")),
     "data/predict/spec_decode.yaml": (SpecData, ("methods", "mtp", "alpha")),
+    "data/predict/trtllm_options.yaml": (TrtllmOptions, ("options", "allreduce_strategy", "knob")),
     "data/predict/validity.yaml": (Validity, ("model_max",)),
     "data/sanity.yaml": (SanitySpec, ("perplexity",)),
     "data/trace/classes.yaml": (ClassesFile, ("classes", "gemm", "group")),

@@ -48,6 +48,18 @@ def register(app: typer.Typer) -> None:
             "--tp; shards MLA's latent KV cache over the TP ranks)",
         ),
         engine: PredictEngine = typer.Option("vllm", "--engine", help="the engine to predict"),
+        trtllm_option: list[str] = typer.Option(
+            [],
+            "--trtllm-option",
+            help="a TensorRT-LLM LLM-API option KEY=VALUE (--engine trtllm; repeatable): "
+            "cuda_graph_config, disable_overlap_scheduler, allreduce_strategy, "
+            "enable_attention_dp, kv_cache_config.dtype",
+        ),
+        trtllm_config: str | None = typer.Option(
+            None,
+            "--trtllm-config",
+            help="the YAML file given to trtllm-serve --extra_llm_api_options (--engine trtllm)",
+        ),
         allreduce: Allreduce = typer.Option(
             "auto", "--allreduce", help="allreduce implementation (auto: the engine's rule)"
         ),
@@ -162,6 +174,7 @@ def register(app: typer.Typer) -> None:
         from pydantic import ValidationError
 
         from ceiling.predict.api import PredictRequest, predict
+        from ceiling.predict.engine_options import parse_options
 
         try:
             req = PredictRequest(
@@ -174,6 +187,7 @@ def register(app: typer.Typer) -> None:
                 spec_tokens=spec_tokens, spec_draft_layers=spec_draft_layers,
                 spec_acceptance_rate=spec_acceptance_rate,
                 spec_acceptance_length=spec_acceptance_length,
+                trtllm_options=parse_options(trtllm_option) or None, trtllm_config=trtllm_config,
             )  # fmt: skip
         except ValidationError as exc:
             err = exc.errors()[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ceiling.predict.core import load_spec, predict_one, setup, variant
 from ceiling.predict.cpu import predict_cpu
+from ceiling.predict.engine_options import apply_trtllm_options
 from ceiling.predict.schema import (
     COMPONENTS,
     SCHEMA_VERSION,
@@ -48,10 +49,12 @@ def predict(req: PredictRequest) -> Prediction:
     """The prediction, with the batch curve, the prefill estimate and (if asked) the what-ifs.
     A request that describes no hardware or layout that exists is refused first
     (``validate.check_request``)."""
+    req, option_notes = apply_trtllm_options(req)
     check_request(req)
     if req.hardware is not None and req.hardware.kind == "cpu":
         return predict_cpu(req, req.hardware)
     pred = predict_one(req)
+    pred.assumptions += option_notes
     if req.what_if:
         pred.what_if = what_ifs(req, pred)
     in_vendor_words(pred, load_gpu(req.gpu_name()))

@@ -70,6 +70,12 @@ class PredictRequest(BaseModel):
     spec_acceptance_length: float | None = Field(
         None, ge=1, le=17, description="mean tokens per verify step, the bonus token included"
     )
+    trtllm_options: dict[str, Any] | None = Field(
+        None, description="TensorRT-LLM LLM-API options (engine_options, trtllm_options.yaml)"
+    )
+    trtllm_config: str | None = Field(
+        None, description="a TensorRT-LLM --extra_llm_api_options YAML file to read them from"
+    )
     what_if: bool = False
 
     @model_validator(mode="after")
