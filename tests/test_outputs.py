@@ -160,3 +160,30 @@ def test_json_inputs_refuse_nan_and_infinity(tmp_path):
         (tmp_path / "c.json").write_text(text)
         with pytest.raises(CeilingError, match="not a number"):
             read_json(tmp_path / "c.json", "model config", fix="x")
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 64 KiB tmpfs (root only; skipped elsewhere): ENOSPC from the kernel itself."""
+    import subprocess
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+                          capture_output=True)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_a_real_full_disk_keeps_the_previous_file(small_tmpfs):
+    target = small_tmpfs / "doctor.json"
+    target.write_text('{"previous": true}\n')
+    with pytest.raises(CeilingError) as err:
+        write_atomic(target, "x" * (200 << 10), what="doctor result")
+    assert "No space left on device" in err.value.message and "unchanged" in err.value.message
+    assert target.read_text() == '{"previous": true}\n'
+    assert sorted(p.name for p in small_tmpfs.iterdir()) == ["doctor.json"]
