@@ -152,12 +152,25 @@ def test_published_dcp_rows_are_scored_with_their_dcp(priors_only):
 
     from ceiling.predict.calibration import reference_dir, request_for
 
-    rows = {
-        r["id"]: r for r in csv.DictReader(open(reference_dir() / "decode_validation.csv"))
-    }
+    with (reference_dir() / "decode_validation.csv").open() as f:
+        rows = {r["id"]: r for r in csv.DictReader(f)}
     for rid in ("V005", "V006"):
         row = rows[rid]
         assert row["use"] == "all" and row["seen"] == "yes" and "dcp 8" in row["seen_note"]
         req, _ = request_for(row)
         assert req is not None and req.dcp == 8
     assert request_for(rows["V004"])[0].dcp == 1  # type: ignore[union-attr]
+
+
+def test_doctor_predicts_the_servers_dcp_where_predict_models_it(priors_only):
+    """A vLLM server's engine-config line carries decode_context_parallel_size; doctor's
+    prediction takes it for an MLA model and leaves it out (not refusing) for GQA."""
+    from ceiling.diagnose.expect import _context_parallel
+    from ceiling.diagnose.facts import EngineFacts
+
+    facts = EngineFacts(decode_context_parallel_size=8)
+    assert _context_parallel(facts, "kimi-k2.5", "vllm") == {"dcp": 8}
+    assert _context_parallel(facts, "llama-3.1-70b", "vllm") == {}
+    assert _context_parallel(facts, "kimi-k2.5", "sglang") == {}
+    assert _context_parallel(EngineFacts(decode_context_parallel_size=1), "kimi-k2.5", "vllm") == {}
+    assert _context_parallel(None, "kimi-k2.5", "vllm") == {}

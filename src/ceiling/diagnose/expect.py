@@ -59,7 +59,24 @@ def request_for(
         prompt_len=cfg.input_len,
         what_if=True,
         **_speculative(facts),
+        **_context_parallel(facts, model, engine),
     )
+
+
+def _context_parallel(facts: EngineFacts | None, model: str, engine: str) -> dict[str, Any]:
+    """The server's decode context parallel (``decode_context_parallel_size`` of vLLM's config
+    line) where predict models it (MLA attention): a GQA model's DCP is left out rather than
+    refusing the whole prediction (predict.validate.check_dcp)."""
+    dcp = facts.decode_context_parallel_size if facts is not None else None
+    if not dcp or dcp <= 1 or engine != "vllm":
+        return {}
+    from ceiling.predict.core import load_spec
+
+    try:
+        layers = load_spec(model, None).layers
+    except CeilingError:
+        return {}
+    return {"dcp": dcp} if any(layer.attention == "mla" for layer in layers) else {}
 
 
 def _speculative(facts: EngineFacts | None) -> dict[str, Any]:
