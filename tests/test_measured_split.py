@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from ceiling.diagnose.attribute import attribute
-from ceiling.diagnose.measured_split import IDLE, measured_split
 from ceiling.diagnose.verdict import VerdictInputs, build_verdict
 from ceiling.predict.api import Prediction, PredictRequest, predict
 from ceiling.trace import read_trace, split
+from ceiling.trace.measured import IDLE, measured_split
 from ceiling.trace.schema import ClassTime, RankSplit, TraceSplit
 
 FIX = Path(__file__).parent / "fixtures" / "trace"

@@ -9,6 +9,7 @@ from tests.trace_synth import Synth
 
 from ceiling.cli import main
 from ceiling.spec.profile import load_profile
+from ceiling.trace.measured import IDLE
 
 STEP = [
     ("nvjet_tst_64x8_64x16_4x1_v_bz_splitK_TNT", 600.0),
@@ -41,10 +42,11 @@ def test_json_report_has_every_section(trace_file, tmp_path, capsys):
     assert sp["engine"] == "vllm" and sp["engine_version"] == "0.32.0" and sp["batch"] == 1
     assert [u["name"] for u in sp["unmatched"]] == ["weird_kernel"]
     assert sum(c["ms"] for c in sp["classes"]) + sp["idle_ms"] == pytest.approx(sp["step_ms"])
-    buckets = {c["bucket"]: c for c in d["compare"]}
-    assert buckets["gemm"]["measured_ms"] == pytest.approx(0.6)
-    assert buckets["gemm"]["expected_ms"] > 0 and buckets["gemm"]["bound_ms"] > 0
-    assert buckets["idle"]["predict_ops"] == ["host"]
+    rows = {r["op_class"]: r for r in d["measured"]["rows"]}
+    assert rows["gemm"]["measured_ms"] == pytest.approx(0.6)
+    assert rows["gemm"]["expected_ms"] > 0 and rows["gemm"]["bound_ms"] > 0
+    assert rows[IDLE]["predict_ops"] == ["host"]
+    assert d["measured"]["step_ms"] == pytest.approx(sp["step_ms"])
     assert d["predicted_step_ms"] > 0 and "llama-3.1-8b" in d["prediction"]
     assert load_profile(prof).trace_ops
 
@@ -116,3 +118,14 @@ def test_doctor_report_shows_each_recorded_window():
     assert "no per-op figures to set beside the classes" in single
     page = render_html(doc)
     assert page.count('class="plot plot-stacked-step"') == 2
+    # the single window's rows are the verdict's own when the result has them (one comparison)
+    from ceiling.report.trace import doctor_reports
+    from ceiling.trace.measured import measured_split
+
+    assert doc.verdict is not None
+    doc.verdict.measured = measured_split(sp, doc.prediction, "single", ["rank0.json.gz"])
+    doc.verdict.measured.rows[0].expected_ms = 123.0  # a figure only the verdict's rows carry
+    reps = doctor_reports(doc)
+    assert reps[0].measured == doc.verdict.measured
+    assert "123.0000" in render_markdown(doc)
+    assert reps[1].measured is None  # a concurrency window: predict's figures are at batch 1

@@ -233,7 +233,7 @@ def test_a_gzipped_100mb_trace_parses_and_splits_right(tmp_path):
 
 
 def test_the_founding_sentence_counts_the_waiting_of_the_mean_rank(tmp_path):
-    from ceiling.diagnose.measured_split import measured_split
+    from ceiling.trace.measured import measured_split
 
     r0 = read_trace(_rank(0, [15.0] * 5).write(tmp_path / "r0.json"))
     r1 = read_trace(_rank(1, [5.0] * 5).write(tmp_path / "r1.json"))

@@ -13,7 +13,6 @@ import contextlib
 from ceiling.diagnose.attribute import Attribution, LevelAttribution, attribute, attribute_levels
 from ceiling.diagnose.expect import at_concurrency
 from ceiling.diagnose.measured import ServerView, levels, measured_step
-from ceiling.diagnose.measured_split import MeasuredSplit, measured_split
 from ceiling.diagnose.runtime import batch_width
 from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Measured
 from ceiling.diagnose.verdict import VerdictInputs, build_verdict
@@ -21,7 +20,9 @@ from ceiling.diagnose.verdict_model import CpuReadNote, Verdict
 from ceiling.errors import CeilingError
 from ceiling.predict.schema import Prediction
 from ceiling.spec.hardware import CpuHardware, Hardware, load_link
+from ceiling.trace.measured import measured_split
 from ceiling.trace.roles import assign as assign_gemm_roles
+from ceiling.trace.schema import MeasuredSplit
 
 
 def level_attributions(cfg: DoctorConfig, res: DoctorResult) -> list[LevelAttribution]:

@@ -33,7 +33,6 @@ from ceiling.diagnose.hypotheses import (
     NcclHypothesis,
     StreamsHypothesis,
 )
-from ceiling.diagnose.measured_split import MeasuredSplit
 from ceiling.diagnose.verdict_model import (
     BestConfig,
     Bottleneck,
@@ -47,6 +46,7 @@ from ceiling.diagnose.wording import clip
 from ceiling.predict.schema import Prediction, WhatIf
 from ceiling.predict.slack import split_slack
 from ceiling.sanity.report import SanityReport
+from ceiling.trace.schema import MeasuredSplit
 
 # Above this share of the step, the unexplained remainder is what bounds the deployment.
 HOST_BOUND_SHARE_PCT = 50.0

@@ -20,9 +20,9 @@ from pydantic import Field, computed_field
 
 from ceiling.diagnose.attribute import UNEXPLAINED_LABEL
 from ceiling.diagnose.hypotheses import Hypothesis
-from ceiling.diagnose.measured_split import MeasuredSplit
 from ceiling.diagnose.wording import HardwareKind, num, us_or_ms
 from ceiling.result_model import ResultModel
+from ceiling.trace.schema import MeasuredSplit
 
 # ------------------------------------------------------------------------------ headline
 

@@ -12,6 +12,10 @@ _BAR = 60
 _GLYPHS = "█▓▒░#=+*%@&o"
 
 
+def _ms(v: float | None) -> str:
+    return "" if v is None else f"{v:.3f}"
+
+
 def report(rep: TraceReport, json_out: bool = False) -> None:
     if json_out:
         emit_json(rep)
@@ -25,17 +29,22 @@ def report(rep: TraceReport, json_out: bool = False) -> None:
         soft_wrap=True,
     )
     o.print(esc(stacked_bar(sp)), soft_wrap=True)
-    if rep.compare:
+    ms = rep.measured
+    if ms is not None:
         o.print(
-            f"predicted ({esc(rep.prediction)}): expected {rep.predicted_step_ms:.3f} ms, "
+            f"predicted ({esc(rep.prediction)}): expected {rep.predicted_step_ms or 0:.3f} ms, "
             f"bound {rep.bound_step_ms or 0:.3f} ms per step",
             soft_wrap=True,
         )
+        o.print(esc(f"{ms.sentence()} {ms.allreduce_sentence()}"), soft_wrap=True)
         rows = [
-            [esc(c.bucket), f"{c.measured_ms:.3f}", f"{c.expected_ms:.3f}", f"{c.bound_ms:.3f}",
-             "" if c.gap_ms is None else f"{c.gap_ms:+.3f}"]
-            for c in rep.compare
+            [esc(r.op_class), f"{r.measured_ms:.3f}", _ms(r.expected_ms), _ms(r.bound_ms),
+             "" if r.gap_ms is None else f"{r.gap_ms:+.3f}"]
+            for r in ms.rows
         ]  # fmt: skip
+        if ms.unseen_ops:
+            rows.append([esc("not in the trace: " + ", ".join(ms.unseen_ops)), "0.000",
+                         f"{ms.unseen_expected_ms:.3f}", f"{ms.unseen_bound_ms:.3f}", ""])  # fmt: skip
         o.print(table("measured vs predict (ms per step)", ["class", "measured", "expected",
                                                            "bound", "gap over bound"], rows))  # fmt: skip
     rows = [

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import ceiling.report.plots as plots
 from ceiling.report.extract import table
-from ceiling.trace.compare import compare
-from ceiling.trace.schema import TraceReport
+from ceiling.trace.measured import measured_split
+from ceiling.trace.schema import MeasuredSplit, TraceReport
 
 HEADING = "Measured step (engine trace)"
 
@@ -19,9 +19,13 @@ def heading(rep: TraceReport) -> str:
 
 def doctor_reports(doc: object) -> list[TraceReport]:
     """The windows a doctor run recorded (``doc.traces``), each as a report; the single-stream
-    window beside the doctor's prediction (predict's figures are at batch 1, as it runs)."""
+    window beside the doctor's prediction (predict's figures are at batch 1, as it runs): the
+    verdict's own measured split where the result has one, so the report and the verdict
+    state the same rows."""
     out: list[TraceReport] = []
     pred = getattr(doc, "prediction", None)
+    verdict = getattr(doc, "verdict", None)
+    stated: MeasuredSplit | None = getattr(verdict, "measured", None)
     for t in getattr(doc, "traces", None) or []:
         if not getattr(t, "recorded", False) or getattr(t, "split", None) is None:
             continue
@@ -30,7 +34,7 @@ def doctor_reports(doc: object) -> list[TraceReport]:
             rep.prediction = "the doctor's prediction (batch 1)"
             rep.predicted_step_ms = pred.decode_ms_per_token
             rep.bound_step_ms = pred.bound.decode_ms_per_token if pred.bound else None
-            rep.compare = compare(t.split, pred)
+            rep.measured = stated or measured_split(t.split, pred, t.label, list(t.files))
         out.append(rep)
     return out
 
@@ -49,30 +53,32 @@ def trace_lines(rep: TraceReport) -> list[str]:
         + f". Files: {', '.join(rep.files)}."
     )
     out.append("")
-    if rep.prediction and not rep.compare:
-        out += [f"Predicted ({rep.prediction}): no per-op figures to set beside the classes "
-                "(a CPU is predicted by its floors only).", ""]  # fmt: skip
-    if rep.compare:
+    ms = rep.measured
+    if ms is not None:
+        per_op = any(r.expected_ms is not None for r in ms.rows)
         out += [
-            f"Predicted ({rep.prediction}): expected {rep.predicted_step_ms:.3f} ms, "
-            f"bound {rep.bound_step_ms or 0:.3f} ms per step. The gap over the bound is the "
-            "configurable part; the bound is the physics.",
+            f"Predicted ({rep.prediction}): "
+            + (
+                f"expected {rep.predicted_step_ms or 0:.3f} ms, bound {rep.bound_step_ms or 0:.3f}"
+                " ms per step."
+                if per_op
+                else "no per-op figures to set beside the classes (a CPU is predicted by its "
+                "floors only: each floor bounds the classes of its component)."
+            )
+            + " The gap over the bound is the configurable part; the bound is the physics.",
+            "",
+            f"{ms.sentence()} {ms.allreduce_sentence()}",
             "",
             table(
                 ["class", "measured ms", "expected ms", "bound ms", "gap over bound ms"],
-                [
-                    [
-                        c.bucket,
-                        f"{c.measured_ms:.4f}",
-                        f"{c.expected_ms:.4f}",
-                        f"{c.bound_ms:.4f}",
-                        "–" if c.gap_ms is None else f"{c.gap_ms:+.4f}",
-                    ]
-                    for c in rep.compare
-                ],
+                [*([r.op_class, f"{r.measured_ms:.4f}", _ms(r.expected_ms), _ms(r.bound_ms),
+                    "–" if r.gap_ms is None else f"{r.gap_ms:+.4f}"] for r in ms.rows),
+                 *([["not in the trace (" + ", ".join(ms.unseen_ops) + ")", "0.0000",
+                     f"{ms.unseen_expected_ms:.4f}", f"{ms.unseen_bound_ms:.4f}", "–"]]
+                   if ms.unseen_ops else [])],
             ),
             "",
-        ]
+        ]  # fmt: skip
     rows = [
         [c.op_class, f"{c.ms:.4f}", f"{c.share * 100:.1f} %", f"{c.calls:g}", ", ".join(c.impl),
          "–" if c.wait_ms is None else f"{c.transfer_ms:.4f} / {c.wait_ms:.4f}"]
@@ -139,14 +145,23 @@ def trace_plot(rep: TraceReport) -> str:
     sp = rep.split
     measured = [(c.op_class, c.ms) for c in sp.classes] + [("idle", sp.idle_ms)]
     bars: list[tuple[str, list[tuple[str, float]]]] = [("measured", measured)]
-    if rep.compare:
-        for label, attr in (("expected", "expected_ms"), ("bound", "bound_ms")):
-            bars.append(
-                (label, [(c.bucket if c.bucket != "idle" else "idle", getattr(c, attr))
-                         for c in rep.compare])
-            )  # fmt: skip
-        bars[0] = ("measured", [(c.bucket, c.measured_ms) for c in rep.compare])
+    ms = rep.measured
+    if ms is not None:
+        bars = [("measured", [(r.op_class, r.measured_ms) for r in ms.rows])]
+        for label, attr, unseen in (
+            ("expected", "expected_ms", ms.unseen_expected_ms),
+            ("bound", "bound_ms", ms.unseen_bound_ms),
+        ):
+            vals = [(r.op_class, getattr(r, attr)) for r in ms.rows]
+            if all(v is None for _, v in vals):
+                continue  # no figure of this kind (a CPU's floors give no expected per class)
+            segs = [(n, v or 0.0) for n, v in vals]
+            bars.append((label, segs + ([("not in the trace", unseen)] if unseen else [])))
     return plots.stacked_step(bars)
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v:.4f}"
 
 
 def render_trace_markdown(rep: TraceReport) -> str:

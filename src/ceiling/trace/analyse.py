@@ -9,7 +9,7 @@ from ceiling.errors import CeilingError
 from ceiling.outputs import write_atomic
 from ceiling.predict.schema import PredictRequest
 from ceiling.spec.profile import save_profile
-from ceiling.trace.compare import compare
+from ceiling.trace.measured import measured_split
 from ceiling.trace.profile import to_profile
 from ceiling.trace.reader import read_trace
 from ceiling.trace.roles import assign as assign_roles
@@ -72,7 +72,7 @@ def analyse(
         )
         rep.predicted_step_ms = pred.decode_ms_per_token
         rep.bound_step_ms = pred.bound.decode_ms_per_token if pred.bound else None
-        rep.compare = compare(sp, pred)
+        rep.measured = measured_split(sp, pred, rep.label or "trace", rep.files)
     if profile_out:
         prof = to_profile(sp, batch=batch, context=context)
         rep.profile_out = str(save_profile(prof, profile_out))

@@ -5,11 +5,52 @@ their ops together; idle (GPU gaps inside the step) times predict's ``host`` op.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ceiling.spec.profile import HardwareProfile, TraceOp
-from ceiling.trace.compare import buckets
 from ceiling.trace.schema import TraceSplit
+from ceiling.trace.split import class_table
+
+
+@dataclass
+class Bucket:
+    name: str
+    classes: list[str]
+    ops: list[str]
+    group: bool
+    ms: float
+    calls: float
+    kernels: list[str]
+
+
+def buckets(split: TraceSplit) -> list[Bucket]:
+    """The split's classes merged by the predict-op set they time (largest first): one
+    profile entry each, so predict applies each op's evidence once. Classes with no predict op
+    (copies, fills, unmatched) are their own bucket with no ops. (Not the comparison's rows:
+    a role's GEMMs stay apart from the unroled ``gemm`` group here, each timing its own ops.)"""
+    table = class_table()
+    tops: dict[str, list[str]] = {}
+    for k in split.top_kernels:
+        tops.setdefault(k.op_class, []).append(k.name[:120])
+    out: dict[tuple[str, ...], Bucket] = {}
+    for ct in split.classes:
+        rec = table.get(ct.op_class) or {}
+        ops = tuple(rec.get("predict_ops") or [])
+        key = ops or (f"<{ct.op_class}>",)
+        b = out.get(key)
+        if b is None:
+            out[key] = Bucket(
+                ct.op_class, [ct.op_class], list(ops), bool(rec.get("group")), ct.ms, ct.calls,
+                tops.get(ct.op_class, [])[:3],
+            )  # fmt: skip
+        else:
+            b.classes.append(ct.op_class)
+            b.name = "+".join(b.classes)
+            b.ms += ct.ms
+            b.calls += ct.calls
+            b.kernels += tops.get(ct.op_class, [])[:2]
+    return sorted(out.values(), key=lambda b: -b.ms)
 
 
 def to_profile(

@@ -215,18 +215,78 @@ class TraceSplit(BaseModel):
         )
 
 
-class ClassCompare(BaseModel):
-    """One bucket of the measured step beside predict's figures for the same ops."""
+class ClassRow(BaseModel):
+    """One measured class (or classes sharing predict ops) against predict's same ops."""
 
-    bucket: str = Field(description="op class, or classes timing the same predict ops (a+b)")
-    classes: list[str]
-    predict_ops: list[str] = Field(description="predict's ops counted in this bucket")
+    op_class: str
     measured_ms: float
-    expected_ms: float = Field(description="predict's expected for those ops")
-    bound_ms: float = Field(description="predict's bound (the physics) for those ops")
-    gap_ms: float | None = Field(
-        None, description="measured - bound: the configurable part (None: no op to bound)"
+    share_pct: float = Field(description="of the measured step")
+    component: str | None = Field(None, description="predict's step component it belongs to")
+    predict_ops: list[str] = Field(default_factory=list)
+    expected_ms: float | None = Field(None, description="predict's expected, same ops")
+    bound_ms: float | None = Field(None, description="predict's bound, same ops")
+    fundamental_ms: float | None = Field(None, description="the bound (or less, if measured)")
+    gap_ms: float | None = Field(None, description="measured - bound: the configurable part")
+    transfer_ms: float | None = None
+    wait_ms: float | None = Field(None, description="collectives: waiting for the slowest rank")
+
+
+class MeasuredSplit(BaseModel):
+    """The measured step by class, with the fundamental/configurable split it supports."""
+
+    source: str = "trace"
+    label: str = Field("single", description="the window it was recorded in")
+    files: list[str] = Field(default_factory=list)
+    device: str = "gpu"
+    steps: int
+    step_ms: float = Field(description="measured step (the slowest rank's)")
+    idle_ms: float
+    coverage: float
+    rows: list[ClassRow] = Field(description="largest first; they sum to the step")
+    fundamental_ms: float
+    configurable_ms: float
+    unbounded_ms: float = Field(description="measured in classes predict has no bound for")
+    unseen_ops: list[str] = Field(
+        default_factory=list, description="predicted ops (> 0 ms) no class of the trace measured"
     )
+    unseen_expected_ms: float = Field(0.0, description="predict's expected for unseen_ops")
+    unseen_bound_ms: float = Field(0.0, description="predict's bound for unseen_ops")
+    ranks: int = 1
+    slowest_rank: int | None = None
+    rank_spread_pct: float | None = None
+    missing_ranks: list[int] = Field(default_factory=list)
+    allreduce_ms: float = 0.0
+    allreduce_wait_ms: float | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    def largest(self) -> ClassRow | None:
+        return max(self.rows, key=lambda r: r.measured_ms, default=None)
+
+    def allreduce_sentence(self) -> str:
+        """The founding question, answered from the trace."""
+        if self.allreduce_ms <= 0:
+            why = "one rank" if self.ranks <= 1 else f"{self.ranks} ranks"
+            return f"allreduce: none in the measured {self.step_ms:.3g} ms step ({why})."
+        pct = self.allreduce_ms / self.step_ms * 100 if self.step_ms else 0.0
+        head = (
+            f"allreduce: {self.allreduce_ms:.3g} ms of the {self.step_ms:.3g} ms step ({pct:.3g} %)"
+        )
+        if self.allreduce_wait_ms is None:
+            return head + "; waiting for the slowest rank needs every rank's trace."
+        return head + f", of which {self.allreduce_wait_ms:.3g} ms is waiting for the slowest rank."
+
+    def sentence(self) -> str:
+        top = self.largest()
+        if top is None:
+            return f"Measured inside the engine: a {self.step_ms:.3g} ms step."
+        return (
+            f"Measured inside the engine ({self.steps} steps, {self.coverage * 100:.3g} % of "
+            f"operator time classified): {top.op_class} is {top.measured_ms:.3g} ms of the "
+            f"{self.step_ms:.3g} ms step ({top.share_pct:.3g} %); {self.fundamental_ms:.3g} ms is "
+            f"the bound of its classes (fundamental), {self.configurable_ms:.3g} ms configurable"
+            + (f", {self.unbounded_ms:.3g} ms without a bound" if self.unbounded_ms > 0 else "")
+            + "."
+        )
 
 
 class TraceReport(BaseModel):
@@ -240,7 +300,9 @@ class TraceReport(BaseModel):
     prediction: str | None = Field(None, description="the setup predicted, one line")
     predicted_step_ms: float | None = None
     bound_step_ms: float | None = None
-    compare: list[ClassCompare] = Field(default_factory=list)
+    measured: MeasuredSplit | None = Field(
+        None, description="the split beside the prediction, class by class (with one)"
+    )
     out: str | None = None
     profile_out: str | None = None
     report: str | None = None

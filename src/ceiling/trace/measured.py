@@ -1,5 +1,5 @@
-"""The doctor's attribution from a trace: the engine's own measured split, class by class,
-against predict's expected and bound for the same class.
+"""The measured split beside predict's expected and bound, class by class: the one comparison
+``ceiling trace``, the doctor's verdict and both reports use (noun: ``MeasuredSplit``).
 
 Why: without a trace the doctor splits the step with predict's model, a forecast; with one, the
 split is measured (issue 23). Per class: the measured ms, predict's expected and bound for the
@@ -9,18 +9,17 @@ the step is its own row (host / launch overhead: no bound of its own, all config
 whose ops predict has no bound for (or a prediction that names other ops: a CPU's floors) are
 ``unbounded``: measured, but neither fundamental nor configurable is claimed for them.
 
-Classes that share predict ops (rope and the KV write both measure ``attn.rope_kv_write``) are
-one row, so no predicted op is counted twice. On several ranks: the slowest rank's step (the
-headline), the spread between ranks, and inside collectives the time spent waiting for the
-slowest rank apart from the transfer itself.
+Classes that share predict ops (rope and the KV write both measure ``attn.rope_kv_write``; the
+unroled ``gemm`` class and a role's GEMMs) are one row, so no predicted op is counted twice.
+Predicted ops no class measured are summed apart (``unseen_*``). On several ranks: the slowest
+rank's step (the headline), the spread between ranks, and inside collectives the time spent
+waiting for the slowest rank apart from the transfer itself.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
-
 from ceiling.predict.schema import Prediction, StepBlock
-from ceiling.trace.schema import ClassTime, TraceSplit
+from ceiling.trace.schema import ClassRow, ClassTime, MeasuredSplit, TraceSplit
 from ceiling.trace.split import class_table
 
 IDLE = "idle (host / launch)"
@@ -28,78 +27,6 @@ IDLE = "idle (host / launch)"
 HOST_OP = "host"
 #: op classes that are collectives (their wait is measured across ranks)
 COLLECTIVE_COMPONENT = "collectives"
-
-
-class ClassRow(BaseModel):
-    """One measured class (or classes sharing predict ops) against predict's same ops."""
-
-    op_class: str
-    measured_ms: float
-    share_pct: float = Field(description="of the measured step")
-    component: str | None = Field(None, description="predict's step component it belongs to")
-    predict_ops: list[str] = Field(default_factory=list)
-    expected_ms: float | None = Field(None, description="predict's expected, same ops")
-    bound_ms: float | None = Field(None, description="predict's bound, same ops")
-    fundamental_ms: float | None = Field(None, description="the bound (or less, if measured)")
-    gap_ms: float | None = Field(None, description="measured - bound: the configurable part")
-    transfer_ms: float | None = None
-    wait_ms: float | None = Field(None, description="collectives: waiting for the slowest rank")
-
-
-class MeasuredSplit(BaseModel):
-    """The measured step by class, with the fundamental/configurable split it supports."""
-
-    source: str = "trace"
-    label: str = Field("single", description="the window it was recorded in")
-    files: list[str] = Field(default_factory=list)
-    device: str = "gpu"
-    steps: int
-    step_ms: float = Field(description="measured step (the slowest rank's)")
-    idle_ms: float
-    coverage: float
-    rows: list[ClassRow] = Field(description="largest first; they sum to the step")
-    fundamental_ms: float
-    configurable_ms: float
-    unbounded_ms: float = Field(description="measured in classes predict has no bound for")
-    unseen_ops: list[str] = Field(
-        default_factory=list, description="predicted ops (> 0 ms) no class of the trace measured"
-    )
-    ranks: int = 1
-    slowest_rank: int | None = None
-    rank_spread_pct: float | None = None
-    missing_ranks: list[int] = Field(default_factory=list)
-    allreduce_ms: float = 0.0
-    allreduce_wait_ms: float | None = None
-    notes: list[str] = Field(default_factory=list)
-
-    def largest(self) -> ClassRow | None:
-        return max(self.rows, key=lambda r: r.measured_ms, default=None)
-
-    def allreduce_sentence(self) -> str:
-        """The founding question, answered from the trace."""
-        if self.allreduce_ms <= 0:
-            why = "one rank" if self.ranks <= 1 else f"{self.ranks} ranks"
-            return f"allreduce: none in the measured {self.step_ms:.3g} ms step ({why})."
-        pct = self.allreduce_ms / self.step_ms * 100 if self.step_ms else 0.0
-        head = (
-            f"allreduce: {self.allreduce_ms:.3g} ms of the {self.step_ms:.3g} ms step ({pct:.3g} %)"
-        )
-        if self.allreduce_wait_ms is None:
-            return head + "; waiting for the slowest rank needs every rank's trace."
-        return head + f", of which {self.allreduce_wait_ms:.3g} ms is waiting for the slowest rank."
-
-    def sentence(self) -> str:
-        top = self.largest()
-        if top is None:
-            return f"Measured inside the engine: a {self.step_ms:.3g} ms step."
-        return (
-            f"Measured inside the engine ({self.steps} steps, {self.coverage * 100:.3g} % of "
-            f"operator time classified): {top.op_class} is {top.measured_ms:.3g} ms of the "
-            f"{self.step_ms:.3g} ms step ({top.share_pct:.3g} %); {self.fundamental_ms:.3g} ms is "
-            f"the bound of its classes (fundamental), {self.configurable_ms:.3g} ms configurable"
-            + (f", {self.unbounded_ms:.3g} ms without a bound" if self.unbounded_ms > 0 else "")
-            + "."
-        )
 
 
 def _ops_ms(block: StepBlock | None) -> dict[str, float]:
@@ -197,6 +124,7 @@ def measured_split(
     unbounded = sum(r.measured_ms for r in rows if r.bound_ms is None)
     claimed.add(HOST_OP)
     unseen = sorted(o for o, v in expected.items() if v > 0 and o not in claimed)
+    unseen_bound = sum(bound.get(o, 0.0) for o in unseen)
     ar = [c for c in sp.classes if c.op_class == "allreduce"]
     ar_wait = ar[0].wait_ms if ar else None
     ar_ms = ar[0].ms if ar else 0.0
@@ -218,6 +146,8 @@ def measured_split(
         configurable_ms=configurable,
         unbounded_ms=unbounded,
         unseen_ops=unseen,
+        unseen_expected_ms=sum(expected[o] for o in unseen),
+        unseen_bound_ms=unseen_bound,
         ranks=max(len(sp.ranks), 1),
         slowest_rank=sp.slowest_rank,
         rank_spread_pct=sp.rank_spread_pct,
