@@ -46,3 +46,15 @@ def test_engine_tables_come_first_and_unknown_names_stay_unmatched():
     assert Classifier("llama.cpp").engine == "llamacpp"
     assert Classifier("llamacpp-python").engine == "llamacpp"
     assert Classifier("trtllm").engine is None  # no table: generic names only
+
+
+def test_cudnn_sdpas_reduction_is_attention_and_other_fusion_kernels_are_not():
+    """cuDNN's SDPA on the H200 runs a lean_reduction_kernel beside each fprop kernel (about
+    1 % of the fixtures' kernel time): attention. cuDNN's other fusion kernels are not, and
+    stay unmatched by name."""
+    cls = Classifier(None)
+    reduction = "void cudnn::fusion::lean_reduction_kernel<false, false, false>(void*, float*)"
+    assert cls.classify(reduction).op_class == "attention"
+    assert cls.classify(reduction).impl == "cudnn"
+    assert cls.classify("void cudnn::fusion::layernorm_fwd_kernel<x>(x)").op_class == "unmatched"
+
