@@ -56,3 +56,16 @@ def test_a_ladder_without_prior_is_refused():
     data["ladder"] = ["trace", "profile", "table"]
     with pytest.raises(CeilingError, match="prior"):
         validate_data(data, ladder_mod.Ladder, "data/predict/evidence.yaml")
+
+
+def test_the_ladder_file_cannot_rank_trace_below_another_source():
+    """trace_evidence applies the trace over the whole step (above every source an op climbed
+    to), so the data cannot say otherwise."""
+    from pydantic import ValidationError
+
+    raw = ladder_mod.ladder().model_dump()
+    raw["ladder"] = ["profile", "trace", "table", "prior"]
+    with pytest.raises(ValidationError, match="top rung"):
+        ladder_mod.Ladder.model_validate(raw)
+    raw["ladder"] = ["trace", "profile", "table", "prior"]
+    assert ladder_mod.Ladder.model_validate(raw).ladder[0] == "trace"

@@ -87,6 +87,10 @@ class Ladder(DataModel):
     def _prior_answers(cls, v: list[Source]) -> list[Source]:
         if "prior" not in v or len(set(v)) != len(v):
             raise ValueError("each source once, `prior` among them (it answers every op)")
+        if "trace" in v and v[0] != "trace":
+            # predict.trace_evidence applies a trace over the whole step, above what every op
+            # climbed to: a ladder that ranks it lower would say what the code does not do
+            raise ValueError("`trace` is the top rung (applied over the step), listed first")
         return v
 
     confidence: Confidence
