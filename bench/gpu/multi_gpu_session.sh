@@ -2,7 +2,7 @@
 # Multi-GPU evidence run (issues 7 and 10), for nvidia-h200-x2 / -x4 / -x8. Each part < 10 min:
 #
 #   bash bench/gpu/multi_gpu_session.sh all
-#       one call for a 2-GPU machine: tp (canary first), then comm; predictions are made
+#       one call for a 2-GPU machine: tp (canary first), comm, then trace; predictions are made
 #       afterwards on any machine with `tp_decode.py --repredict RESULT --profile profile.json`.
 #   bash bench/gpu/multi_gpu_session.sh comm
 #       probe (how the GPUs are linked), calibrate, commbench at world sizes 2,4,8 (as many as
@@ -19,7 +19,32 @@
 # Every tp_decode run saves its rows after each configuration and names the one in flight, and a
 # failed or hung configuration leaves each rank's stage, exit code and last words (stacks) in
 # the row; full rank logs are packed into extras.tgz. At most 8 files come back per call.
+#   bash bench/gpu/multi_gpu_session.sh issue28      (nvidia-h200-x2; docs/trace.md "Several GPUs")
+#       1. tp_decode --trace at TP=2, Llama-3.1-8B and Qwen3-30B-A3B shapes, CUDA graphs and eager,
+#       default and NCCL_P2P_DISABLE=1, every rank recorded by torch.profiler; commbench at world
+#       size 2 (default, p2p-off) as the allreduce class's reference; 2. llamacpp-split below;
+#       then bench/gpu/trace_report.py on the machine (report_trace.md, trace_report.json).
+#   bash bench/gpu/multi_gpu_session.sh issue29      (nvidia-h200-x4 / -x8)
+#       probe; tp_decode --trace at TP 4 and 8 (as many GPUs as there are; TRACE29_WS="8" for
+#       one): Llama-3.1-70B, Qwen3-30B-A3B with TP-sharded experts and EP, graphs and eager,
+#       default and p2p-off; commbench at those world sizes (group issue7, 1K..64M), then each
+#       traced row re-predicted with the measured fits; the trace report.
+#   bash bench/gpu/multi_gpu_session.sh trace        both PyTorch halves (trace28 + trace29)
+#   bash bench/gpu/multi_gpu_session.sh llamacpp-split
+#       llama-bench (single stream) and llama-server (1, 2, 4 concurrent requests) with every
+#       --split-mode the pinned llama.cpp has (layer, row; tensor where present) on 2 GPUs, the
+#       dense and MoE GGUFs (random weights, q4_k_m), beside `predict --engine llamacpp --gguf`
+#       at TP 1 and 2 (predict has no split-mode input); LC_PROFILE=FILE adds the llama.cpp-kernel
+#       profile. Needs .gpu/gpu/bin.tar.xz and .gpu/gpu/whl (bench/gpu/llamacpp_cuda.sh prepare
+#       + build). TODO(issue 28): the doctor on the slowest split mode is not run yet.
+#   Path check on a CPU: TINY=1 WORLD_SIZES=2 TRACE29_WS=2 PYTHON=.venv/bin/python \
+#       OUT=/tmp/x WORK=/tmp/w bash bench/gpu/multi_gpu_session.sh trace  (gloo ranks, tiny shapes)
+#   DEADLINE (s, default 560) bounds the trace/llama.cpp parts: no stage starts past it.
 # Device tool: run(kind="nvidia-h200-x2", carry=[".whl"], command="bash bench/gpu/multi_gpu_session.sh all")
+# Issue 28: run(kind="nvidia-h200-x2", carry=[".gpu/gpu/bin.tar.xz", ".gpu/gpu/whl"],
+#               command="WHL_DIR=.gpu/gpu/whl bash bench/gpu/multi_gpu_session.sh issue28")
+# Issue 29: run(kind="nvidia-h200-x8", carry=[".gpu/gpu/whl"],
+#               command="WHL_DIR=.gpu/gpu/whl bash bench/gpu/multi_gpu_session.sh issue29")
 #
 # NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 # NVSHMEM_DISABLE_NVLS=1): the device README says why. Carry .whl (pydantic & co.: bench/gpu/gpu_wheels.sh).
@@ -97,7 +122,7 @@ trace28() {  # issue 28 run 1: TP=2, dense + MoE shape, CUDA graphs (and eager),
   step "issue 28: traced TP=2 decode, Llama-3.1-8B and Qwen3-30B-A3B shapes, default + p2p-off"
   RESERVE=${RESERVE28:-120} traced tp2 --model llama-3.1-8b,qwen3-30b-a3b --tp 2 --variant default,p2p-off
   step "commbench at world size 2 (the allreduce class's reference: default, p2p-off)"
-  run_for 30 "${RESERVE:-60}" $PY -m ceiling commbench --world-sizes 2 --sizes "${CB_SIZES:-1K..1M}" \
+  run_for 30 "$(( ${RESERVE28:-100} - 40 ))" $PY -m ceiling commbench --world-sizes 2 --sizes "${CB_SIZES:-1K..1M}" \
     --preset default --preset p2p-off --budget-ms 5 --reps 3 --rank-timeout 90 --quiet $CB_ARGS \
     --results "$TR/commbench_ws2.json"
 }
@@ -105,6 +130,7 @@ trace29() {  # issue 29's tp_decode part at TP 4 and 8: 70B dense; MoE TP-sharde
   mkdir -p "$TR"
   local ws29=${TRACE29_WS:-$(for w in 4 8; do [ "$w" -le "${N:-0}" ] && printf '%s ' "$w"; done)}
   if [ -z "$ws29" ]; then echo "issue 29 needs 4 or 8 GPUs (${N:-0} here): skipped"; return 0; fi
+  step "probe"; run_for 10 0 $PY -m ceiling probe --out "$TR/probe.json" >/dev/null
   for w in $ws29; do
     step "issue 29: traced TP=$w decode, Llama-3.1-70B, graphs + eager, default + p2p-off"
     traced "dense70_tp$w" --model llama-3.1-70b --tp "$w" --variant default,p2p-off
@@ -121,6 +147,66 @@ trace29() {  # issue 29's tp_decode part at TP 4 and 8: 70B dense; MoE TP-sharde
     [ -z "${TINY:-}" ] && [ -f "$TR/profile.json" ] && \
       run_for 5 20 $PY bench/gpu/tp_decode.py --repredict "$f" --profile "$TR/profile.json" >/dev/null
   done
+}
+llamacpp_split() {  # issue 28 run 2: llama.cpp's split modes on 2 GPUs, beside predict
+  # Needs what `bash bench/gpu/llamacpp_cuda.sh prepare` + its `build` call leave in $GPU_DIR
+  # (.gpu/gpu): bin.tar.xz (llama-server, llama-bench) and whl/ (gguf for random_gguf.py).
+  local GD=${GPU_DIR:-.gpu/gpu} L=$W/llamacpp
+  mkdir -p "$L/res" "$L/gguf"
+  if [ -f "$GD/bin.tar.xz" ]; then tar -xJf "$GD/bin.tar.xz" -C "$L"
+  elif ls "$GD"/bin.tar.gz.* >/dev/null 2>&1; then cat "$GD"/bin.tar.gz.* | tar -xz -C "$L"
+  else echo "llamacpp-split: no llama.cpp binaries in $GD (llamacpp_cuda.sh build makes them): skipped"; return 0; fi
+  local BIN=$L/bin
+  "$BIN/llama-server" --version 2>&1 | tail -2
+  # the split modes this pinned llama.cpp has (layer, row; tensor where present), from its help
+  local modes
+  modes=$("$BIN/llama-server" --help 2>&1 | grep -A4 -- '--split-mode' | grep -oE '\b(layer|row|tensor)\b' | sort -u | tr '\n' ' ')
+  [ -z "$modes" ] && { echo "no split modes read from --help: trying layer row"; modes="layer row"; }
+  echo "split modes: $modes"
+  local port=18190 shape sm c i f
+  for shape in ${LC_SHAPES:-llama3.1-8b qwen3-30b-a3b}; do
+    f=$L/gguf/$shape-q4_k_m.gguf
+    step "llama.cpp split modes: $shape q4_k_m ($modes)"
+    run_for 60 60 $PY bench/gpu/random_gguf.py --shape "$shape" --ftype q4_k_m --out "$f" \
+      > "$L/res/gguf-$shape.json" || { echo "no GGUF for $shape"; continue; }
+    local cat=${shape/llama3.1/llama-3.1}
+    for tp in 1 2; do  # predict has no split-mode input: TP=2 and one GPU bracket the modes
+      $PY -m ceiling predict --model "$cat" --gpu h200 --tp $tp --engine llamacpp --gguf "$f" \
+        ${LC_PROFILE:+--profile $LC_PROFILE} --json > "$L/res/predict-$shape-tp$tp.json" 2>&1
+    done
+    for sm in $modes; do
+      # single stream: llama-bench decode (tg64) at depth 0 on both GPUs
+      run_for 30 45 "$BIN/llama-bench" -m "$f" -ngl 99 -sm "$sm" -fa 1 -p 0 -n 64 -r 2 -o json \
+        > "$L/res/bench-$shape-$sm.json" 2> "$L/res/bench-$shape-$sm.log"
+      # a small concurrency sweep through llama-server (4 slots), each request's own timings
+      [ "$(left)" -lt 60 ] && { echo "server sweep skipped: $(left)s left"; continue; }
+      "$BIN/llama-server" -m "$f" -ngl 99 -sm "$sm" -fa on -c 8192 -np 4 --metrics \
+        --port $port > "$L/res/server-$shape-$sm.log" 2>&1 &
+      local pid=$!
+      for _ in $(seq 120); do  # until healthy, or the server has exited (its log says why)
+        curl -sf localhost:$port/health >/dev/null && break
+        kill -0 $pid 2>/dev/null || { echo "llama-server -sm $sm exited: see server-$shape-$sm.log"; break; }
+        sleep 0.5
+      done
+      kill -0 $pid 2>/dev/null || continue
+      for c in 1 2 4; do
+        local reqs=()
+        for i in $(seq "$c"); do
+          curl -s -m 60 localhost:$port/completion -d '{"prompt":"hello world","n_predict":64,"ignore_eos":true,"cache_prompt":false}' \
+            > "$L/res/server-$shape-$sm-c$c-$i.json" &
+          reqs+=($!)
+        done
+        wait "${reqs[@]}"
+      done
+      curl -s localhost:$port/metrics > "$L/res/server-$shape-$sm-metrics.txt"
+      kill $pid 2>/dev/null; wait $pid 2>/dev/null
+      port=$((port + 1))
+    done
+    rm -f "$f"  # disk: the MoE file is ~17 GB
+  done
+  # TODO(issue 28): `ceiling doctor --engine llamacpp` on the slowest split mode (bench/gpu/
+  # llamacpp_doctor.sh runs the doctor on one GPU; its two-GPU form is not written yet).
+  (cd "$W" && tar -czf "$OUT/llamacpp_split.tgz" llamacpp/res)
 }
 trace_report() {  # the figures and the goals (on the machine: every rank's trace is read there)
   step "trace report"
@@ -144,13 +230,15 @@ trace_report() {  # the figures and the goals (on the machine: every rank's trac
     comm) comm; $PY bench/gpu/multi_gpu_report.py "$OUT/commbench.json" > "$OUT/report_comm.md" ;;
     tp) tp "${2:-}"
         $PY bench/gpu/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json > "$OUT/report_tp.md" ;;
-    issue28|trace28) trace28; trace_report ;;
+    issue28) RESERVE28=${RESERVE28:-260} trace28; llamacpp_split; trace_report ;;
+    trace28) trace28; trace_report ;;
+    llamacpp-split) llamacpp_split ;;
     issue29|trace29) PROF=${PROF:-}; trace29; trace_report ;;
-    trace) trace28; trace29; trace_report ;;
+    trace) trace28; trace29; trace_report ;;  # issue 28's and 29's PyTorch halves
     all) tp ""; comm; trace28; trace29; trace_report
          $PY bench/gpu/multi_gpu_report.py "$OUT"/tp_canary.json "$OUT"/tp_decode_*.json \
            "$OUT/commbench.json" > "$OUT/report_all.md" ;;
-    *) echo "usage: multi_gpu_session.sh all | comm | tp [PROFILE.json] | issue28 | issue29 | trace" >&2 ;;
+    *) echo "usage: multi_gpu_session.sh all | comm | tp [PROFILE.json] | issue28 | issue29 | trace | trace28 | llamacpp-split" >&2 ;;
   esac
   step "done"; date -u
 } 2>&1 | tee "$LOG"
