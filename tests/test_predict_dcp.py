@@ -174,3 +174,28 @@ def test_doctor_predicts_the_servers_dcp_where_predict_models_it(priors_only):
     assert _context_parallel(facts, "kimi-k2.5", "sglang") == {}
     assert _context_parallel(EngineFacts(decode_context_parallel_size=1), "kimi-k2.5", "vllm") == {}
     assert _context_parallel(None, "kimi-k2.5", "vllm") == {}
+
+
+def test_long_context_kv_read_and_attention_grow_with_the_context(priors_only):
+    """64K-256K: the attention op reads B x S x KV bytes per rank (GQA: the rank's KV heads),
+    its time grows with S, and the KV share of the step with it; fewer sequences fit."""
+    base = dict(model="llama-3.1-70b", gpu="h200", tp=4, kv_dtype="fp8")
+    steps = {s: predict(PredictRequest(**base, context=s)) for s in (65536, 131072, 262144)}
+    kv = {s: p.details.kv_bytes_read_per_gpu for s, p in steps.items()}
+    assert kv[131072] == pytest.approx(2 * kv[65536], rel=1e-3)
+    assert kv[262144] == pytest.approx(4 * kv[65536], rel=1e-3)
+    # llama-3.1-70b: 80 layers x 8 KV heads / TP 4 x 128 x 2 (K, V) x 1 byte (fp8) per token
+    assert kv[65536] == pytest.approx(65536 * 80 * 2 * 128 * 2 * 1, rel=1e-3)
+    attn = {
+        s: sum(op.ms for op in p.expected.ops if op.name.startswith("attention"))
+        for s, p in steps.items()
+    }
+    assert attn[65536] < attn[131072] < attn[262144]
+    # the extra context costs at least its extra bytes at the datasheet bandwidth
+    from ceiling.spec.hardware import load_gpu
+
+    bw = load_gpu("h200").mem_bw_GBps * 1e9
+    assert attn[262144] - attn[65536] >= (kv[262144] - kv[65536]) / bw * 1e3
+    share = {s: p.components_ms["kv"] / p.decode_ms_per_token for s, p in steps.items()}
+    assert share[65536] < share[131072] < share[262144]
+    assert steps[262144].max_batch_at_context < steps[65536].max_batch_at_context
