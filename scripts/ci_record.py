@@ -140,7 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     phases = read_phases(a.phases)
     if a.kind == "test":
-        log = a.pytest_log.read_text(errors="replace") if a.pytest_log else ""
+        # no log when a phase before the tests failed: the row then says "no summary"
+        log = (
+            a.pytest_log.read_text(errors="replace")
+            if a.pytest_log and a.pytest_log.is_file()
+            else ""
+        )
         row = test_row(phases, pytest_counts(log), a.rc, a.args)
     else:
         row = demo_row(phases, a.doctor or Path("-"), a.rc)

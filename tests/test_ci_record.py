@@ -127,3 +127,21 @@ def test_demo_row_reads_the_step_the_doctor_measured(tmp_path):
     assert cells[3:] == ["0:10", "0:03", "0:05", "2:30", "**2:48**", "1.86 ms", "ok"]
     missing = ci_record.demo_row({"venv": 10}, tmp_path / "absent.json", 1)
     assert missing.endswith("| - | rc 1 |")  # a failed demo is recorded, with no step
+
+
+def test_a_run_that_failed_before_the_tests_is_recorded(tmp_path):
+    """test.sh stopped at a phase before pytest (mypy failed): no pytest log, the row is still
+    written, with the phases that ran and the exit status."""
+    page = tmp_path / "ci.md"
+    page.write_text((REPO / "docs" / "ci.md").read_text())
+    phases = tmp_path / "phases.tsv"
+    phases.write_text("venv\t600\nvllm\t20\nllamacpp\t700\nlint\t10\n")
+    rc = ci_record.main(
+        ["test", "--page", str(page), "--phases", str(phases), "--rc", "1",
+         "--pytest-log", str(tmp_path / "absent.log"), "--args="]
+    )  # fmt: skip
+    assert rc == 0
+    row = page.read_text().split("<!-- ci:test:begin -->\n")[1].splitlines()[2]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3:13] == ["10:00", "-", "0:20", "11:40", "0:10", "-", "-", "**22:10**",
+                           "no summary", "rc 1"]  # fmt: skip
