@@ -86,6 +86,24 @@ def doctor(
     stall_timeout: float = typer.Option(
         60.0, "--stall-timeout", help="A stream silent this long ends the stage (a finding)."
     ),
+    llama_bench: Path = typer.Option(
+        None,
+        "--llama-bench",
+        exists=True,
+        dir_okay=False,
+        metavar="FILE",
+        help="llama-bench -o json of the served GGUF (same settings): the server's own cost "
+        "per token becomes a finding (llama-server only).",
+    ),
+    llamacpp_profile: Path = typer.Option(
+        None,
+        "--llamacpp-profile",
+        exists=True,
+        dir_okay=False,
+        metavar="FILE",
+        help="calibrate --engine llamacpp profile: the bandwidth verdict measures against this "
+        "GPU's best llama.cpp mat-vec too (llama-server only).",
+    ),
     out_dir: Path = typer.Option(
         Path("ceiling-out"), "--out-dir", file_okay=False, help="Output directory."
     ),
@@ -147,6 +165,8 @@ def doctor(
         accept_broken_output=accept_broken_output,
         max_failed_pct=max_failed_pct,
         stall_timeout_s=stall_timeout,
+        llama_bench=str(llama_bench) if llama_bench else None,
+        llamacpp_profile=str(llamacpp_profile) if llamacpp_profile else None,
         out_dir=str(out),
         progress=not (json_out or quiet),
     )

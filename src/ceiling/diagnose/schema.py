@@ -78,6 +78,12 @@ class DoctorConfig(BaseModel):
         description="why the doctor may measure a server the sanity gate calls broken (a random-"
         "weight model, say); the gate still runs and the report records its verdict and this",
     )
+    llama_bench: str | None = Field(
+        None, description="llama-bench JSON of the served GGUF: the server's own cost per token"
+    )
+    llamacpp_profile: str | None = Field(
+        None, description="calibrate --engine llamacpp profile: the GPU's best llama.cpp mat-vec"
+    )
     progress: bool = True
 
     @property

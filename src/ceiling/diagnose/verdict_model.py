@@ -21,6 +21,7 @@ from pydantic import Field, computed_field
 from ceiling.diagnose.attribute import UNEXPLAINED_LABEL
 from ceiling.diagnose.hypotheses import Hypothesis
 from ceiling.diagnose.wording import HardwareKind, num, us_or_ms
+from ceiling.engines.llamacpp_gap import BandwidthGap
 from ceiling.result_model import ResultModel
 from ceiling.trace.schema import MeasuredSplit
 
@@ -347,6 +348,9 @@ class Verdict(ResultModel):
     cpu_read: CpuReadNote | None = None
     measured: MeasuredSplit | None = Field(
         None, description="the engine's own split of the step (a trace), class by class"
+    )
+    llamacpp: BandwidthGap | None = Field(
+        None, description="llama.cpp on a GPU: bandwidth reached at one stream, the gap split"
     )
 
     @computed_field  # type: ignore[prop-decorator]

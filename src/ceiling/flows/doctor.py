@@ -51,6 +51,7 @@ from ceiling.diagnose.schema import (
     Telemetry,
 )
 from ceiling.diagnose.verdict import broken_output_verdict
+from ceiling.engines import llamacpp_gap
 from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError
 from ceiling.flows import doctor_trace, preflight
@@ -368,6 +369,11 @@ def _verdict_stage(rec: _Recorder, res: DoctorResult, cfg: DoctorConfig) -> None
         return
     with rec.stage("verdict"):
         res.verdict = verdict(cfg, res)
+    if res.verdict is not None and res.verdict.bottleneck.case != "broken-output":
+        with rec.stage("llama.cpp bandwidth") as st:
+            gap = llamacpp_gap.for_doctor(res, cfg.llama_bench, cfg.llamacpp_profile)
+            res.verdict.llamacpp = gap
+            st.message = gap.sentence if gap else "not a llama-server run on a GPU"
 
 
 def _inspect_stage(

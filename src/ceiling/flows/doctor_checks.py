@@ -50,6 +50,14 @@ def check_config(cfg: DoctorConfig) -> None:
             "--url and --variant both given: doctor examines one server",
             fix="pass --url for a running server, or --variant to launch one (not both)",
         )
+    if cfg.llama_bench:  # read now: a bad file must not cost a model load
+        from ceiling.engines.llamacpp_gap import read_llama_bench
+
+        read_llama_bench(cfg.llama_bench)
+    if cfg.llamacpp_profile:
+        from ceiling.predict.llamacpp import load_profile
+
+        load_profile(cfg.llamacpp_profile)
     if cfg.url:
         cfg.url = base_url(cfg.url)  # as bench reads it: scheme added, a trailing /v1 dropped
         check_server_url(cfg.url)

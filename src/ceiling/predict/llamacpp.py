@@ -209,7 +209,7 @@ def _weights_read(info: GgufInfo) -> Iterator[tuple[GgufTensor, float]]:
 
 
 def predict_gguf(
-    gguf: str | Path,
+    gguf: str | Path | GgufInfo,
     gpu_name: str,
     bandwidth_GBps: float,
     context: int = 1024,
@@ -217,8 +217,9 @@ def predict_gguf(
     flash_attention: bool = True,
     profile: LlamaCppProfile | None = None,
 ) -> LlamaCppPrediction:
-    """The single-stream decode step of ``gguf`` on one GPU of ``bandwidth_GBps``."""
-    info = read_gguf(gguf)
+    """The single-stream decode step of ``gguf`` (a file or its read header) on one GPU of
+    ``bandwidth_GBps``."""
+    info = gguf if isinstance(gguf, GgufInfo) else read_gguf(gguf)
     pri, kern = kernel_data()["priors"], kernel_data()["kernels"]
     by_type: dict[str, list[float]] = {}
     for t, share in _weights_read(info):
@@ -260,7 +261,7 @@ def predict_gguf(
     step = sum(p.expected_ms for p in parts)
     total_bytes = sum(p.bytes for p in parts)
     return LlamaCppPrediction(
-        gguf=str(gguf), arch=info.arch, gpu=gpu_name, context=context, cuda_graphs=cuda_graphs,
+        gguf=info.path, arch=info.arch, gpu=gpu_name, context=context, cuda_graphs=cuda_graphs,
         flash_attention=flash_attention, bytes_per_token=total_bytes, step_ms=step,
         bound_ms=sum(p.bound_ms for p in parts), tok_s=1000.0 / step,
         evidence=f"llama.cpp kernels measured: {profile.source}" if profile else "priors only",

@@ -1,0 +1,324 @@
+"""llama.cpp on a GPU: how much of the memory bandwidth its kernels reach at one stream, where the
+rest of the step goes, and what the server adds per token over llama-bench.
+
+One decode step of one stream reads every weight the token needs once (the GGUF's bytes per
+token, ``predict.llamacpp``). The step splits, adding up to the measured one, into
+
+- the bound: those bytes at the datasheet bandwidth (physics; nobody changes it);
+- the peak gap: the same bytes at the best mat-vec this GPU ran for llama.cpp (test-backend-ops,
+  the calibrate profile's fastest type, F16 on the H200) minus the bound: what even the best
+  kernel leaves of the datasheet figure (no setting changes it);
+- the server: llama-server's step minus llama-bench's on the same file and settings (sampling,
+  HTTP/SSE, slots): the engine's own cost, measured when a llama-bench result is at hand;
+- the kernels: the rest (the file's dequantizing mat-vecs, attention, small kernels, launches):
+  changed only by the quant type, flash attention, graphs, offload or another engine.
+
+The what-ifs give numbers for what a user can change: each is the measured step plus the
+difference predict --engine llamacpp gives between the change and this configuration (with the
+kernel profile when there is one): the model's absolute error cancels, its sense of the change
+stays. Slots do not change a one-stream step (they raise total throughput); that is said, with 0.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ceiling.diagnose.finding_types import Finding
+from ceiling.errors import CeilingError
+from ceiling.predict.llamacpp import (
+    GgufInfo,
+    LlamaCppPrediction,
+    LlamaCppProfile,
+    kernel_data,
+    load_profile,
+    predict_gguf,
+    read_gguf,
+)
+
+if TYPE_CHECKING:
+    from ceiling.diagnose.schema import DoctorResult
+
+SCHEMA_VERSION = 1
+
+
+class ServerCost(BaseModel):
+    """llama-server's step against llama-bench's on the same file and settings."""
+
+    server_step_ms: float
+    bench_step_ms: float = Field(description="llama-bench tg, depth 0, same flash-attn setting")
+    added_ms: float
+    added_pct: float
+    source: str
+
+
+class GapPart(BaseModel):
+    name: str
+    ms: float
+    who: Literal["nobody", "user", "engine"] = Field(
+        description="nobody: physics and the GPU; user: a setting this run has off (its what-if's "
+        "saving); engine: the engine's own cost and kernels (changed by the quant type or "
+        "another engine: the what-ifs give numbers)"
+    )
+    why: str
+
+
+class WhatIf(BaseModel):
+    lever: Literal["quant type", "flash attention", "cuda graphs", "offload", "slots", "engine"]
+    change: str
+    step_ms: float = Field(description="the measured step with this change (estimate)")
+    saves_ms: float = Field(description="measured step - step_ms (negative: costs)")
+    source: str
+
+
+class BandwidthGap(BaseModel):
+    """At one stream: the fraction of the memory bandwidth reached, the gap split, what-ifs."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["llamacpp-bandwidth"] = "llamacpp-bandwidth"
+    step_ms: float = Field(description="the measured single-stream step")
+    bytes_per_step: float
+    achieved_GBps: float
+    datasheet_GBps: float
+    pct_of_datasheet: float
+    measured_peak_GBps: float | None = Field(None, description="best llama.cpp mat-vec measured")
+    measured_peak_type: str | None = None
+    pct_of_measured_peak: float | None = None
+    bound_ms: float
+    parts: list[GapPart] = Field(default_factory=list, description="sum to step_ms")
+    what_ifs: list[WhatIf] = Field(default_factory=list)
+    server: ServerCost | None = None
+    sentence: str = ""
+
+
+def read_llama_bench(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of ``llama-bench -o json``."""
+    p = Path(path)
+    try:
+        rows = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        raise CeilingError(f"cannot read llama-bench JSON {p}: {exc}",
+                           fix="pass the output of `llama-bench -o json`") from None  # fmt: skip
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise CeilingError(f"{p} is not llama-bench JSON (a list of rows)",
+                           fix="pass the output of `llama-bench -o json`")  # fmt: skip
+    return rows
+
+
+def server_cost(
+    server_step_ms: float,
+    bench_rows: list[dict[str, Any]],
+    model_file: str | None,
+    flash_attention: bool | None,
+    source: str = "llama-bench",
+) -> ServerCost:
+    """The row of the same GGUF (by file name) and flash-attention setting, generating at depth 0
+    (tg: n_prompt 0), against the server's measured step. Refuses rather than compare two files
+    or two settings."""
+    name = Path(model_file).name if model_file else None
+
+    def same(r: dict[str, Any]) -> bool:
+        return (
+            (name is None or Path(str(r.get("model_filename", ""))).name == name)
+            and int(r.get("n_gen", 0) or 0) > 0
+            and int(r.get("n_prompt", 0) or 0) == 0
+            and int(r.get("n_depth", 0) or 0) == 0
+            and (flash_attention is None or bool(r.get("flash_attn")) == flash_attention)
+            and float(r.get("avg_ts", 0) or 0) > 0
+        )
+
+    rows = [r for r in bench_rows if same(r)]
+    if not rows:
+        raise CeilingError(
+            f"no llama-bench row for {name or 'the served file'} generating at depth 0 with "
+            f"flash attention {'on' if flash_attention else 'off'}",
+            fix="run `llama-bench -m FILE -ngl 99 -fa 1 -p 0 -n 128 -o json` on the same file",
+        )
+    bench_ms = 1000.0 / float(rows[0]["avg_ts"])
+    added = server_step_ms - bench_ms
+    return ServerCost(server_step_ms=server_step_ms, bench_step_ms=bench_ms, added_ms=added,
+                      added_pct=added / bench_ms * 100, source=source)  # fmt: skip
+
+
+def retyped(info: GgufInfo, type_name: str) -> GgufInfo:
+    """The same file with every quantized or 16-bit weight matrix in ``type_name`` (norms and
+    router weights stay F32, as llama.cpp's quantize keeps them)."""
+    tensors = [
+        t.model_copy(update={"type": type_name}) if t.type != "F32" and len(t.shape) >= 2 else t
+        for t in info.tensors
+    ]
+    return info.model_copy(update={"tensors": tensors})
+
+
+def _main_type(pred: LlamaCppPrediction) -> str | None:
+    w = [p for p in pred.parts if p.type]
+    return max(w, key=lambda p: p.bytes).type if w else None
+
+
+def bandwidth_gap(
+    info: GgufInfo,
+    step_ms: float,
+    gpu: str,
+    datasheet_GBps: float,
+    context: int,
+    flash_attention: bool = True,
+    cuda_graphs: bool = True,
+    gpu_layers: int | None = None,
+    gpu_layers_total: int | None = None,
+    profile: LlamaCppProfile | None = None,
+    server: ServerCost | None = None,
+) -> BandwidthGap:
+    """The one-stream verdict of a llama.cpp GPU run (module docstring)."""
+
+    def pred(i: GgufInfo, fa: bool = flash_attention, g: bool = cuda_graphs) -> LlamaCppPrediction:
+        return predict_gguf(i, gpu, datasheet_GBps, context, g, fa, profile=profile)
+
+    here = pred(info)
+    nbytes = here.bytes_per_token
+    achieved = nbytes / step_ms / 1e6
+    bound = nbytes / (datasheet_GBps * 1e6)
+    peak = (
+        max(profile.matvec.values(), key=lambda r: r.GBps) if profile and profile.matvec else None
+    )
+    parts = [GapPart(name="bound", ms=bound, who="nobody",
+                     why=f"{nbytes / 1e9:.2f} GB per token at the datasheet "
+                     f"{datasheet_GBps / 1000:.2f} TB/s")]  # fmt: skip
+    floor = bound
+    if peak is not None and peak.GBps < datasheet_GBps:
+        floor = nbytes / (peak.GBps * 1e6)
+        parts.append(GapPart(name="peak gap", ms=floor - bound, who="nobody",
+                             why=f"the best llama.cpp mat-vec measured on this GPU ({peak.type}, "
+                             f"{peak.GBps / 1000:.2f} TB/s) vs the datasheet"))  # fmt: skip
+    rest = step_ms - floor
+    if server is not None:
+        parts.append(GapPart(name="server", ms=server.added_ms, who="engine",
+                             why=f"llama-server {server.server_step_ms:.3f} ms vs llama-bench "
+                             f"{server.bench_step_ms:.3f} ms per token: sampling, HTTP/SSE, "
+                             "slots"))  # fmt: skip
+        rest -= server.added_ms
+    typ = _main_type(here)
+
+    src = f"predict --engine llamacpp delta ({here.evidence}) on the measured step"
+    ifs: list[WhatIf] = []
+
+    def add(lever: Any, change: str, other: LlamaCppPrediction | float, source: str = src) -> None:
+        delta = (other.step_ms if isinstance(other, LlamaCppPrediction) else other) - here.step_ms
+        ifs.append(WhatIf(lever=lever, change=change, step_ms=step_ms + delta, saves_ms=0.0 - delta,
+                          source=source))  # fmt: skip
+
+    types = sorted(profile.matvec) if profile and profile.matvec else ["F16", "Q8_0", "Q4_K"]
+    for t in types:
+        if t != typ and t in kernel_data()["types"]:
+            add("quant type", f"every weight matrix {t} (this file: mostly {typ})",
+                pred(retyped(info, t)))  # fmt: skip
+    add("flash attention", "flash attention on" if not flash_attention else
+        "flash attention on (already on)", pred(info, fa=True))  # fmt: skip
+    add("cuda graphs", "CUDA graphs on" if not cuda_graphs else "CUDA graphs on (already on)",
+        pred(info, g=True))  # fmt: skip
+    if gpu_layers is not None and gpu_layers_total and gpu_layers < gpu_layers_total:
+        # the host's share is not in predict's GPU model: the estimate is the whole file on the
+        # GPU as predicted, the step of the part on the CPU is what it saves
+        ifs.append(WhatIf(lever="offload", change=f"all {gpu_layers_total} layers on the GPU "
+                          f"(now {gpu_layers})", step_ms=here.step_ms,
+                          saves_ms=step_ms - here.step_ms,
+                          source=f"predict --engine llamacpp ({here.evidence})"))  # fmt: skip
+    else:
+        add("offload", "all layers on the GPU (already)", here.step_ms)
+    add("slots", "more slots (--parallel): no change to a one-stream step; they raise total "
+        "throughput at several streams", here.step_ms)  # fmt: skip
+    if server is not None:
+        ifs.append(WhatIf(lever="engine", change="the kernels without llama-server's per-token "
+                          "work (llama-bench's step)", step_ms=server.bench_step_ms,
+                          saves_ms=server.added_ms, source=server.source))  # fmt: skip
+
+    for w in ifs:  # a setting this run has off: the user's part of the gap, its what-if's saving
+        if w.lever in ("flash attention", "cuda graphs", "offload") and w.saves_ms > 0:
+            parts.append(GapPart(name=w.lever, ms=w.saves_ms, who="user",
+                                 why=f"{w.change}: its what-if"))  # fmt: skip
+            rest -= w.saves_ms
+    parts.append(GapPart(name="kernels", ms=rest, who="engine",
+                         why=f"llama.cpp's kernels at this file's types (mostly {typ}: "
+                         "dequantizing mat-vec, attention, small kernels) beyond the best "
+                         "mat-vec; changed by the quant type or another engine"
+                         + ("" if rest >= 0 else "; negative: the what-ifs above overstate")))  # fmt: skip
+    pk = peak.GBps if peak is not None else None
+    best = max((w for w in ifs if w.lever != "engine"), key=lambda w: w.saves_ms)
+    sentence = (
+        f"At one stream llama.cpp reads {nbytes / 1e9:.2f} GB per token in {step_ms:.3f} ms: "
+        f"{achieved / 1000:.2f} TB/s, {achieved / datasheet_GBps * 100:.0f} % of the datasheet "
+        f"{datasheet_GBps / 1000:.1f} TB/s"
+        + (f" ({achieved / pk * 100:.0f} % of the best llama.cpp mat-vec measured here, "
+           f"{pk / 1000:.2f} TB/s)" if pk else "")
+        + f". Of the {step_ms - bound:.3f} ms above the bound, "
+        + ", ".join(f"{p.name} {p.ms:.3f} ms ({p.who})" for p in parts[1:])
+        + f"; the best setting a user can change: {best.change} (saves {best.saves_ms:.3f} ms)"
+        + (f"; llama-server adds {server.added_ms:.3f} ms per token over llama-bench "
+           f"(+{server.added_pct:.0f} %)." if server else ".")
+    )  # fmt: skip
+    return BandwidthGap(
+        step_ms=step_ms, bytes_per_step=nbytes, achieved_GBps=achieved,
+        datasheet_GBps=datasheet_GBps, pct_of_datasheet=achieved / datasheet_GBps * 100,
+        measured_peak_GBps=pk, measured_peak_type=peak.type if peak else None,
+        pct_of_measured_peak=achieved / pk * 100 if pk else None, bound_ms=bound,
+        parts=parts, what_ifs=ifs, server=server, sentence=sentence,
+    )  # fmt: skip
+
+
+def server_cost_finding(cost: ServerCost) -> Finding:
+    """The server's own cost per token, named (docs/causes/server-overhead.md)."""
+    return Finding(
+        id="server-overhead",
+        title=f"llama-server adds {cost.added_ms:.2f} ms per token (+{cost.added_pct:.0f} %) over "
+        "llama-bench on the same file and settings",
+        component="engine",
+        severity="info",
+        evidence=[
+            f"llama-server single-stream step {cost.server_step_ms:.3f} ms (measured here)",
+            f"llama-bench tg at depth 0: {cost.bench_step_ms:.3f} ms per token ({cost.source})",
+        ],
+        fix="sampling over the whole vocabulary, HTTP/SSE and slot handling cost this per token; "
+        "greedy or top-k-only sampling shrinks the sampler's share",
+        kind="configurable",
+        predicted_effect=f"{cost.added_ms:.3f} ms per token at most (the kernels alone)",
+        figures={
+            "added_ms": cost.added_ms,
+            "added_pct": cost.added_pct,
+            "server_step_ms": cost.server_step_ms,
+            "bench_step_ms": cost.bench_step_ms,
+        },
+        doc="docs/causes/server-overhead.md",
+    )
+
+
+def for_doctor(
+    res: DoctorResult, llama_bench: str | None, profile: str | None = None
+) -> BandwidthGap | None:
+    """The one-stream bandwidth verdict of a doctor run on llama-server with a GPU: None when the
+    run is not one (another engine, a CPU, no measured step, no readable GGUF)."""
+    from ceiling.spec.hardware import load_gpu
+
+    facts, hw, m = res.facts, res.hardware, res.measured
+    if facts is None or facts.engine != "llamacpp" or hw is None or hw.kind != "gpu" or m is None:
+        if llama_bench or profile:
+            raise CeilingError("--llama-bench and --llamacpp-profile apply to a llama-server run on a GPU",
+                               fix="drop them, or run the doctor on llama-server")  # fmt: skip
+        return None
+    if not facts.model or not Path(facts.model).is_file():
+        raise CeilingError(f"the served GGUF {facts.model!r} is not readable here",
+                           fix="run the doctor where the GGUF file is")  # fmt: skip
+    cost = None
+    if llama_bench:
+        cost = server_cost(m.step_ms, read_llama_bench(llama_bench), facts.model,
+                           facts.flash_attention, source=llama_bench)  # fmt: skip
+        res.findings.append(server_cost_finding(cost))
+    return bandwidth_gap(
+        read_gguf(facts.model), m.step_ms, hw.name, load_gpu(hw.name).mem_bw_GBps,
+        context=res.config.single_context,
+        flash_attention=facts.flash_attention is not False,
+        cuda_graphs=facts.enforce_eager is not True,
+        gpu_layers=facts.gpu_layers, gpu_layers_total=facts.gpu_layers_total,
+        profile=load_profile(profile) if profile else None, server=cost,
+    )  # fmt: skip
