@@ -156,6 +156,14 @@ def test_the_doctor_attaches_the_verdict_and_names_the_server_cost(tmp_path: Pat
     assert f.figures["added_ms"] == pytest.approx(0.528, abs=5e-4)
     assert "0.53 ms per token (+14 %)" in f.title
     assert (Path(__file__).parent.parent / f.doc).exists()
+    # the report shows it
+    from ceiling.diagnose.judge import verdict
+    from ceiling.report.markdown import render_markdown
+
+    res.verdict = verdict(res.config, res)
+    res.verdict.llamacpp = g
+    md = render_markdown(res)
+    assert "## llama.cpp: memory bandwidth at one stream" in md and g.sentence in md
     # another engine's run: no llama.cpp verdict, and the options refuse rather than do nothing
     res.facts.engine = "vllm"  # type: ignore[union-attr]
     assert for_doctor(res, None) is None

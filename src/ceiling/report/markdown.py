@@ -178,6 +178,25 @@ def _changes(doc: Doc) -> list[str]:
     return [*out, table(["#", "change", "expected gain", "source", "evidence"], rows), ""]
 
 
+def _llamacpp(doc: Doc) -> list[str]:
+    """verdict.llamacpp: bandwidth at one stream, the gap split, the what-ifs."""
+    g = doc.verdict.llamacpp if isinstance(doc, DoctorResult) and doc.verdict else None
+    if g is None:
+        return []
+    parts = [[p.name, fmt(p.ms, 3), p.who, p.why] for p in g.parts]
+    ifs = [[w.lever, w.change, fmt(w.step_ms, 3), fmt(w.saves_ms, 3), w.source] for w in g.what_ifs]
+    return [
+        "## llama.cpp: memory bandwidth at one stream",
+        "",
+        g.sentence,
+        "",
+        table(["part", "ms per step", "who can change it", "why"], parts),
+        "",
+        table(["lever", "what-if", "step ms", "saves ms", "source"], ifs),
+        "",
+    ]
+
+
 def _hypotheses(doc: Doc) -> list[str]:
     if not isinstance(doc, DoctorResult) or doc.verdict is None or not doc.verdict.hypotheses:
         return []
@@ -413,6 +432,7 @@ def render_markdown(doc: Doc) -> str:
         _attribution,
         _trace,
         _changes,
+        _llamacpp,
         _hypotheses,
         _comparison,
         _concurrency,
