@@ -18,6 +18,7 @@ from ceiling.predict.batch_validation import SiliconMap
 from ceiling.predict.datafiles import Constants, KernelPriorsFile, KernelsFile
 from ceiling.predict.engine_options import TrtllmOptions
 from ceiling.predict.ladder import Ladder
+from ceiling.predict.llamacpp import LlamaCppKernelsFile
 from ceiling.predict.specdec import SpecData
 from ceiling.predict.validate import Validity
 from ceiling.probe.calibrate import CalibrateFile
@@ -59,6 +60,7 @@ SCHEMAS: dict[str, tuple[type[BaseModel], tuple[str | int, ...]]] = {
     "data/sanity.yaml": (SanitySpec, ("perplexity",)),
     "data/trace/classes.yaml": (ClassesFile, ("classes", "gemm", "group")),
     "engines/data/death_causes.yaml": (DeathCausesFile, ("rules", 0, "pattern")),
+    "engines/data/llamacpp_kernels.yaml": (LlamaCppKernelsFile, ("priors", "matvec_eff")),
     "engines/data/nccl_env.yaml": (NcclEnvFile, ("values", "NCCL_ALGO", "list")),
     "engines/data/trace/generic.yaml": (PatternTable, ("patterns", 0, "op_class")),
     "engines/data/trace/llamacpp.yaml": (PatternTable, ("patterns", 0, "op_class")),

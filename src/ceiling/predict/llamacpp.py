@@ -40,9 +40,48 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
             12: "d"}  # fmt: skip
 
 
+class _GgmlType(BaseModel, extra="forbid"):
+    id: int
+    block: int = Field(gt=0)
+    bytes: int = Field(gt=0)
+
+
+class _LayerKernels(BaseModel, extra="forbid"):
+    matvec: int
+    small: int
+    router: int = 0
+    expert_matvec: int = 0
+
+
+class _Kernels(BaseModel, extra="forbid"):
+    dense_layer: _LayerKernels
+    moe_layer: _LayerKernels
+    attention_off_extra_small: int
+    head: _LayerKernels
+
+
+class _Priors(BaseModel, extra="forbid"):
+    matvec_t0_us: float = Field(gt=0)
+    matvec_eff: float = Field(gt=0, le=1)
+    small_us_graph: float = Field(gt=0)
+    small_us_eager: float = Field(gt=0)
+
+
+class LlamaCppKernelsFile(BaseModel, extra="forbid"):
+    """Schema of engines/data/llamacpp_kernels.yaml (a misspelled key fails at load)."""
+
+    schema_version: int
+    types: dict[str, _GgmlType]
+    kernels: _Kernels
+    priors: _Priors
+    split_modes: dict[str, str]
+
+
 @cache
 def kernel_data() -> dict[str, Any]:
-    return load_yaml("llamacpp_kernels.yaml", folder="engines/data")
+    # validated by its schema at load; read as plain data by the step below
+    data = load_yaml("llamacpp_kernels.yaml", folder="engines/data", schema=LlamaCppKernelsFile)
+    return data.model_dump()
 
 
 def bits_per_weight(type_name: str) -> float:
