@@ -200,3 +200,42 @@ def test_trace_report_compares_the_allreduce_class_with_commbench_x_count():
     assert mod.commbench_us(doc, 4, "default", 4096, graph=False)[0] is None
     assert mod.commbench_us(doc, 2, "p2p-off", 4096, graph=False)[0] is None
     assert mod.commbench_us(doc, 2, "default", 1 << 20, graph=False)[0] is None
+
+
+def test_trace_report_goals_of_issue_29_at_tp4():
+    """TP >= 4 rows are held to issue 29's goals: skew reported, graph row within 10 % of
+    predict (15 % for EP), the allreduce class against commbench x count."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trace_report", REPORT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ranks = [{"rank": r, "coverage": 1.0} for r in range(4)]
+    m = {
+        "mode": "graph",
+        "ranks": ranks,
+        "missing_ranks": [],
+        "collective_waits": [{"op_class": "allreduce"}],
+        "rank_spread_pct": 1.0,
+        "slowest_rank": 2,
+        "measured_graph_ms": 10.0,
+        "predicted_graph_ms": 11.2,
+        "collectives": [
+            {
+                "op_class": "allreduce",
+                "count_expected": 161,
+                "vs_commbench_pct": 4.0,
+                "ms": 1.04,
+                "commbench_x_count_ms": 1.0,
+                "commbench_how": "",
+            }
+        ],
+    }
+    tp = {g["goal"].split(" ")[0]: g for g in mod.goals({"tp": 4, "parallel": "tp"}, m)}
+    assert {g["issue"] for g in tp.values()} == {29}
+    assert tp["allreduce"]["state"] == "met" and tp["skew"]["state"] == "met"
+    assert tp["graph"]["state"] == "not met"  # +12 % against a 10 % goal
+    ep = {g["goal"].split(" ")[0]: g for g in mod.goals({"tp": 4, "parallel": "ep"}, m)}
+    assert ep["graph"]["state"] == "met"  # EP rows: within 15 %
+    m["missing_ranks"] = [3]
+    assert mod.goals({"tp": 4}, m)[1]["state"] == "not met"  # a rank's trace is missing
