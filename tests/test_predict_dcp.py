@@ -14,7 +14,7 @@ from ceiling.predict.api import PredictRequest, predict
 from ceiling.predict.collectives import ring_us
 from ceiling.predict.core import setup
 from ceiling.predict.ops import build_ops
-from ceiling.predict.opspec import CommShape, MlaShape, OpSpec
+from ceiling.predict.opspec import AttentionShape, CommShape, MlaShape, OpSpec
 from ceiling.predict.resolved import Setup
 from ceiling.predict.step import kv_bytes_per_token_gpu
 from ceiling.spec.hardware import load_link
@@ -128,9 +128,35 @@ def test_impossible_dcp_is_refused(priors_only, kw, needle):
         predict(PredictRequest(**{**KIMI, **kw}))
 
 
-def test_dcp_on_gqa_is_refused_not_silently_ignored(priors_only):
-    with pytest.raises(CeilingError, match="no MLA attention"):
+def test_gqa_dcp_follows_vllms_rules(priors_only):
+    # vLLM config/model.py: TP above the KV heads, dcp <= TP / KV heads, q heads per KV head
+    with pytest.raises(CeilingError, match="needs --tp above the model's 8 KV heads"):
         predict(PredictRequest(model="llama-3.1-70b", gpu="h100-sxm", tp=4, dcp=4))
+    qwen = dict(model="qwen3-235b-a22b", gpu="h200", tp=8)  # 4 KV heads, 64 query heads
+    with pytest.raises(CeilingError, match="exceeds tp / KV heads = 2"):
+        predict(PredictRequest(**qwen, dcp=4))
+    # a model without attention DCP shards (Gated DeltaNet only) would name the kinds; a GQA
+    # model at TP 8 over 4 KV heads shards each KV head's two replicas by token
+    req = PredictRequest(**qwen, dcp=2, context=131072, batch=2)
+    s, _ = setup(req)
+    every = build_ops(s, 2, 131072)
+    attn = next(op for op in every if op.name == "attention.decode")
+    s1, _ = setup(PredictRequest(**qwen, context=131072, batch=2))
+    attn1 = next(op for op in build_ops(s1, 2, 131072) if op.name == "attention.decode")
+    assert attn.kv_bytes == pytest.approx(attn1.kv_bytes / 2)
+    assert isinstance(attn.shape, AttentionShape) and isinstance(attn1.shape, AttentionShape)
+    assert attn.shape.heads == 2 * attn1.shape.heads and attn.shape.kv_heads == 1
+    q = next(op for op in every if op.name == "dcp.query_allgather").shape
+    out = next(op for op in every if op.name == "dcp.out_reduce_scatter").shape
+    assert isinstance(q, CommShape) and isinstance(out, CommShape)
+    hd, heads_r = s.spec.head_dim, s.spec.heads // 8
+    assert q.bytes == 2 * heads_r * hd * 2 and out.bytes == 2 * heads_r * 2 * hd * 2
+    k1, _ = kv_bytes_per_token_gpu(s1, 131072)
+    k2, _ = kv_bytes_per_token_gpu(s, 131072)
+    assert k2 == pytest.approx(k1 / 2)
+    # the what-if offers the largest DCP the layout allows
+    p = predict(PredictRequest(**qwen, context=131072, what_if=True))
+    assert [w.change.split(" ")[0] for w in p.what_if if w.change.startswith("DCP")] == ["DCP=2"]
 
 
 def test_cli_dcp_flag_and_error(priors_only, capsys):
@@ -164,13 +190,15 @@ def test_published_dcp_rows_are_scored_with_their_dcp(priors_only):
 
 def test_doctor_predicts_the_servers_dcp_where_predict_models_it(priors_only):
     """A vLLM server's engine-config line carries decode_context_parallel_size; doctor's
-    prediction takes it for an MLA model and leaves it out (not refusing) for GQA."""
+    prediction takes it where predict models it and leaves it out (not refusing) elsewhere."""
     from ceiling.diagnose.expect import _context_parallel
     from ceiling.diagnose.facts import EngineFacts
 
     facts = EngineFacts(decode_context_parallel_size=8)
     assert _context_parallel(facts, "kimi-k2.5", "vllm") == {"dcp": 8}
-    assert _context_parallel(facts, "llama-3.1-70b", "vllm") == {}
+    assert _context_parallel(facts, "llama-3.1-70b", "vllm") == {}  # TP 8 = its 8 KV heads
+    gqa = EngineFacts(tensor_parallel_size=8, decode_context_parallel_size=2)
+    assert _context_parallel(gqa, "qwen3-235b-a22b", "vllm") == {"dcp": 2}
     assert _context_parallel(facts, "kimi-k2.5", "sglang") == {}
     assert _context_parallel(EngineFacts(decode_context_parallel_size=1), "kimi-k2.5", "vllm") == {}
     assert _context_parallel(None, "kimi-k2.5", "vllm") == {}

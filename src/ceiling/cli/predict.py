@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
             "--dcp",
             min=1,
             help="decode context parallel size (vLLM --decode-context-parallel-size; divides "
-            "--tp; shards MLA's latent KV cache over the TP ranks)",
+            "--tp; shards the KV cache the TP ranks replicate: MLA's latent, GQA's KV heads)",
         ),
         engine: PredictEngine = typer.Option("vllm", "--engine", help="the engine to predict"),
         trtllm_option: list[str] = typer.Option(

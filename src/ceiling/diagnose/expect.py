@@ -65,18 +65,20 @@ def request_for(
 
 def _context_parallel(facts: EngineFacts | None, model: str, engine: str) -> dict[str, Any]:
     """The server's decode context parallel (``decode_context_parallel_size`` of vLLM's config
-    line) where predict models it (MLA attention): a GQA model's DCP is left out rather than
-    refusing the whole prediction (predict.validate.check_dcp)."""
+    line) where predict models it (predict.validate.check_dcp): a layout it refuses is left
+    out of the prediction rather than failing the whole doctor run."""
     dcp = facts.decode_context_parallel_size if facts is not None else None
     if not dcp or dcp <= 1 or engine != "vllm":
         return {}
     from ceiling.predict.core import load_spec
+    from ceiling.predict.validate import check_dcp
 
+    tp = facts.tensor_parallel_size if facts is not None else None
     try:
-        layers = load_spec(model, None).layers
+        check_dcp(engine, dcp, tp or dcp, load_spec(model, None))
     except CeilingError:
         return {}
-    return {"dcp": dcp} if any(layer.attention == "mla" for layer in layers) else {}
+    return {"dcp": dcp}
 
 
 def _speculative(facts: EngineFacts | None) -> dict[str, Any]:

@@ -190,25 +190,32 @@ def _gqa_ops(
         _small("attn.rope_kv_write", n, B * (n_out * 2 + 2 * kv_r * hd * kvb)),
     ]
     ctx = min(context, layer.window) if layer.window else context
-    kv_bytes = B * ctx * 2 * kv_r * hd * kvb
+    # DCP (vLLM, GQA: TP above the KV heads, so each KV head is replicated over TP/kv ranks):
+    # the replicas shard the tokens; the rank attends ceil(S/dcp) tokens of its KV head for the
+    # group's gathered query heads (flash_attn.py: all_gather of the query over the DCP group)
+    dcp = s.dep.dcp
+    ctx_r = math.ceil(ctx / dcp)
+    heads_a = heads_r * dcp
     ops.append(
         OpSpec(
             "attention.decode" + (".sliding" if layer.window else ""),
             "attention",
             n,
-            kv_bytes=kv_bytes,
-            flops=4.0 * B * ctx * heads_r * hd,
+            kv_bytes=B * ctx_r * 2 * kv_r * hd * kvb,
+            flops=4.0 * B * ctx_r * heads_a * hd,
             kernels=2,
             shape=AttentionShape(
                 batch=B,
-                context=ctx,
-                heads=heads_r,
+                context=ctx_r,
+                heads=heads_a,
                 kv_heads=kv_r,
                 head_dim=hd,
                 kv_dtype="fp8" if kvb <= 1 else "bfloat16",
             ),
         )
     )
+    if dcp > 1:
+        ops += _dcp_ops(s, n, B, heads_r, heads_a, q_width=hd, out_width=hd)
     ops.append(_gemm("attn.o_proj", n, o, 1 / tp, B, h, spec.heads * hd / tp))
     return ops
 
@@ -277,21 +284,24 @@ def _mla_ops(
         )
     )
     if dcp > 1:
-        ops += _dcp_ops(s, n, B, heads_r, heads_a)
+        width = mla["kv_lora_rank"] + mla["qk_rope_head_dim"]  # the absorbed query
+        ops += _dcp_ops(s, n, B, heads_r, heads_a, q_width=width, out_width=mla["kv_lora_rank"])
     ops.append(_gemm("mla.o_proj", n, o, 1 / tp, B, h, o[0].cols / tp if o else h))
     return ops
 
 
-def _dcp_ops(s: Setup, n: int, B: float, heads_r: int, heads_a: int) -> list[OpSpec]:
-    """What DCP adds to each MLA layer (vLLM's ``ag_rs`` backend, engines.yaml): the decode
-    query all-gathered over the group (each rank's B x H/TP x (kv_lora_rank + rope) in bf16),
-    the fp32 LSE of the gathered heads all-gathered, one correction kernel, and the output
-    (B x H/TP x dcp x kv_lora_rank, bf16) reduce-scattered back to this rank's heads."""
-    mla, dcp = s.spec.mla, s.dep.dcp
-    width = mla["kv_lora_rank"] + mla["qk_rope_head_dim"]
-    q = B * heads_r * width * 2
+def _dcp_ops(
+    s: Setup, n: int, B: float, heads_r: int, heads_a: int, q_width: int, out_width: int
+) -> list[OpSpec]:
+    """What DCP adds to each attention layer (vLLM's ``ag_rs`` backend, engines.yaml): the
+    decode query all-gathered over the group (each rank's B x H/TP x ``q_width`` in bf16: MLA's
+    absorbed 576-wide query, GQA's head_dim), the fp32 LSE of the gathered heads all-gathered,
+    one correction kernel, and the output (B x H/TP x dcp x ``out_width``, bf16: MLA's
+    kv_lora_rank, GQA's head_dim) reduce-scattered back to this rank's heads."""
+    dcp = s.dep.dcp
+    q = B * heads_r * q_width * 2
     lse = B * heads_a * 4
-    out = B * heads_a * mla["kv_lora_rank"] * 2
+    out = B * heads_a * out_width * 2
     return [
         OpSpec("dcp.query_allgather", "comm", n, act_bytes=q,
                shape=CommShape(collective="allgather", bytes=q, ranks=dcp)),

@@ -146,7 +146,8 @@ def kv_bytes_per_token_gpu(s: Setup, context: int) -> tuple[float, float]:
             share = 1.0 / d.dcp
         else:
             heads_per_rank = max(1, math.ceil(layer.kv_heads / d.tp))
-            share = heads_per_rank / layer.kv_heads
+            # DCP shards the replicas of a KV head (TP above the KV heads) by token
+            share = heads_per_rank / layer.kv_heads / d.dcp
         frac = 1.0
         if layer.window and context > layer.window:
             frac = layer.window / context

@@ -89,7 +89,9 @@ def check_engine_vendor(engine: str, gpu: GPU) -> None:
 def check_dcp(engine: str, dcp: int, tp: int, spec: ModelSpec) -> None:
     """``--dcp N`` is a layout the engine runs: an engine with decode context parallel
     (``engines.yaml`` ``decode_context_parallel``), N dividing TP (the DCP group reuses the TP
-    ranks: vLLM's ParallelConfig check), attention of a kind the rule shards (MLA)."""
+    ranks: vLLM's ParallelConfig check), attention of a kind the rule shards (MLA; GQA with
+    vLLM's ModelConfig limits: TP above the KV heads, dcp <= TP / KV heads, query heads per
+    KV head divisible by dcp)."""
     if dcp <= 1:
         return
     rule = engines_table()[engine].decode_context_parallel if engine in engines_table() else None
@@ -109,9 +111,42 @@ def check_dcp(engine: str, dcp: int, tp: int, spec: ModelSpec) -> None:
     if not kinds & set(rule.attention):
         raise CeilingError(
             f"--dcp {dcp}: {spec.name} has no {'/'.join(a.upper() for a in rule.attention)} "
-            "attention, the only kind predict shards under DCP (GQA DCP is not modelled)",
+            "attention, the kinds DCP shards",
             fix="drop --dcp",
         )
+    if "mla" not in kinds:
+        # vLLM config/model.py: GQA/MQA DCP shards the replicas of a KV head over the TP ranks
+        kv = max((layer.kv_heads for layer in spec.layers if layer.attention != "linear"),
+                 default=1)  # fmt: skip
+        if tp <= kv:
+            raise CeilingError(
+                f"--dcp {dcp}: GQA decode context parallel needs --tp above the model's {kv} "
+                f"KV heads (--tp {tp}: no KV head is replicated)",
+                fix=f"use --tp {2 * kv} or more, or drop --dcp",
+            )
+        if dcp > tp // kv:
+            raise CeilingError(
+                f"--dcp {dcp} exceeds tp / KV heads = {tp // kv} for {spec.name}",
+                fix=f"use --dcp {tp // kv} or less",
+            )
+        if (spec.heads // kv) % dcp:
+            raise CeilingError(
+                f"--dcp {dcp} must divide the {spec.heads // kv} query heads per KV head",
+                fix="use a --dcp that divides them",
+            )
+
+
+def max_dcp(engine: str, tp: int, spec: ModelSpec) -> int:
+    """The largest DCP size :func:`check_dcp` accepts for this layout (1: none)."""
+    for dcp in range(tp, 1, -1):
+        if tp % dcp:
+            continue
+        try:
+            check_dcp(engine, dcp, tp, spec)
+        except CeilingError:
+            continue
+        return dcp
+    return 1
 
 
 def _finite(name: str, value: float | None) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from ceiling.predict.core import load_spec, variant
 from ceiling.predict.schema import Prediction, PredictRequest, WhatIf
 from ceiling.predict.specdec import mtp_layers, spec_data
+from ceiling.predict.validate import max_dcp
 from ceiling.spec.deployment import engines_table
 from ceiling.spec.hardware import list_links, load_gpu, load_link
 
@@ -49,20 +50,19 @@ def _spec_variants(req: PredictRequest) -> list[tuple[str, dict[str, Any], str]]
 
 
 def _dcp_variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str, Any], str]]:
-    """DCP off when the request has it; DCP = TP where the engine has it, the model has MLA
-    attention (its latent cache is otherwise replicated on every TP rank) and the context is
-    long (engines.yaml ``what_if_min_context``)."""
+    """DCP off when the request has it; the largest DCP the layout allows where the engine has
+    it and the KV cache is replicated over TP ranks (MLA's latent cache on every rank; GQA
+    with TP above the KV heads), at long context (engines.yaml ``what_if_min_context``)."""
     if req.dcp > 1:
-        return [("DCP off (latent KV replicated on every TP rank)", {"dcp": 1}, "")]
+        return [("DCP off (KV replicated over the TP ranks again)", {"dcp": 1}, "")]
     rule = engines_table()[req.engine].decode_context_parallel if req.tp > 1 else None
     if rule is None or req.context < rule.what_if_min_context:
         return []
-    layers = load_spec(req.model, req.weight_format).layers
-    if not any(layer.attention in rule.attention for layer in layers):
+    n = max_dcp(req.engine, req.tp, load_spec(req.model, req.weight_format))
+    if n <= 1:
         return []
-    return [(f"DCP={req.tp} (decode context parallel: KV sharded over the TP ranks)",
-             {"dcp": req.tp}, "3 NCCL collectives more per MLA layer; KV capacity x "
-             f"{req.tp}")]  # fmt: skip
+    return [(f"DCP={n} (decode context parallel: KV sharded over {n} TP ranks)",
+             {"dcp": n}, f"3 NCCL collectives more per attention layer; KV capacity x {n}")]  # fmt: skip
 
 
 def _variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str, Any], str]]:
