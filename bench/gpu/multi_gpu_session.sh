@@ -215,10 +215,14 @@ trace_report() {  # the figures and the goals (on the machine: every rank's trac
   # the traces themselves: <= 3 files of 15 MiB (the tool returns 8 files, 64 MiB in all);
   # when they do not fit, ranks 0 and 1 of each configuration (the report read every rank)
   (cd "$W" && tar -czf "$W/traces.tgz" traces)
-  if [ "$(stat -c %s "$W/traces.tgz")" -gt $((45 * 1024 * 1024)) ]; then
-    echo "traces over 45 MiB: keeping ranks 0 and 1 of each (the report above read all ranks)"
-    (cd "$W" && find traces -name '*.json' -o -name 'rank[01].pt.trace.json.gz' | tar -czf "$W/traces.tgz" -T -)
-  fi
+  local keep lim=$(( ${TRACE_TAR_MB:-45} * 1024 * 1024 ))
+  for keep in 'rank[01].pt.trace.json.gz' 'rank0.pt.trace.json.gz'; do
+    [ "$(stat -c %s "$W/traces.tgz")" -le "$lim" ] && break
+    echo "traces over ${TRACE_TAR_MB:-45} MiB: keeping only $keep of each (the report above read all ranks)"
+    (cd "$W" && find traces -name '*.json' -o -name "$keep" | tar -czf "$W/traces.tgz" -T -)
+  done
+  [ "$(stat -c %s "$W/traces.tgz")" -le "$lim" ] || \
+    (cd "$W" && find traces -name '*.json' | tar -czf "$W/traces.tgz" -T -)  # figures only
   split -b 15M -d "$W/traces.tgz" "$OUT/traces.tgz."
   ls -la "$OUT"
 }
