@@ -14,12 +14,12 @@ import pytest
 from ceiling.diagnose.schema import DoctorConfig, DoctorResult
 from ceiling.engines.llamacpp_gap import (
     bandwidth_gap,
-    for_doctor,
     read_llama_bench,
     server_cost,
 )
 from ceiling.errors import CeilingError
 from ceiling.flows.doctor_checks import check_config
+from ceiling.flows.doctor_llamacpp import for_doctor
 from ceiling.predict.llamacpp import GgufInfo, calibrate_cli, profile_from_sql
 
 RES = Path(__file__).parent.parent / "bench/results/2026-12-02_h200-llamacpp"

@@ -57,4 +57,3 @@ def test_cudnn_sdpas_reduction_is_attention_and_other_fusion_kernels_are_not():
     assert cls.classify(reduction).op_class == "attention"
     assert cls.classify(reduction).impl == "cudnn"
     assert cls.classify("void cudnn::fusion::layernorm_fwd_kernel<x>(x)").op_class == "unmatched"
-

@@ -23,24 +23,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ceiling.diagnose.finding_types import Finding
 from ceiling.errors import CeilingError
 from ceiling.predict.llamacpp import (
     GgufInfo,
     LlamaCppPrediction,
     LlamaCppProfile,
     kernel_data,
-    load_profile,
     predict_gguf,
-    read_gguf,
 )
-
-if TYPE_CHECKING:
-    from ceiling.diagnose.schema import DoctorResult
 
 SCHEMA_VERSION = 1
 
@@ -264,61 +258,4 @@ def bandwidth_gap(
         measured_peak_GBps=pk, measured_peak_type=peak.type if peak else None,
         pct_of_measured_peak=achieved / pk * 100 if pk else None, bound_ms=bound,
         parts=parts, what_ifs=ifs, server=server, sentence=sentence,
-    )  # fmt: skip
-
-
-def server_cost_finding(cost: ServerCost) -> Finding:
-    """The server's own cost per token, named (docs/causes/server-overhead.md)."""
-    return Finding(
-        id="server-overhead",
-        title=f"llama-server adds {cost.added_ms:.2f} ms per token (+{cost.added_pct:.0f} %) over "
-        "llama-bench on the same file and settings",
-        component="engine",
-        severity="info",
-        evidence=[
-            f"llama-server single-stream step {cost.server_step_ms:.3f} ms (measured here)",
-            f"llama-bench tg at depth 0: {cost.bench_step_ms:.3f} ms per token ({cost.source})",
-        ],
-        fix="sampling over the whole vocabulary, HTTP/SSE and slot handling cost this per token; "
-        "greedy or top-k-only sampling shrinks the sampler's share",
-        kind="configurable",
-        predicted_effect=f"{cost.added_ms:.3f} ms per token at most (the kernels alone)",
-        figures={
-            "added_ms": cost.added_ms,
-            "added_pct": cost.added_pct,
-            "server_step_ms": cost.server_step_ms,
-            "bench_step_ms": cost.bench_step_ms,
-        },
-        doc="docs/causes/server-overhead.md",
-    )
-
-
-def for_doctor(
-    res: DoctorResult, llama_bench: str | None, profile: str | None = None
-) -> BandwidthGap | None:
-    """The one-stream bandwidth verdict of a doctor run on llama-server with a GPU: None when the
-    run is not one (another engine, a CPU, no measured step, no readable GGUF)."""
-    from ceiling.spec.hardware import load_gpu
-
-    facts, hw, m = res.facts, res.hardware, res.measured
-    if facts is None or facts.engine != "llamacpp" or hw is None or hw.kind != "gpu" or m is None:
-        if llama_bench or profile:
-            raise CeilingError("--llama-bench and --llamacpp-profile apply to a llama-server run on a GPU",
-                               fix="drop them, or run the doctor on llama-server")  # fmt: skip
-        return None
-    if not facts.model or not Path(facts.model).is_file():
-        raise CeilingError(f"the served GGUF {facts.model!r} is not readable here",
-                           fix="run the doctor where the GGUF file is")  # fmt: skip
-    cost = None
-    if llama_bench:
-        cost = server_cost(m.step_ms, read_llama_bench(llama_bench), facts.model,
-                           facts.flash_attention, source=llama_bench)  # fmt: skip
-        res.findings.append(server_cost_finding(cost))
-    return bandwidth_gap(
-        read_gguf(facts.model), m.step_ms, hw.name, load_gpu(hw.name).mem_bw_GBps,
-        context=res.config.single_context,
-        flash_attention=facts.flash_attention is not False,
-        cuda_graphs=facts.enforce_eager is not True,
-        gpu_layers=facts.gpu_layers, gpu_layers_total=facts.gpu_layers_total,
-        profile=load_profile(profile) if profile else None, server=cost,
     )  # fmt: skip

@@ -51,11 +51,10 @@ from ceiling.diagnose.schema import (
     Telemetry,
 )
 from ceiling.diagnose.verdict import broken_output_verdict
-from ceiling.engines import llamacpp_gap
 from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError
-from ceiling.flows import doctor_trace, preflight
-from ceiling.flows.doctor_checks import bench_failure, check_config
+from ceiling.flows import doctor_llamacpp, doctor_trace, preflight
+from ceiling.flows.doctor_checks import bench_failure, check_config, reproduce
 from ceiling.flows.flag_hypotheses import flag_checks
 from ceiling.flows.hardware import describe_hardware, find_model_dir
 from ceiling.flows.target import served_models, server_alive
@@ -371,9 +370,7 @@ def _verdict_stage(rec: _Recorder, res: DoctorResult, cfg: DoctorConfig) -> None
         res.verdict = verdict(cfg, res)
     if res.verdict is not None and res.verdict.bottleneck.case != "broken-output":
         with rec.stage("llama.cpp bandwidth") as st:
-            gap = llamacpp_gap.for_doctor(res, cfg.llama_bench, cfg.llamacpp_profile)
-            res.verdict.llamacpp = gap
-            st.message = gap.sentence if gap else "not a llama-server run on a GPU"
+            st.message = doctor_llamacpp.attach(res, cfg)
 
 
 def _inspect_stage(
@@ -465,32 +462,6 @@ def _death_text(server: Any, url: str, stage: str) -> str:
         ev = ("; log: " + " | ".join(d.evidence[-2:])) if d.evidence else ""
         return f"during bench {stage}: exit code {d.exit_code}: {d.cause}{ev}"
     return f"during bench {stage}: {url} stopped answering"
-
-
-def reproduce(cfg: DoctorConfig, url: str, model: str | None) -> list[str]:
-    """The commands that re-run this doctor and its benches."""
-    target = (
-        f"--variant {cfg.variant}"
-        if cfg.variant
-        else f"--url {url}"
-        + (f" --log {cfg.log}" if cfg.log else "")
-        + (f" --model {cfg.model_path}" if cfg.model_path else "")
-    )
-    conc = ",".join(str(c) for c in cfg.concurrency)
-    cmds = [
-        f"ceiling doctor {target} --max-tokens {cfg.max_tokens} --repeat {cfg.repeat} "
-        f"--concurrency {conc or 'none'} --out-dir {cfg.out_dir}",
-        f"ceiling bench --url {url} --model {model} --mode single --max-tokens {cfg.max_tokens} "
-        f"--input-len {cfg.input_len} --repeat {cfg.repeat}",
-    ]
-    if conc:
-        cmds.append(
-            f"ceiling bench --url {url} --model {model} --mode concurrency --concurrency {conc} "
-            f"--max-tokens {cfg.concurrency_max_tokens} --input-len {cfg.input_len}"
-        )
-    if cfg.variant:
-        cmds.insert(0, f"ceiling preflight {cfg.variant}")
-    return cmds
 
 
 def _finish(res: DoctorResult, out: Path, report: Reporter | None) -> None:

@@ -137,3 +137,29 @@ def bench_failure(res: DoctorResult) -> tuple[ExitStatus, str] | None:
 
 
 __all__ = ["OPTION_NAMES", "bench_failure", "check_config", "completed_requests", "outcome"]
+
+
+def reproduce(cfg: DoctorConfig, url: str, model: str | None) -> list[str]:
+    """The commands that re-run this doctor and its benches."""
+    target = (
+        f"--variant {cfg.variant}"
+        if cfg.variant
+        else f"--url {url}"
+        + (f" --log {cfg.log}" if cfg.log else "")
+        + (f" --model {cfg.model_path}" if cfg.model_path else "")
+    )
+    conc = ",".join(str(c) for c in cfg.concurrency)
+    cmds = [
+        f"ceiling doctor {target} --max-tokens {cfg.max_tokens} --repeat {cfg.repeat} "
+        f"--concurrency {conc or 'none'} --out-dir {cfg.out_dir}",
+        f"ceiling bench --url {url} --model {model} --mode single --max-tokens {cfg.max_tokens} "
+        f"--input-len {cfg.input_len} --repeat {cfg.repeat}",
+    ]
+    if conc:
+        cmds.append(
+            f"ceiling bench --url {url} --model {model} --mode concurrency --concurrency {conc} "
+            f"--max-tokens {cfg.concurrency_max_tokens} --input-len {cfg.input_len}"
+        )
+    if cfg.variant:
+        cmds.insert(0, f"ceiling preflight {cfg.variant}")
+    return cmds
