@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from box_noise import RERUN_WHEN_SWAMPED, swamped_if
 from ceiling.flows.doctor import DoctorConfig
 from ceiling.flows.doctor import run as run_doctor
 from ceiling.report import render
@@ -21,12 +22,10 @@ from ceiling.report import render
 REPO = Path(__file__).resolve().parents[2]
 CPU_TINY = REPO / "examples" / "variants" / "cpu-tiny.yaml"
 
-# One rerun when an assertion fails: the 5 % agreement is read on a shared 2-core box where
-# another process can take the core the engine runs on for part of a window.
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.flaky(reruns=1, only_rerun=["AssertionError"]),
-]
+# The 5 % agreement is read on a shared 2-core box where another process can take the engine's
+# core for part of a window: rerun once only when the window itself shows it (BoxTooNoisy: a step
+# that ran 3x the window's median), never on a failed assertion (tests/box_noise.py).
+pytestmark = [pytest.mark.engine, RERUN_WHEN_SWAMPED]
 
 
 def test_doctor_trace_records_real_windows_and_judges_by_them(tiny_model_dir, tmp_path):
@@ -62,7 +61,13 @@ def test_doctor_trace_records_real_windows_and_judges_by_them(tiny_model_dir, tm
     assert single.split is not None
     # classes + idle against the engine's own inter-token latency over the same window
     assert single.engine_itl_ms is not None and single.engine_itl_count >= 10
-    assert abs(single.step_vs_engine_pct or 99.0) <= 5.0, (
+    agree = abs(single.step_vs_engine_pct or 99.0)
+    sp = single.split
+    swamped_if(
+        agree > 5.0 and sp.step_ms_max > 3 * sp.step_ms_median,
+        f"a step of {sp.step_ms_max:.2f} ms against a median {sp.step_ms_median:.2f} ms in the window",
+    )
+    assert agree <= 5.0, (
         single.split.step_ms,
         single.engine_itl_ms,
     )
