@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 CPU_TINY = REPO / "examples" / "variants" / "cpu-tiny.yaml"
 
 # The 5 % agreement is read on a shared 2-core box where another process can take the engine's
-# core for part of a window: rerun once only when the window itself shows it (BoxTooNoisy: a step
-# that ran 3x the window's median), never on a failed assertion (tests/box_noise.py).
+# core for part of a window: rerun once only when the window itself shows it (BoxTooNoisy, below),
+# never on a failed assertion (tests/box_noise.py).
 pytestmark = [pytest.mark.engine, RERUN_WHEN_SWAMPED]
 
 
@@ -63,9 +63,15 @@ def test_doctor_trace_records_real_windows_and_judges_by_them(tiny_model_dir, tm
     assert single.engine_itl_ms is not None and single.engine_itl_count >= 10
     agree = abs(single.step_vs_engine_pct or 99.0)
     sp = single.split
+    # the box's own evidence inside one steady window (same batch, same engine): a step 3x the
+    # median, or the steps between the two /metrics scrapes running >= 3 % slower than the
+    # window as a whole (something outside the engine slowed that part of it)
+    in_span = single.trace_step_in_span_ms or sp.step_ms
     swamped_if(
-        agree > 5.0 and sp.step_ms_max > 3 * sp.step_ms_median,
-        f"a step of {sp.step_ms_max:.2f} ms against a median {sp.step_ms_median:.2f} ms in the window",
+        agree > 5.0
+        and (sp.step_ms_max > 3 * sp.step_ms_median or abs(in_span / sp.step_ms - 1) >= 0.03),
+        f"steps between the scrapes {in_span:.3f} ms vs the window's {sp.step_ms:.3f} ms; "
+        f"max step {sp.step_ms_max:.2f} ms vs median {sp.step_ms_median:.2f} ms",
     )
     assert agree <= 5.0, (
         single.split.step_ms,
