@@ -174,6 +174,44 @@ def test_traced_tp2_on_gloo_both_ranks_allreduces_counted_and_the_step_matches_i
     assert "| idle |" in proc.stdout and "classes + idle" in proc.stdout
 
 
+def test_traced_tp1_is_the_one_gpu_evidence_held_to_issue_23s_goals(tmp_path):
+    """At TP=1 --trace is the one-GPU trace path (issue 23, once bench/gpu/trace_decode.py):
+    one rank's trace and clock, no collectives, the report's goals are issue 23's (coverage,
+    classes + idle against the clock) and it sets the traced step against the untraced median
+    (the profiler's cost). A batch other than 1 names its own folder, so batches side by side
+    under one DIR stay apart."""
+    out, tr = tmp_path / "r.json", tmp_path / "traces"
+    cmd = _tp_decode("--tp", "1", "--batch", "2", "--timeout", "150", "--trace", str(tr))
+    proc = subprocess.run(
+        [*cmd, "--trace-steps", "3", "--out", str(out)], capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["trace_dir"] == "dense_tp1_tp_default_b2" and row["allreduces_per_step"] == 0
+    mode = tr / row["trace_dir"] / "eager"
+    assert [p.name for p in mode.glob("rank*.pt.trace.json.gz")] == ["rank0.pt.trace.json.gz"]
+    rep = tmp_path / "rep.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPORT), str(tr), "--json", str(rep)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (cfg,) = json.loads(rep.read_text())["configs"]
+    (m,) = cfg["modes"]
+    assert m["ranks_present"] == [0] and m["untraced_ms"] == row["eager_ms"]
+    clock = m["ranks"][0]["clock_step_ms"]
+    assert m["profiler_cost_pct"] == pytest.approx(
+        (clock - row["eager_ms"]) / row["eager_ms"] * 100, abs=0.06
+    )
+    goals = {g["goal"].split(" ")[0]: g for g in m["goals"]}
+    assert {g["issue"] for g in goals.values()} == {23}
+    assert set(goals) == {">=", "classes"}  # no collective goal without collectives
+    assert goals["classes"]["state"] == "met", goals["classes"]
+    assert "the profiler costs the step" in proc.stdout
+
+
 def test_trace_report_compares_the_allreduce_class_with_commbench_x_count():
     """commbench's latency at the step's message size (log-log between measured sizes) x the
     step's allreduce count is what the allreduce class is held against."""

@@ -17,7 +17,10 @@ the new token, sampling, MLA attention, shared experts.
 
 Per configuration: the step captured in a CUDA graph and replayed (as engines decode), and
 eagerly; median over replays, max over ranks. With ``--profile`` (and ceiling's predict
-importable) the same configuration's prediction is recorded beside the measurement.
+importable) the same configuration's prediction is recorded beside the measurement. With
+``--trace DIR`` the steps are also recorded with torch.profiler; at ``--tp 1`` on one GPU that is
+issue 23's evidence (a real GPU trace classified by ceiling.trace, classes + idle against the
+CUDA-event step), read by ``bench/gpu/trace_report.py`` like the multi-GPU traces.
 """
 
 from __future__ import annotations
@@ -758,7 +761,9 @@ def _name(r: dict) -> str:
 
 
 def _slug(r: dict) -> str:
-    return f"{r['model']}_tp{r['tp']}_{r.get('parallel', 'tp')}_{r['variant']}"
+    # batch 1 keeps the folder names recorded before the batch was part of them
+    b = "" if r.get("batch", 1) == 1 else f"_b{r['batch']}"
+    return f"{r['model']}_tp{r['tp']}_{r.get('parallel', 'tp')}_{r['variant']}{b}"
 
 
 def _save(

@@ -1,4 +1,4 @@
-"""Traced TP decode steps of a multi-GPU session (issues 28 and 29), read by ceiling.trace.
+"""Traced decode steps of tp_decode.py (issue 23 at TP=1, issues 28 and 29), read by ceiling.trace.
 
     python bench/gpu/trace_report.py SESSION_DIR [--commbench commbench.json] [--json OUT]
 
@@ -10,7 +10,8 @@ configuration and mode (graph / eager) it prints: per-class ms per rank; the all
 all-gather classes (calls per step against the step's count, ms against commbench's latency at
 the step's message size x count); each collective's transfer apart from the wait for the
 slowest rank; classes + idle (the trace's step) against the step timed on the ranks' own clock
-(CUDA events; perf_counter on a CPU); then the goals of issue 28 (TP=2) and 29 (TP>=4), each
+(CUDA events; perf_counter on a CPU), and that clock's step against the untraced median (what
+the profiler costs the step); then the goals of issue 23 (TP=1), 28 (TP=2) and 29 (TP>=4), each
 met / not met / not measured here, with the figure that decides it.
 """
 
@@ -146,6 +147,14 @@ def analyse_mode(cfg: dict, mode_dir: Path, commbench: dict | None, row: dict | 
         "collective_waits": waits,
         "notes": whole.notes,
     }
+    # the same configuration untimed by the profiler (config.json holds its median): the traced
+    # steps are compared with each other, never with an untraced bench
+    untraced = cfg.get(f"{mode_dir.name}_ms")
+    clock_ms = [r["clock_step_ms"] for r in ranks if r["clock_step_ms"] is not None]
+    out["untraced_ms"] = untraced
+    out["profiler_cost_pct"] = (
+        round(_pct(max(clock_ms), untraced), 1) if untraced and clock_ms else None
+    )
     if row and graph:
         out["measured_graph_ms"] = row.get("graph_ms")
         out["predicted_graph_ms"] = row.get("predicted_graph_ms")
@@ -161,14 +170,16 @@ def goals(cfg: dict, m: dict) -> list[dict]:
         return {"issue": issue, "goal": what, "state": state, "figure": figure}
 
     tp, out = int(cfg["tp"]), []
-    issue = 28 if tp == 2 else 29
+    # issue 23: one GPU's trace classified and adding up; 28: the same on two ranks; 29: TP >= 4
+    issue = {1: 23, 2: 28}.get(tp, 29)
     all_present = not m["missing_ranks"] and len(m["ranks"]) == tp
-    if issue == 28:
+    where = "the one rank" if tp == 1 else "both ranks"
+    if issue in (23, 28):
         cov = [r["coverage"] for r in m["ranks"]]
         out.append(
             goal(
-                28,
-                f">= {COVERAGE_GOAL:.0%} of kernel time classified on both ranks",
+                issue,
+                f">= {COVERAGE_GOAL:.0%} of kernel time classified on {where}",
                 all_present and min(cov) >= COVERAGE_GOAL if cov else None,
                 ", ".join(f"rank {r['rank']} {r['coverage']:.1%}" for r in m["ranks"]),
             )
@@ -187,11 +198,11 @@ def goals(cfg: dict, m: dict) -> list[dict]:
                 else f"{c['ms']:.4f} ms vs {c['commbench_x_count_ms']:.4f} ms ({v:+.1f} %)",
             )
         )
-    if issue == 28:
+    if issue in (23, 28):
         d = [r["step_vs_clock_pct"] for r in m["ranks"]]
         out.append(
             goal(
-                28,
+                issue,
                 f"classes + idle within {STEP_GOAL_PCT:g} % of the step timed with CUDA events",
                 None if not d or None in d else all(abs(x) <= STEP_GOAL_PCT for x in d),
                 ", ".join(
@@ -307,6 +318,11 @@ def render(doc: dict) -> str:
             out.append(
                 "| coverage | " + " | ".join(f"{r['coverage']:.1%}" for r in m["ranks"]) + " |"
             )
+            if m.get("profiler_cost_pct") is not None:
+                out.append(
+                    f"\nuntraced median {m['untraced_ms']:.4f} ms: the profiler costs the step "
+                    f"{m['profiler_cost_pct']:+.1f} % (compare traced steps with each other)"
+                )
             out += ["", "| collective | calls/step per rank | expected | ms | transfer ms | "
                     "wait ms | commbench x count ms | vs commbench |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
             for k in m["collectives"]:
