@@ -158,3 +158,48 @@ def test_a_recorded_window_is_printed(capsys) -> None:
     assert f"{sp.step_ms:.3f} ms" in text
     assert "inter-token latency in the window" in text and "-0.99 %" in text
     assert VLLM_CPU.name in text
+
+
+class _SlowWriter(_FakeVllm):
+    """A profiler whose stop writes the trace in two pieces with a pause between them longer
+    than one settle poll (torch's exporter streams the gzip; a loaded box pauses it)."""
+
+    folder: Path = Path()
+    pause_s = 1.5
+
+    def do_POST(self) -> None:
+        if self.path in ("/start_profile", "/stop_profile"):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path == "/stop_profile":
+                threading.Thread(target=self._write, daemon=True).start()
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+            return
+        super().do_POST()
+
+    def _write(self) -> None:
+        raw = VLLM_CPU.read_bytes()
+        path = self.folder / "rank0.pt.trace.json.gz"
+        with path.open("wb") as f:
+            f.write(raw[: len(raw) // 2])
+            f.flush()
+            time.sleep(self.pause_s)
+            f.write(raw[len(raw) // 2 :])
+
+
+def test_a_trace_file_still_being_written_is_waited_for(tmp_path: Path) -> None:
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    handler = type("H", (_SlowWriter,), {"folder": folder})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        setup = get_engine("vllm").profiler("0.32.0", folder, steps=4)
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        res = capture_window(url, "tiny", setup, steps=4)
+    finally:
+        srv.shutdown()
+    assert res.recorded, res.why_not
+    assert res.split is not None and res.split.steps == 10  # the whole fixture, not half of it

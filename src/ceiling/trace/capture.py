@@ -39,7 +39,7 @@ from ceiling.bench.server_metrics import delta, histogram_means_ms
 from ceiling.engines.profiling import ProfilerSetup
 from ceiling.errors import CeilingError
 from ceiling.trace.reader import read_trace
-from ceiling.trace.schema import TraceSplit
+from ceiling.trace.schema import RankTrace, TraceSplit
 from ceiling.trace.split import split
 
 SCHEMA_VERSION = 1
@@ -242,6 +242,21 @@ def _files_settled(
     return _new_files(setup, folder, since, before)
 
 
+def _read_complete(files: list[Path], deadline: float) -> tuple[list[RankTrace], str | None]:
+    """Every file read, waiting while one is still being written: (traces, None), or the last
+    read error once ``deadline`` (monotonic) passed. Why: a settled size is no proof that the
+    writer is done; torch's exporter streams the gzip in pieces, and on a loaded box it can
+    pause for longer than one poll of :func:`_files_settled` (seen: a window lost to a half
+    written file on a 2-core CI machine)."""
+    while True:
+        try:
+            return [read_trace(p) for p in files], None
+        except CeilingError as exc:
+            if time.monotonic() >= deadline:
+                return [], exc.message
+        time.sleep(0.25)
+
+
 def capture_window(
     url: str,
     model: str,
@@ -318,6 +333,7 @@ def capture_window(
                 res.notes.append(f"{setup.stop_path} answered HTTP {status}: {text[:120]}")
     finally:
         gen.close()
+    t_files = time.monotonic()
     files = _files_settled(setup, folder, since, ranks, before)
     res.files = [str(p) for p in files]
     if not files:
@@ -327,7 +343,11 @@ def capture_window(
         )
         res.wall_s = round(time.monotonic() - t_begin, 2)
         return res
-    traces = [read_trace(p) for p in files]
+    traces, unread = _read_complete(files, t_files + FILES_TIMEOUT_S)
+    if unread:
+        res.why_not = f"the trace files never became readable: {unread}"
+        res.wall_s = round(time.monotonic() - t_begin, 2)
+        return res
     res.split = split(traces, setup.engine)
     res.recorded = True
     _compare(res, files[0], gen.arrivals)
