@@ -35,6 +35,7 @@ from ceiling import interrupts
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.failures import failure_statement
 from ceiling.bench.runner import run_bench
+from ceiling.bench.served import ServedModel
 from ceiling.console import console, dumps
 from ceiling.diagnose.expect import expect
 from ceiling.diagnose.judge import attribution, level_attributions, verdict
@@ -303,14 +304,14 @@ def _target(
     server: Any,
     url: str,
     log_path: Path | None,
-    models: list[dict[str, Any]],
+    models: list[ServedModel],
 ) -> str | None:
     """Record what is examined (``res.target``); the served model name."""
-    served = (server.model if server is not None else None) or (models[0]["id"] if models else None)
+    served = (server.model if server is not None else None) or (models[0].id if models else None)
     engine = (
         cfg.engine
         or (variant.engine if variant is not None else None)
-        or (models[0].get("owned_by") if models else None)
+        or (models[0].owned_by if models else None)
     )
     res.target = Target(
         url=url,
@@ -335,7 +336,7 @@ def _predict_stage(
     res: DoctorResult,
     cfg: DoctorConfig,
     variant: Variant | None,
-    models: list[dict[str, Any]],
+    models: list[ServedModel],
     served: str | None,
 ) -> None:
     with rec.stage("predict") as st:

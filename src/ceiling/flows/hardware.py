@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ceiling.bench.served import ServedModel
 from ceiling.diagnose.schema import DoctorConfig
 from ceiling.probe.cpu_host import describe_cpu
 from ceiling.probe.topology import probe
@@ -47,14 +48,13 @@ def describe_hardware(cfg: DoctorConfig) -> tuple[Hardware, list[str]]:
     return cpu, notes
 
 
-def find_model_dir(cfg: DoctorConfig, variant: Any, models: list[dict[str, Any]]) -> str | None:
+def find_model_dir(cfg: DoctorConfig, variant: Any, models: list[ServedModel]) -> str | None:
     """The model to predict: ``--model-path``, the variant's model, else the served root."""
     if cfg.model_path:
         return cfg.model_path
     if variant is not None and variant.model_path() is not None:
         return str(variant.model_path())
     for m in models:
-        root = m.get("root")
-        if root and Path(root).exists():
-            return str(root)
-    return str(models[0]["root"]) if models and models[0].get("root") else None
+        if m.root and Path(m.root).exists():
+            return m.root
+    return models[0].root if models and models[0].root else None

@@ -40,13 +40,13 @@ def capture(
         raise CeilingError("--streams and --ranks count from 1", fix="--streams 1 --ranks 1")
     url = base_url(url)
     models = served_models(url)
-    name = engine or (models[0].get("owned_by") if models else None)
+    name = engine or (models[0].owned_by if models else None)
     if not name:
         raise CeilingError(
             f"{url} does not say which engine it runs", fix="pass --engine vllm (or sglang)"
         )
     adapter = get_engine(str(name))
-    served = model or (models[0]["id"] if models else "")
+    served = model or (models[0].id if models else "")
     folder = Path(trace_dir) if trace_dir else out / "traces"
     setup = adapter.profiler(engine_version, folder, engine_steps(steps), prefix="capture")
     if setup.supported and not setup.works_unlaunched and trace_dir is None:

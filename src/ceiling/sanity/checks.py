@@ -12,16 +12,20 @@ Every check says ok / suspect / broken / skipped with its evidence; the verdict 
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import time
 import urllib.error
-import urllib.request
 from typing import Any
-from urllib.parse import urlparse
 
 import ceiling.sanity.detect as detect
+from ceiling.bench.served import (
+    UNREACHABLE,
+    ServedModel,
+    authorized_request,
+    opener_for,
+    served_models,
+)
 from ceiling.errors import CeilingError, ExitStatus
 from ceiling.sanity.report import Check, Probe, SanityReport, Status, Verdict
 from ceiling.sanity.spec import SanitySpec, load_spec
@@ -33,34 +37,18 @@ class _Server:
     """POSTs to one OpenAI-compatible server (the bench's API key; no proxy for loopback)."""
 
     def __init__(self, url: str, model: str, timeout_s: float) -> None:
-        from ceiling.bench.client import api_key
-
         self.url, self.model, self.timeout_s = url.rstrip("/"), model, timeout_s
-        key = api_key()
-        self.headers = {"Content-Type": "application/json"}
-        if key:
-            self.headers["Authorization"] = f"Bearer {key}"
-        loopback = (urlparse(self.url).hostname or "") in ("127.0.0.1", "localhost", "::1")
-        handlers = [urllib.request.ProxyHandler({})] if loopback else []
-        self.opener = urllib.request.build_opener(*handlers)
+        self.opener = opener_for(self.url)
 
-    def models(self) -> list[dict[str, Any]]:
-        """``/v1/models`` entries (id, root, owned_by)."""
-        req = urllib.request.Request(self.url + "/v1/models", headers=self.headers)
-        try:
-            with self.opener.open(req, timeout=self.timeout_s) as resp:
-                return list(json.loads(resp.read().decode()).get("data") or [])
-        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
-            raise CeilingError(
-                f"no OpenAI-compatible server at {self.url}: {exc}",
-                fix="start the server, or pass --variant FILE to let ceiling launch it",
-                exit_code=ExitStatus.SERVER,
-            ) from exc
+    def models(self) -> list[ServedModel]:
+        """``/v1/models`` entries, failures reported as doctor's target reports them."""
+        return served_models(self.url, timeout_s=self.timeout_s, command="ceiling")
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """The JSON answer; CeilingError for a refused request (with the server's message)."""
         data = json.dumps({"model": self.model, "temperature": 0, **body}).encode()
-        req = urllib.request.Request(self.url + "/v1/completions", data=data, headers=self.headers)
+        headers = {"Content-Type": "application/json"}
+        req = authorized_request(self.url + "/v1/completions", headers, data)
         try:
             with self.opener.open(req, timeout=self.timeout_s) as resp:
                 return json.loads(resp.read().decode())
@@ -71,7 +59,7 @@ class _Server:
                 fix="check the model name and that the server serves /v1/completions",
                 exit_code=ExitStatus.SERVER,
             ) from exc
-        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+        except UNREACHABLE as exc:
             raise CeilingError(
                 f"no answer from {self.url}: {exc}",
                 fix="start the server, or pass --variant FILE to let ceiling launch it",

@@ -80,9 +80,9 @@ def doctor_gate(
             break
     srv = _Server(url, model or "", 60.0)
     models = srv.models() if (model is None or model_dir is None) else []
-    model = model or (models[0]["id"] if models else "")
+    model = model or (models[0].id if models else "")
     if model_dir is None and models:
-        root = models[0].get("root")
+        root = models[0].root
         model_dir = root if root and Path(root).is_dir() else None
     return check_server(url, model, engine, model_dir, variant_dtype(variant) or dtype)
 
@@ -125,10 +125,10 @@ def run_sanity(cfg: SanityConfig) -> SanityReport:
         if model is None:
             if not models:
                 raise CeilingError(f"{url} serves no model", fix="check the server's /v1/models")
-            model = str(models[0]["id"])
-        entry = next((m for m in models if m.get("id") == model), models[0] if models else {})
-        engine = engine or entry.get("owned_by")
-        root = entry.get("root")
+            model = models[0].id
+        entry = next((m for m in models if m.id == model), models[0] if models else None)
+        engine = engine or (entry.owned_by if entry else None)
+        root = entry.root if entry else None
         if model_dir is None and root and Path(root).is_dir():
             model_dir = root
         if cfg.progress:
