@@ -17,8 +17,8 @@ from ceiling.errors import CeilingError
 from ceiling.predict.batch_validation import SiliconMap
 from ceiling.predict.datafiles import Constants, KernelPriorsFile, KernelsFile
 from ceiling.predict.engine_options import TrtllmOptions
+from ceiling.predict.gguf import LlamaCppKernelsFile
 from ceiling.predict.ladder import Ladder
-from ceiling.predict.llamacpp import LlamaCppKernelsFile
 from ceiling.predict.specdec import SpecData
 from ceiling.predict.validate import Validity
 from ceiling.probe.calibrate import CalibrateFile

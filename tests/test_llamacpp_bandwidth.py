@@ -20,7 +20,8 @@ from ceiling.engines.llamacpp_gap import (
 from ceiling.errors import CeilingError
 from ceiling.flows.doctor_checks import check_config
 from ceiling.flows.doctor_llamacpp import for_doctor
-from ceiling.predict.llamacpp import GgufInfo, calibrate_cli, profile_from_sql
+from ceiling.predict.gguf import GgufInfo
+from ceiling.predict.llamacpp import calibrate_cli, profile_from_sql
 
 RES = Path(__file__).parent.parent / "bench/results/2026-12-02_h200-llamacpp"
 RUNS = RES / "call2"

@@ -10,13 +10,8 @@ from pathlib import Path
 import pytest
 
 from ceiling.errors import CeilingError
-from ceiling.predict.llamacpp import (
-    bits_per_weight,
-    calibrate_cli,
-    predict_gguf,
-    profile_from_sql,
-    read_gguf,
-)
+from ceiling.predict.gguf import bits_per_weight, read_gguf
+from ceiling.predict.llamacpp import calibrate_cli, predict_gguf, profile_from_sql
 
 FIX = Path(__file__).parent / "fixtures" / "gguf"
 RES = Path(__file__).parent.parent / "bench/results/2026-12-02_h200-llamacpp"
@@ -54,15 +49,16 @@ def test_moe_reads_only_the_routed_experts() -> None:
     emb = by["token_embd.weight"]
     # 2 of 8 experts per layer, one embedding row, every other matrix whole
     want = full - exp_bytes * (1 - 2 / 8) - emb.nbytes * (1 - 1 / emb.shape[1])
-    kv = next(x for x in p.parts if x.name.startswith("KV")).bytes
-    assert p.bytes_per_token == pytest.approx(want + kv)
-    assert p.bound_ms < p.step_ms
+    lc = p.details.llamacpp
+    assert lc is not None
+    assert lc.bytes_per_token == pytest.approx(want + lc.kv_bytes)
+    assert p.bound is not None and p.bound.decode_ms_per_token < p.decode_ms_per_token
 
 
 def test_graphs_off_and_flash_attention_off_cost_more() -> None:
-    base = predict_gguf(DENSE, "h200", 4800.0)
-    assert predict_gguf(DENSE, "h200", 4800.0, cuda_graphs=False).step_ms > base.step_ms
-    assert predict_gguf(DENSE, "h200", 4800.0, flash_attention=False).step_ms > base.step_ms
+    base = predict_gguf(DENSE, "h200", 4800.0).decode_ms_per_token
+    assert predict_gguf(DENSE, "h200", 4800.0, cuda_graphs=False).decode_ms_per_token > base
+    assert predict_gguf(DENSE, "h200", 4800.0, flash_attention=False).decode_ms_per_token > base
 
 
 def test_the_recorded_test_backend_ops_run_is_a_profile(tmp_path: Path) -> None:
@@ -96,3 +92,57 @@ def test_predict_cli_needs_a_gguf(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict", "--engine", "llamacpp", "--gpu", "h200"]) != 0
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "fix: pass --gguf" in err
+
+
+def test_predict_api_gives_the_shared_prediction_for_a_gguf() -> None:
+    """engine llamacpp through predict(): the shared Prediction, its ops and evidence typed as
+    every engine's, the GGUF specifics in details.llamacpp, the numbers predict_gguf's."""
+    from ceiling.predict.api import Prediction, PredictRequest, predict
+
+    req = PredictRequest(model=str(MOE), gpu="h200", engine="llamacpp", context=64)
+    p = predict(req)
+    assert isinstance(p, Prediction) and p.request == req
+    assert p.decode_ms_per_token == predict_gguf(MOE, "h200", 4800.0, 64).decode_ms_per_token
+    assert set(p.components_ms) == {"weights", "kv", "launch"}
+    assert sum(p.components_ms.values()) == pytest.approx(p.decode_ms_per_token)
+    assert p.expected is not None and p.bound is not None
+    ops = {o.name: o for o in p.expected.ops}
+    assert ops["weights Q4_K"].kernel == "mmvq" and ops["weights Q4_K"].source == "prior"
+    assert ops["weights F32"].kernel == "mmvf"
+    assert {o.source for o in p.bound.ops} == {"physics"}
+    assert p.evidence.tables == "priors only"
+    lc = p.details.llamacpp
+    assert lc is not None and lc.arch == "qwen3moe" and lc.flash_attention
+    assert {w.type for w in lc.weights} == {"Q4_K", "Q6_K", "F32"}
+    assert p.details.weight_bytes_read_by_kind == {w.type: int(w.bytes) for w in lc.weights}
+    assert p.model.experts == 8 and p.model.top_k == 2 and p.deployment.engine == "llamacpp"
+
+
+def test_the_profile_marks_the_measured_types(tmp_path: Path) -> None:
+    prof = calibrate_cli(None, str(RES / "call2/perf-types.sql"), None, str(tmp_path / "p.json"))
+    p = predict_gguf(MOE, "h200", 4800.0, 64, profile=prof)
+    assert p.expected is not None
+    src = {o.name: o.source for o in p.expected.ops}
+    assert src["weights Q4_K"] == src["weights Q6_K"] == "profile"
+    assert src["weights F32"] == "prior"  # not timed by test-backend-ops: the prior stays
+    assert p.evidence.tables and p.evidence.tables.startswith("llama.cpp kernels measured")
+
+
+def test_predict_api_refuses_what_the_llamacpp_model_does_not_price() -> None:
+    from ceiling.predict.api import PredictRequest, predict
+
+    with pytest.raises(CeilingError, match="one stream on one GPU"):
+        predict(PredictRequest(model=str(MOE), gpu="h200", engine="llamacpp", batch=4))
+    with pytest.raises(CeilingError, match="GGUF"):
+        predict(PredictRequest(model="llama-3.1-8b", gpu="h200", engine="llamacpp"))
+
+
+def test_predict_cli_json_is_the_shared_prediction(capsys: pytest.CaptureFixture[str]) -> None:
+    from ceiling.cli import main
+
+    assert main(["predict", "--engine", "llamacpp", "--gguf", str(DENSE), "--gpu", "h200",
+                 "--json"]) == 0  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "analytic" and doc["deployment"]["engine"] == "llamacpp"
+    assert doc["details"]["llamacpp"]["weights"][0]["type"] == "F16"
+    assert doc["bound"]["decode_ms_per_token"] < doc["decode_ms_per_token"]

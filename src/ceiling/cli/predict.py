@@ -157,14 +157,12 @@ def register(app: typer.Typer) -> None:
                 gpus=list_gpus, links=list_links, models=list_models, as_json=json_out
             )
             return
-        if engine == "llamacpp":
-            from ceiling.predict.llamacpp import predict_cli
+        if engine == "llamacpp":  # the GGUF is the model (--gguf, or --model FILE.gguf)
+            from ceiling.predict.llamacpp import needs_gguf
 
-            if not gpu:
-                raise CeilingError("predict needs --gpu", fix="e.g. --gpu h200")
-            lp = predict_cli(gguf, gpu, context, not no_cuda_graphs, profile)
-            render.print_llamacpp(lp, json_out)
-            return
+            model = str(gguf) if gguf else model
+            if not model:
+                raise needs_gguf()
         if not model or not gpu:
             raise CeilingError(
                 "predict needs --model and --gpu",

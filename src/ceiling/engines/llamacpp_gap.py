@@ -28,13 +28,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
-from ceiling.predict.llamacpp import (
-    GgufInfo,
-    LlamaCppPrediction,
-    LlamaCppProfile,
-    kernel_data,
-    predict_gguf,
-)
+from ceiling.predict.gguf import GgufInfo, kernel_data
+from ceiling.predict.llamacpp import LlamaCppProfile, predict_gguf
+from ceiling.predict.schema import LlamaCppDetails, Prediction
 
 SCHEMA_VERSION = 1
 
@@ -147,9 +143,15 @@ def retyped(info: GgufInfo, type_name: str) -> GgufInfo:
     return info.model_copy(update={"tensors": tensors})
 
 
-def _main_type(pred: LlamaCppPrediction) -> str | None:
-    w = [p for p in pred.parts if p.type]
-    return max(w, key=lambda p: p.bytes).type if w else None
+def _llamacpp(pred: Prediction) -> LlamaCppDetails:
+    lc = pred.details.llamacpp
+    assert lc is not None  # predict_gguf always fills it
+    return lc
+
+
+def _main_type(pred: Prediction) -> str | None:
+    w = _llamacpp(pred).weights
+    return max(w, key=lambda r: r.bytes).type if w else None
 
 
 def bandwidth_gap(
@@ -167,11 +169,11 @@ def bandwidth_gap(
 ) -> BandwidthGap:
     """The one-stream verdict of a llama.cpp GPU run (module docstring)."""
 
-    def pred(i: GgufInfo, fa: bool = flash_attention, g: bool = cuda_graphs) -> LlamaCppPrediction:
+    def pred(i: GgufInfo, fa: bool = flash_attention, g: bool = cuda_graphs) -> Prediction:
         return predict_gguf(i, gpu, datasheet_GBps, context, g, fa, profile=profile)
 
     here = pred(info)
-    nbytes = here.bytes_per_token
+    nbytes = _llamacpp(here).bytes_per_token
     achieved = nbytes / step_ms / 1e6
     bound = nbytes / (datasheet_GBps * 1e6)
     peak = (
@@ -195,17 +197,19 @@ def bandwidth_gap(
         rest -= server.added_ms
     typ = _main_type(here)
 
-    src = f"predict --engine llamacpp delta ({here.evidence}) on the measured step"
+    src = f"predict --engine llamacpp delta ({here.evidence.tables}) on the measured step"
     ifs: list[WhatIf] = []
 
-    def add(lever: Any, change: str, other: LlamaCppPrediction | float, source: str = src) -> None:
-        delta = (other.step_ms if isinstance(other, LlamaCppPrediction) else other) - here.step_ms
+    here_ms = here.decode_ms_per_token
+
+    def add(lever: Any, change: str, other: Prediction | float, source: str = src) -> None:
+        delta = (other.decode_ms_per_token if isinstance(other, Prediction) else other) - here_ms
         ifs.append(WhatIf(lever=lever, change=change, step_ms=step_ms + delta, saves_ms=0.0 - delta,
                           source=source))  # fmt: skip
 
     types = sorted(profile.matvec) if profile and profile.matvec else ["F16", "Q8_0", "Q4_K"]
     for t in types:
-        if t != typ and t in kernel_data()["types"]:
+        if t != typ and t in kernel_data().types:
             add("quant type", f"every weight matrix {t} (this file: mostly {typ})",
                 pred(retyped(info, t)))  # fmt: skip
     add("flash attention", "flash attention on" if not flash_attention else
@@ -216,13 +220,12 @@ def bandwidth_gap(
         # the host's share is not in predict's GPU model: the estimate is the whole file on the
         # GPU as predicted, the step of the part on the CPU is what it saves
         ifs.append(WhatIf(lever="offload", change=f"all {gpu_layers_total} layers on the GPU "
-                          f"(now {gpu_layers})", step_ms=here.step_ms,
-                          saves_ms=step_ms - here.step_ms,
-                          source=f"predict --engine llamacpp ({here.evidence})"))  # fmt: skip
+                          f"(now {gpu_layers})", step_ms=here_ms, saves_ms=step_ms - here_ms,
+                          source=f"predict --engine llamacpp ({here.evidence.tables})"))  # fmt: skip
     else:
-        add("offload", "all layers on the GPU (already)", here.step_ms)
+        add("offload", "all layers on the GPU (already)", here_ms)
     add("slots", "more slots (--parallel): no change to a one-stream step; they raise total "
-        "throughput at several streams", here.step_ms)  # fmt: skip
+        "throughput at several streams", here_ms)  # fmt: skip
     if server is not None:
         ifs.append(WhatIf(lever="engine", change="the kernels without llama-server's per-token "
                           "work (llama-bench's step)", step_ms=server.bench_step_ms,

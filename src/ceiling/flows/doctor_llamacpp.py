@@ -14,7 +14,8 @@ from ceiling.engines.llamacpp_gap import (
     server_cost,
 )
 from ceiling.errors import CeilingError
-from ceiling.predict.llamacpp import load_profile, read_gguf
+from ceiling.predict.gguf import read_gguf
+from ceiling.predict.llamacpp import load_profile
 from ceiling.spec.hardware import load_gpu
 
 

@@ -51,6 +51,10 @@ def predict(req: PredictRequest) -> Prediction:
     (``validate.check_request``)."""
     req, option_notes = apply_trtllm_options(req)
     check_request(req)
+    if req.engine == "llamacpp":  # a GGUF file on llama.cpp's own kernels
+        from ceiling.predict.llamacpp import predict_llamacpp
+
+        return predict_llamacpp(req)
     if req.hardware is not None and req.hardware.kind == "cpu":
         return predict_cpu(req, req.hardware)
     pred = predict_one(req)

@@ -2,7 +2,8 @@
 
 llama.cpp reads every weight in its GGUF type (Q4_K, Q6_K, Q8_0, F16, IQ4_XS ...) with its own
 mat-vec kernels, so the bytes per token come from the file's tensor types (ggml block layouts,
-``engines/data/llamacpp_kernels.yaml``), not from a PyTorch dtype. One token's step:
+``engines/data/llamacpp_kernels.yaml``, read by ``predict.gguf``), not from a PyTorch dtype.
+One token's step:
 
     step = sum over weight matrices read (t0 + bytes / achieved bandwidth of that type)
          + KV bytes at the context / bandwidth + small kernels x their cost (graph or eager)
@@ -12,175 +13,40 @@ with a profile from ``ceiling calibrate --engine llamacpp``, what llama.cpp's ow
 this GPU (test-backend-ops perf). The bound is the same bytes at the datasheet bandwidth.
 MoE files read the routed experts only (expert_used_count of expert_count per layer).
 
-The GGUF header is read here by hand (magic, metadata, tensor infos: a few fixed-width records,
-docs in ggml/docs/gguf.md) rather than through the ``gguf`` package: predict must not need numpy
-or a 1 MB dependency to read 2 KB of header, and no tensor data is touched.
+The answer is predict's own ``Prediction`` (components ``weights``, ``kv``, ``launch``; one op
+per weight type, the KV read and the small kernels, each with its evidence), so the doctor, the
+report and ``--json`` read one shape; what only llama.cpp has (the GGUF's weight types, bytes per
+token, flash attention) is ``details.llamacpp``. One stream only: no batch curve, no KV capacity.
 """
 
 from __future__ import annotations
 
 import re
-import struct
 import subprocess
 from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
-from typing import Any, BinaryIO
 
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
 from ceiling.outputs import write_atomic
-from ceiling.spec._data import load_yaml
+from ceiling.predict.gguf import GgufInfo, GgufTensor, bits_per_weight, kernel_data, read_gguf
+from ceiling.predict.ladder import ladder
+from ceiling.predict.schema import (
+    DeploymentUsed,
+    EvidenceSummary,
+    GgufWeightsRead,
+    HardwareUsed,
+    LlamaCppDetails,
+    ModelSummary,
+    OpRecord,
+    Prediction,
+    PredictRequest,
+    StepBlock,
+    StepDetails,
+)
 
 SCHEMA_VERSION = 1
-_GGUF_MAGIC = b"GGUF"
-# GGUF metadata value types: id -> struct format (8: string, 9: array)
-_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
-            12: "d"}  # fmt: skip
-
-
-class _GgmlType(BaseModel, extra="forbid"):
-    id: int
-    block: int = Field(gt=0)
-    bytes: int = Field(gt=0)
-
-
-class _LayerKernels(BaseModel, extra="forbid"):
-    matvec: int
-    small: int
-    router: int = 0
-    expert_matvec: int = 0
-
-
-class _Kernels(BaseModel, extra="forbid"):
-    dense_layer: _LayerKernels
-    moe_layer: _LayerKernels
-    attention_off_extra_small: int
-    head: _LayerKernels
-
-
-class _Priors(BaseModel, extra="forbid"):
-    matvec_t0_us: float = Field(gt=0)
-    matvec_eff: float = Field(gt=0, le=1)
-    small_us_graph: float = Field(gt=0)
-    small_us_eager: float = Field(gt=0)
-
-
-class LlamaCppKernelsFile(BaseModel, extra="forbid"):
-    """Schema of engines/data/llamacpp_kernels.yaml (a misspelled key fails at load)."""
-
-    schema_version: int
-    types: dict[str, _GgmlType]
-    kernels: _Kernels
-    priors: _Priors
-    split_modes: dict[str, str]
-
-
-@cache
-def kernel_data() -> dict[str, Any]:
-    # validated by its schema at load; read as plain data by the step below
-    data = load_yaml("llamacpp_kernels.yaml", folder="engines/data", schema=LlamaCppKernelsFile)
-    return data.model_dump()
-
-
-def bits_per_weight(type_name: str) -> float:
-    """Bits per weight of a ggml type, from its block layout (Q4_K: 4.5)."""
-    t = kernel_data()["types"].get(type_name.upper())
-    if t is None:
-        known = ", ".join(kernel_data()["types"])
-        raise CeilingError(f"unknown GGUF weight type {type_name!r}", fix=f"one of: {known}")
-    return 8.0 * t["bytes"] / t["block"]
-
-
-class GgufTensor(BaseModel):
-    name: str
-    type: str
-    shape: list[int]
-
-    @property
-    def params(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    @property
-    def nbytes(self) -> float:
-        return self.params * bits_per_weight(self.type) / 8.0
-
-
-class GgufInfo(BaseModel):
-    """What the file's header says: its metadata (scalars and short arrays) and tensors."""
-
-    path: str
-    arch: str
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    tensors: list[GgufTensor] = Field(default_factory=list)
-
-    def key(self, name: str, default: Any = None) -> Any:
-        return self.metadata.get(f"{self.arch}.{name}", default)
-
-
-def _read(f: BinaryIO, fmt: str) -> Any:
-    size = struct.calcsize("<" + fmt)
-    raw = f.read(size)
-    if len(raw) != size:
-        raise CeilingError("the GGUF file ends inside its header", fix="pass a complete .gguf file")
-    return struct.unpack("<" + fmt, raw)[0]
-
-
-def _string(f: BinaryIO) -> str:
-    n = _read(f, "Q")
-    if n > 1 << 24:
-        raise CeilingError("a GGUF header string is implausibly long", fix="pass a .gguf file")
-    return f.read(n).decode("utf-8", "replace")
-
-
-def _value(f: BinaryIO, vtype: int) -> Any:
-    if vtype in _SCALARS:
-        return _read(f, _SCALARS[vtype])
-    if vtype == 8:
-        return _string(f)
-    if vtype == 9:
-        etype, n = _read(f, "I"), _read(f, "Q")
-        items = [_value(f, etype) for _ in range(n)]
-        # vocabularies are long and say nothing about kernels: keep a count only
-        return items if n <= 64 else {"array_len": n}
-    raise CeilingError(f"unknown GGUF metadata type {vtype}", fix="pass a GGUF v2/v3 file")
-
-
-def read_gguf(path: str | Path) -> GgufInfo:
-    """The header of a GGUF file (no tensor data is read)."""
-    p = Path(path)
-    ids = {v["id"]: k for k, v in kernel_data()["types"].items()}
-    try:
-        f = p.open("rb")
-    except OSError as exc:
-        raise CeilingError(f"cannot read {p}: {exc.strerror}", fix="pass a .gguf file") from None
-    with f:
-        if f.read(4) != _GGUF_MAGIC:
-            raise CeilingError(f"{p} is not a GGUF file (no GGUF magic)", fix="pass a .gguf file")
-        version = _read(f, "I")
-        if version < 2:
-            raise CeilingError(f"{p}: GGUF version {version} is too old", fix="convert it anew")
-        n_tensors, n_kv = _read(f, "Q"), _read(f, "Q")
-        meta: dict[str, Any] = {}
-        for _ in range(n_kv):
-            k = _string(f)
-            meta[k] = _value(f, _read(f, "I"))
-        tensors = []
-        for _ in range(n_tensors):
-            name = _string(f)
-            dims = [_read(f, "Q") for _ in range(_read(f, "I"))]
-            tid = _read(f, "I")
-            _read(f, "Q")  # offset
-            if tid not in ids:
-                raise CeilingError(f"{p}: tensor {name} has ggml type {tid}, not in ceiling's "
-                                   "table", fix="update engines/data/llamacpp_kernels.yaml")  # fmt: skip
-            tensors.append(GgufTensor(name=name, type=ids[tid], shape=dims))
-    arch = str(meta.get("general.architecture", "llama"))
-    return GgufInfo(path=str(p), arch=arch, metadata=meta, tensors=tensors)
 
 
 class MatvecRate(BaseModel):
@@ -206,32 +72,6 @@ class LlamaCppProfile(BaseModel):
     matvec: dict[str, MatvecRate] = Field(default_factory=dict)
 
 
-class LlamaCppPart(BaseModel):
-    name: str
-    type: str | None = None
-    bytes: float = 0.0
-    expected_ms: float
-    bound_ms: float
-    source: str
-
-
-class LlamaCppPrediction(BaseModel):
-    schema_version: int = SCHEMA_VERSION
-    kind: str = "predict-llamacpp"
-    gguf: str
-    arch: str
-    gpu: str
-    context: int
-    cuda_graphs: bool
-    flash_attention: bool
-    bytes_per_token: float
-    step_ms: float = Field(description="expected single-stream decode step")
-    bound_ms: float = Field(description="bytes at the datasheet bandwidth")
-    tok_s: float
-    evidence: str = Field(description="priors, or the calibrate profile used")
-    parts: list[LlamaCppPart] = Field(default_factory=list)
-
-
 def _weights_read(info: GgufInfo) -> Iterator[tuple[GgufTensor, float]]:
     """Each weight tensor with the share of it one token reads."""
     n_exp = int(info.key("expert_count", 0) or 0)
@@ -247,6 +87,140 @@ def _weights_read(info: GgufInfo) -> Iterator[tuple[GgufTensor, float]]:
             yield t, 1.0
 
 
+class _Op(BaseModel):
+    """One op of the step before it is shaped into predict's blocks."""
+
+    name: str
+    component: str
+    count: float
+    expected_ms: float
+    bound_ms: float
+    source: str
+    confidence: float
+    kernel: str
+    note: str
+    bytes: float = 0.0
+
+
+def _weight_ops(
+    info: GgufInfo, bw: float, profile: LlamaCppProfile | None
+) -> tuple[list[_Op], list[GgufWeightsRead]]:
+    """One mat-vec op per weight type the token reads (its rate measured, else the prior)."""
+    pri, conf = kernel_data().priors, ladder().confidence
+    by_type: dict[str, list[float]] = {}
+    for t, share in _weights_read(info):
+        by_type.setdefault(t.type, []).append(t.nbytes * share)
+    ops, reads = [], []
+    for typ, sizes in sorted(by_type.items()):
+        total = sum(sizes)
+        rate = profile.matvec.get(typ) if profile else None
+        if rate is not None:
+            # measured on a matrix large enough that its fixed cost is inside the rate
+            exp_s, src = total / (rate.GBps * 1e9), f"llama.cpp mat-vec {rate.GBps:.0f} GB/s"
+            source, c = "profile", conf.profile.kernel
+        else:
+            exp_s = len(sizes) * pri.matvec_t0_us * 1e-6 + total / (pri.matvec_eff * bw)
+            src = f"prior: {pri.matvec_t0_us} us + {pri.matvec_eff} x bandwidth"
+            # the prior is the 16-bit mat-vec's: a quantized type borrows it
+            source = "prior"
+            c = conf.prior.own_class if typ in _SIXTEEN_BIT else conf.prior.borrowed_class
+        ops.append(_Op(name=f"weights {typ}", component="weights", count=len(sizes),
+                       expected_ms=exp_s * 1e3, bound_ms=total / bw * 1e3, source=source,
+                       confidence=c, kernel="mmvf" if typ in _SIXTEEN_BIT else "mmvq", note=src,
+                       bytes=total))  # fmt: skip
+        reads.append(GgufWeightsRead(type=typ, matrices=len(sizes), bytes=total))
+    return ops, reads
+
+
+_SIXTEEN_BIT = ("F32", "F16", "BF16")  # mmvf.cu: no dequantization
+
+
+def _kv_op(info: GgufInfo, bw: float, context: int, flash_attention: bool) -> _Op:
+    pri = kernel_data().priors
+    layers, kv_heads = info.int_key("block_count"), info.int_key("attention.head_count_kv")
+    head_dim = info.int_key("attention.key_length")
+    if not head_dim and info.key("attention.head_count"):
+        head_dim = info.int_key("embedding_length") // info.int_key("attention.head_count")
+    kv_bytes = 2 * layers * kv_heads * head_dim * 2 * context  # K and V, f16
+    kv_extra = 1.0 if flash_attention else 2.0  # without FA the scores are written and re-read
+    return _Op(name="KV cache (f16)", component="kv", count=layers,
+               expected_ms=kv_extra * kv_bytes / (pri.matvec_eff * bw) * 1e3,
+               bound_ms=kv_bytes / bw * 1e3, source="prior",
+               confidence=ladder().confidence.prior.own_class,
+               kernel="fattn-vec" if flash_attention else "kq-softmax-kqv",
+               note=f"context {context}", bytes=kv_bytes)  # fmt: skip
+
+
+def _small_op(info: GgufInfo, cuda_graphs: bool, flash_attention: bool) -> _Op:
+    pri, kern = kernel_data().priors, kernel_data().kernels
+    layer = kern.moe_layer if info.key("expert_count") else kern.dense_layer
+    per_layer = layer.small + (0 if flash_attention else kern.attention_off_extra_small)
+    small = info.int_key("block_count") * per_layer + kern.head.small
+    small_us = pri.small_us_graph if cuda_graphs else pri.small_us_eager
+    return _Op(name="small kernels", component="launch", count=small,
+               expected_ms=small * small_us * 1e-3, bound_ms=0.0, source="prior",
+               confidence=ladder().confidence.prior.elementwise, kernel="elementwise",
+               note=f"{small} x {small_us} us ({'CUDA graph' if cuda_graphs else 'eager'})")  # fmt: skip
+
+
+def _block(ops: list[_Op], bound: bool) -> StepBlock:
+    ms = sum(o.bound_ms if bound else o.expected_ms for o in ops)
+    comps: dict[str, float] = {}
+    for o in ops:
+        comps[o.component] = comps.get(o.component, 0.0) + (o.bound_ms if bound else o.expected_ms)
+    return StepBlock(
+        decode_ms_per_token=ms,
+        decode_tok_s_per_stream=1e3 / ms if ms > 0 else 0.0,
+        components_ms=comps,
+        ops=[
+            OpRecord(name=o.name, count=o.count, ms=o.bound_ms, source="physics",
+                     confidence=1.0, kernel=o.kernel)
+            if bound
+            else OpRecord(name=o.name, count=o.count, ms=o.expected_ms, source=o.source,
+                          confidence=o.confidence, kernel=o.kernel, note=o.note)
+            for o in ops
+            if not bound or o.bound_ms > 0
+        ],
+    )  # fmt: skip
+
+
+_KINDS = {
+    "weights": "fundamental (bandwidth x the GGUF's weight types)",
+    "kv": "fundamental (context x KV dtype; flash attention reads it once)",
+    "launch": "configurable (small kernels: CUDA graphs; the engine's kernels)",
+}
+
+
+def model_summary(info: GgufInfo) -> ModelSummary:
+    """The GGUF's model as predict's summary: its shape and its weight types by bytes."""
+    n_exp, used = info.int_key("expert_count"), info.int_key("expert_used_count")
+    total = sum(t.params for t in info.tensors)
+    routed = used / n_exp if n_exp else 1.0
+    active = sum(t.params * (routed if "_exps." in t.name else 1.0) for t in info.tensors)
+    nbytes = sum(t.nbytes for t in info.tensors)
+    by_type: dict[str, float] = {}
+    for t in info.tensors:
+        by_type[t.type] = by_type.get(t.type, 0.0) + t.nbytes
+    mix = ", ".join(
+        f"{k} {v / nbytes * 100:.0f} %" for k, v in sorted(by_type.items(), key=lambda kv: -kv[1])
+    )
+    heads, kv = info.int_key("attention.head_count"), info.int_key("attention.head_count_kv")
+    return ModelSummary(
+        name=str(info.metadata.get("general.name") or Path(info.path).stem),
+        architecture=info.arch,
+        attention="mha" if kv in (0, heads) else "gqa",
+        layers=info.int_key("block_count"),
+        hidden_size=info.int_key("embedding_length"),
+        total_params_B=round(total / 1e9, 2),
+        active_params_B=round(active / 1e9, 2),
+        weight_GB=round(nbytes / 1e9, 2),
+        weight_bytes=int(nbytes),
+        quantization=f"GGUF: {mix}" if mix else "GGUF",
+        experts=n_exp,
+        top_k=used,
+    )
+
+
 def predict_gguf(
     gguf: str | Path | GgufInfo,
     gpu_name: str,
@@ -255,57 +229,106 @@ def predict_gguf(
     cuda_graphs: bool = True,
     flash_attention: bool = True,
     profile: LlamaCppProfile | None = None,
-) -> LlamaCppPrediction:
+    memory_GiB: float | None = None,
+    request: PredictRequest | None = None,
+) -> Prediction:
     """The single-stream decode step of ``gguf`` (a file or its read header) on one GPU of
-    ``bandwidth_GBps``."""
+    ``bandwidth_GBps`` (and ``memory_GiB``, when known: whether the file fits), as predict's
+    ``Prediction``. ``request``: the request this answers (``predict()``'s); else one is made."""
     info = gguf if isinstance(gguf, GgufInfo) else read_gguf(gguf)
-    pri, kern = kernel_data()["priors"], kernel_data()["kernels"]
-    by_type: dict[str, list[float]] = {}
-    for t, share in _weights_read(info):
-        by_type.setdefault(t.type, []).append(t.nbytes * share)
-    parts: list[LlamaCppPart] = []
     bw = bandwidth_GBps * 1e9
-    for typ, sizes in sorted(by_type.items()):
-        total = sum(sizes)
-        rate = profile.matvec.get(typ) if profile else None
-        if rate is not None:
-            # measured on a matrix large enough that its fixed cost is inside the rate
-            exp_s, src = total / (rate.GBps * 1e9), f"llama.cpp mat-vec {rate.GBps:.0f} GB/s"
-        else:
-            exp_s = len(sizes) * pri["matvec_t0_us"] * 1e-6 + total / (pri["matvec_eff"] * bw)
-            src = f"prior: {pri['matvec_t0_us']} us + {pri['matvec_eff']} x bandwidth"
-        parts.append(LlamaCppPart(name=f"weights {typ}", type=typ, bytes=total,
-                                  expected_ms=exp_s * 1e3, bound_ms=total / bw * 1e3,
-                                  source=src))  # fmt: skip
-    layers = int(info.key("block_count", 0) or 0)
-    kv_heads = int(info.key("attention.head_count_kv", 0) or 0)
-    head_dim = int(info.key("attention.key_length", 0) or 0)
-    if not head_dim and info.key("attention.head_count"):
-        head_dim = int(info.key("embedding_length")) // int(info.key("attention.head_count"))
-    kv_bytes = 2 * layers * kv_heads * head_dim * 2 * context  # K and V, f16
-    kv_extra = 1.0 if flash_attention else 2.0  # without FA the scores are written and re-read
-    parts.append(LlamaCppPart(name="KV cache (f16)", bytes=kv_bytes,
-                              expected_ms=kv_extra * kv_bytes / (pri["matvec_eff"] * bw) * 1e3,
-                              bound_ms=kv_bytes / bw * 1e3,
-                              source=f"context {context}"))  # fmt: skip
-    moe = bool(info.key("expert_count"))
-    per_layer = kern["moe_layer" if moe else "dense_layer"]["small"]
-    if not flash_attention:
-        per_layer += kern["attention_off_extra_small"]
-    small = layers * per_layer + kern["head"]["small"]
-    small_us = pri["small_us_graph"] if cuda_graphs else pri["small_us_eager"]
-    parts.append(LlamaCppPart(name="small kernels", expected_ms=small * small_us * 1e-3,
-                              bound_ms=0.0, source=f"{small} x {small_us} us "
-                              f"({'CUDA graph' if cuda_graphs else 'eager'})"))  # fmt: skip
-    step = sum(p.expected_ms for p in parts)
-    total_bytes = sum(p.bytes for p in parts)
-    return LlamaCppPrediction(
-        gguf=info.path, arch=info.arch, gpu=gpu_name, context=context, cuda_graphs=cuda_graphs,
-        flash_attention=flash_attention, bytes_per_token=total_bytes, step_ms=step,
-        bound_ms=sum(p.bound_ms for p in parts), tok_s=1000.0 / step,
-        evidence=f"llama.cpp kernels measured: {profile.source}" if profile else "priors only",
-        parts=parts,
+    w_ops, reads = _weight_ops(info, bw, profile)
+    kv = _kv_op(info, bw, context, flash_attention)
+    ops = [*w_ops, kv, _small_op(info, cuda_graphs, flash_attention)]
+    expected, bound = _block(ops, bound=False), _block(ops, bound=True)
+    step = expected.decode_ms_per_token
+    w_bytes = sum(r.bytes for r in reads)
+    summary = model_summary(info)
+    GiB = 2**30
+    mem = {"weights": summary.weight_bytes / GiB, "kv": kv.bytes / GiB}
+    fits = memory_GiB is None or mem["weights"] + mem["kv"] <= memory_GiB
+    evidence = f"llama.cpp kernels measured: {profile.source}" if profile else "priors only"
+    by_source: dict[str, float] = {}
+    for o in ops:
+        by_source[o.source] = by_source.get(o.source, 0.0) + o.expected_ms
+    # a profile given as an object has no file to name (its source is in the evidence)
+    req = request or PredictRequest(
+        model=info.path, gpu=gpu_name, engine="llamacpp", cuda_graphs=cuda_graphs,
+        context=context, flash_attention=flash_attention,
     )  # fmt: skip
+    return Prediction(
+        request=req,
+        model=summary,
+        hardware=HardwareUsed(
+            gpu=gpu_name,
+            gpus=1,
+            link=None,
+            p2p=None,
+            bw_GBps_achieved=w_bytes / (expected.components_ms["weights"] * 1e6)
+            if w_bytes
+            else bandwidth_GBps,
+            memory_GiB=memory_GiB,
+        ),
+        deployment=DeploymentUsed(
+            engine="llamacpp", cuda_graphs=cuda_graphs, allreduce_impl="none"
+        ),
+        batch=1,
+        context=context,
+        decode_ms_per_token=step,
+        decode_tok_s_per_stream=1000.0 / step,
+        aggregate_tok_s=1000.0 / step,
+        components_ms=expected.components_ms,
+        component_share={k: v / step for k, v in expected.components_ms.items()},
+        component_kind=dict(_KINDS),
+        fits_in_memory=fits,
+        memory_GiB_per_gpu=mem | ({"total": memory_GiB} if memory_GiB else {}),
+        kv_capacity_tokens=None,
+        max_batch_at_context=None,
+        batch_curve=[],
+        prefill={},
+        details=StepDetails(
+            weight_bytes_read_per_gpu=int(w_bytes),
+            weight_bytes_read_by_kind={r.type: int(r.bytes) for r in reads},
+            kv_bytes_read_per_gpu=int(kv.bytes),
+            kernels_per_step=int(sum(o.count for o in ops)),
+            gemm_kernels_per_step=int(sum(o.count for o in w_ops)),
+            flops_per_gpu=2.0 * summary.active_params_B * 1e9,
+            source=info.path,
+            llamacpp=LlamaCppDetails(
+                gguf=info.path,
+                arch=info.arch,
+                flash_attention=flash_attention,
+                bytes_per_token=sum(o.bytes for o in ops),
+                kv_bytes=kv.bytes,
+                weights=reads,
+                kernel_profile=profile.source if profile else None,
+            ),
+        ),
+        assumptions=[
+            f"GGUF {Path(info.path).name}: {summary.line()}",
+            f"one stream on one GPU ({gpu_name}, {bandwidth_GBps:g} GB/s datasheet): "
+            f"{sum(o.bytes for o in ops) / 1e9:.3g} GB read per token",
+            "mat-vec per weight type: "
+            + (
+                "llama.cpp's own kernels measured (" + profile.source + ")"
+                if profile
+                else "the hopper 16-bit mat-vec prior for every type (calibrate --engine llamacpp "
+                "measures llama.cpp's)"
+            ),
+            f"KV cache f16 at context {context}, flash attention "
+            f"{'on' if flash_attention else 'off (scores written and re-read)'}",
+            f"small kernels {'inside a CUDA graph' if cuda_graphs else 'launched one by one'}",
+        ],
+        expected=expected,
+        bound=bound,
+        evidence=EvidenceSummary(
+            tables=evidence,
+            share_of_expected_by_source={k: round(v / step, 3) for k, v in by_source.items()},
+            low_confidence_ops=[
+                o.name for o in ops if o.confidence < 0.45 and o.expected_ms > 0.02 * step
+            ],
+        ),
+    )
 
 
 _SQL_INSERT = re.compile(r"^INSERT INTO test_backend_ops \((.*?)\) VALUES \((.*)\);\s*$")
@@ -328,7 +351,7 @@ def profile_from_sql(text: str, gpu: str | None = None, source: str = "") -> Lla
         if row.get("op_name") != "MUL_MAT" or not p or float(row.get("time_us") or 0) <= 0:
             continue
         typ = p.group(1).upper()
-        if typ not in kernel_data()["types"]:
+        if typ not in kernel_data().types:
             continue
         rows_, cols = int(p.group(2)), int(p.group(3))
         nbytes = rows_ * cols * bits_per_weight(typ) / 8.0
@@ -372,24 +395,33 @@ def load_profile(path: str | Path) -> LlamaCppProfile:
         ) from None
 
 
-def predict_cli(
-    gguf: str | Path | None,
-    gpu: str,
-    context: int,
-    cuda_graphs: bool,
-    profile: str | None,
-) -> LlamaCppPrediction:
-    """``ceiling predict --engine llamacpp --gguf FILE --gpu NAME [--profile FILE]``."""
+def needs_gguf() -> CeilingError:
+    """The error of a llama.cpp prediction without a GGUF file."""
+    return CeilingError(
+        "predict --engine llamacpp reads the weight types from a GGUF file",
+        fix="pass --gguf FILE.gguf (its header is read; no tensor data)",
+    )
+
+
+def predict_llamacpp(req: PredictRequest) -> Prediction:
+    """``predict()`` for ``engine: llamacpp``: ``req.model`` is the GGUF file; one stream on
+    one GPU of the catalog (``req.profile``: a calibrate --engine llamacpp profile)."""
+    from ceiling.predict.gguf import is_gguf
     from ceiling.spec.hardware import load_gpu
 
-    if gguf is None:
+    if not is_gguf(req.model):
+        raise needs_gguf()
+    if req.batch > 1 or req.tp * req.pp > 1:
         raise CeilingError(
-            "predict --engine llamacpp reads the weight types from a GGUF file",
-            fix="pass --gguf FILE.gguf (its header is read; no tensor data)",
+            "predict --engine llamacpp predicts one stream on one GPU",
+            fix="drop --batch, --tp and --pp (llama.cpp's split modes are not predicted yet)",
         )
-    hw = load_gpu(gpu)
-    prof = load_profile(profile) if profile else None
-    return predict_gguf(gguf, gpu, hw.mem_bw_GBps, context, cuda_graphs, profile=prof)
+    gpu = load_gpu(req.gpu_name())
+    prof = load_profile(req.profile) if req.profile else None
+    return predict_gguf(
+        req.model, gpu.name, gpu.mem_bw_GBps, req.context, req.cuda_graphs,
+        req.flash_attention is not False, profile=prof, memory_GiB=gpu.memory_GiB, request=req,
+    )  # fmt: skip
 
 
 def calibrate_cli(

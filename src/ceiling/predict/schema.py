@@ -48,6 +48,9 @@ class PredictRequest(BaseModel):
     engine: PredictEngine = "vllm"
     allreduce: Allreduce = "auto"
     cuda_graphs: bool = True
+    flash_attention: bool | None = Field(
+        None, description="llama.cpp: flash attention on (None: on, the CUDA build's auto)"
+    )
     batch: int = Field(1, ge=1)
     context: int = Field(1024, ge=1, description="KV length per sequence during decode")
     prompt_len: int = Field(1024, ge=1)
@@ -217,6 +220,29 @@ class Speculative(BaseModel):
     draft_model: str
 
 
+class GgufWeightsRead(BaseModel):
+    """One ggml weight type of a GGUF file as one decode token reads it (llama.cpp)."""
+
+    type: str = Field(description="ggml type: Q4_K, Q6_K, Q8_0, F16, IQ4_XS, ...")
+    matrices: int = Field(description="weight matrices of this type read per token")
+    bytes: float = Field(description="bytes of this type one token reads (routed experts only)")
+
+
+class LlamaCppDetails(BaseModel):
+    """llama.cpp's side of a decode step (``predict --engine llamacpp``): the GGUF file read,
+    its weight types, and the settings that change its kernels."""
+
+    gguf: str
+    arch: str = Field(description="the GGUF's general.architecture")
+    flash_attention: bool
+    bytes_per_token: float = Field(description="weights in their GGUF types + KV at the context")
+    kv_bytes: float = Field(description="the KV cache (f16) read at the context")
+    weights: list[GgufWeightsRead]
+    kernel_profile: str | None = Field(
+        None, description="the calibrate --engine llamacpp profile used (None: priors only)"
+    )
+
+
 class StepDetails(_Sparse):
     """The facts behind a decode step (per GPU, per step). The CPU floors fill the first block
     (the model's footprint) and the byte/FLOP counts; the GPU step model everything else that
@@ -246,6 +272,7 @@ class StepDetails(_Sparse):
     shared_expert_stream: SharedExpertStream | None = None
     expected_distinct_experts: float | None = None
     speculative: Speculative | None = None
+    llamacpp: LlamaCppDetails | None = None
 
 
 class EvidenceSummary(_Sparse):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ceiling.console import emit_json, out
 from ceiling.predict.api import Prediction
-from ceiling.predict.llamacpp import LlamaCppPrediction
+from ceiling.predict.schema import LlamaCppDetails
 
 
 def print_prediction(p: Prediction) -> None:
@@ -15,7 +15,11 @@ def print_prediction(p: Prediction) -> None:
 
     con = out()
     m, h, d = p.model, p.hardware, p.deployment
-    where = f"{h.gpus} x {h.gpu} over {h.link}" if h.kind == "gpu" else f"CPU {h.cpu}"
+    where = (
+        f"{h.gpus} x {h.gpu}" + (f" over {h.link}" if h.link else "")
+        if h.kind == "gpu"
+        else f"CPU {h.cpu}"
+    )
     con.print(
         f"[bold]{m.name}[/bold] on {where} "
         f"(tp={d.tp} pp={d.pp} ep={d.ep} dp={d.dp}{f' dcp={d.dcp}' if d.dcp > 1 else ''}, "
@@ -35,6 +39,8 @@ def print_prediction(p: Prediction) -> None:
         )
         + (f", {p.aggregate_tok_s:.0f} tok/s aggregate" if p.batch > 1 or d.dp > 1 else "")
     )
+    if p.details.llamacpp is not None:
+        _llamacpp_line(p.details.llamacpp)
     t = Table(title="decode step breakdown (ms per token)", title_justify="left")
     t.add_column("component")
     t.add_column("expected", justify="right")
@@ -110,6 +116,18 @@ def print_prediction(p: Prediction) -> None:
     con.print("[dim]assumptions:[/dim]")
     for a in p.assumptions:
         con.print(f"[dim]  - {a}[/dim]")
+
+
+def _llamacpp_line(lc: LlamaCppDetails) -> None:
+    """The GGUF file read and its weight types, by bytes per token."""
+    types = ", ".join(
+        f"{w.type} {w.bytes / 1e9:.3g} GB" for w in sorted(lc.weights, key=lambda w: -w.bytes)
+    )
+    out().print(
+        f"GGUF {Path(lc.gguf).name} ({lc.arch}), flash attention "
+        f"{'on' if lc.flash_attention else 'off'}: {lc.bytes_per_token / 1e9:.3g} GB read per "
+        f"token ({types}; KV {lc.kv_bytes / 1e9:.3g} GB)"
+    )
 
 
 def _op_table(p: Prediction) -> None:
@@ -204,22 +222,3 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return "-" if value is None else str(value)
-
-
-def print_llamacpp(p: LlamaCppPrediction, as_json: bool = False) -> None:
-    """``predict --engine llamacpp``: the step and its parts (per weight type, KV, kernels)."""
-    if as_json:
-        emit_json(p)
-        return
-    o = out()
-    o.print(
-        f"[bold]{Path(p.gguf).name}[/bold] ({p.arch}) on {p.gpu}, llama.cpp, context {p.context}, "
-        f"CUDA graphs {'on' if p.cuda_graphs else 'off'}: expected {p.step_ms:.3g} ms "
-        f"({p.tok_s:.4g} tok/s), bound {p.bound_ms:.3g} ms; {p.bytes_per_token / 1e9:.3g} GB "
-        f"read per token; evidence: {p.evidence}"
-    )
-    for part in p.parts:
-        o.print(
-            f"  {part.name:<18} {part.expected_ms:8.3f} ms  (bound {part.bound_ms:.3f})  "
-            f"{part.source}"
-        )

@@ -117,7 +117,7 @@ def engine_rules(engine: str) -> EngineRules:
 class Deployment(BaseModel):
     """The serving layout. ``ep`` > 1 shards routed experts over EP ranks instead of TP."""
 
-    engine: Literal["vllm", "sglang", "trtllm", "generic"] = "vllm"
+    engine: Literal["vllm", "sglang", "trtllm", "generic", "llamacpp"] = "vllm"
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
     ep: int = Field(1, ge=1)

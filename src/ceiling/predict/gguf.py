@@ -1,0 +1,187 @@
+"""A GGUF file's header, and llama.cpp's kernel data (``engines/data/llamacpp_kernels.yaml``).
+
+Why apart from the step (``predict.llamacpp``): the header is a file format (magic, metadata,
+tensor infos: a few fixed-width records, docs in ggml/docs/gguf.md), read by predict, by
+calibrate (which types to time) and by the doctor (which file a llama-server serves). It is read
+here by hand rather than through the ``gguf`` package: predict must not need numpy or a 1 MB
+dependency to read 2 KB of header, and no tensor data is touched. The ggml type table (block
+layouts) lives in the kernel data file beside the kernels and priors, so the file's schema is
+here too and every reader gets it typed.
+"""
+
+from __future__ import annotations
+
+import struct
+from functools import cache
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from pydantic import BaseModel, Field
+
+from ceiling.errors import CeilingError
+from ceiling.spec._data import load_yaml
+
+_GGUF_MAGIC = b"GGUF"
+# GGUF metadata value types: id -> struct format (8: string, 9: array)
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+            12: "d"}  # fmt: skip
+
+
+class GgmlType(BaseModel, extra="forbid"):
+    """One ggml weight type's block layout: ``bytes`` per block of ``block`` weights."""
+
+    id: int
+    block: int = Field(gt=0)
+    bytes: int = Field(gt=0)
+
+
+class LayerKernels(BaseModel, extra="forbid"):
+    matvec: int
+    small: int
+    router: int = 0
+    expert_matvec: int = 0
+
+
+class Kernels(BaseModel, extra="forbid"):
+    dense_layer: LayerKernels
+    moe_layer: LayerKernels
+    attention_off_extra_small: int
+    head: LayerKernels
+
+
+class Priors(BaseModel, extra="forbid"):
+    matvec_t0_us: float = Field(gt=0)
+    matvec_eff: float = Field(gt=0, le=1)
+    small_us_graph: float = Field(gt=0)
+    small_us_eager: float = Field(gt=0)
+
+
+class LlamaCppKernelsFile(BaseModel, extra="forbid"):
+    """Schema of engines/data/llamacpp_kernels.yaml (a misspelled key fails at load)."""
+
+    schema_version: int
+    types: dict[str, GgmlType]
+    kernels: Kernels
+    priors: Priors
+    split_modes: dict[str, str]
+
+
+@cache
+def kernel_data() -> LlamaCppKernelsFile:
+    """engines/data/llamacpp_kernels.yaml, validated by its schema (read once)."""
+    return load_yaml("llamacpp_kernels.yaml", folder="engines/data", schema=LlamaCppKernelsFile)
+
+
+def bits_per_weight(type_name: str) -> float:
+    """Bits per weight of a ggml type, from its block layout (Q4_K: 4.5)."""
+    types = kernel_data().types
+    t = types.get(type_name.upper())
+    if t is None:
+        raise CeilingError(
+            f"unknown GGUF weight type {type_name!r}", fix=f"one of: {', '.join(types)}"
+        )
+    return 8.0 * t.bytes / t.block
+
+
+class GgufTensor(BaseModel):
+    name: str
+    type: str
+    shape: list[int]
+
+    @property
+    def params(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> float:
+        return self.params * bits_per_weight(self.type) / 8.0
+
+
+class GgufInfo(BaseModel):
+    """What the file's header says: its metadata (scalars and short arrays) and tensors."""
+
+    path: str
+    arch: str
+    # heterogeneous by the format itself (numbers, strings, arrays): read through key()
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    tensors: list[GgufTensor] = Field(default_factory=list)
+
+    def key(self, name: str, default: Any = None) -> Any:
+        return self.metadata.get(f"{self.arch}.{name}", default)
+
+    def int_key(self, name: str) -> int:
+        """An integer of the architecture's metadata (0 when absent)."""
+        return int(self.key(name, 0) or 0)
+
+
+def _read(f: BinaryIO, fmt: str) -> Any:
+    size = struct.calcsize("<" + fmt)
+    raw = f.read(size)
+    if len(raw) != size:
+        raise CeilingError("the GGUF file ends inside its header", fix="pass a complete .gguf file")
+    return struct.unpack("<" + fmt, raw)[0]
+
+
+def _string(f: BinaryIO) -> str:
+    n = _read(f, "Q")
+    if n > 1 << 24:
+        raise CeilingError("a GGUF header string is implausibly long", fix="pass a .gguf file")
+    return f.read(n).decode("utf-8", "replace")
+
+
+def _value(f: BinaryIO, vtype: int) -> Any:
+    if vtype in _SCALARS:
+        return _read(f, _SCALARS[vtype])
+    if vtype == 8:
+        return _string(f)
+    if vtype == 9:
+        etype, n = _read(f, "I"), _read(f, "Q")
+        items = [_value(f, etype) for _ in range(n)]
+        # vocabularies are long and say nothing about kernels: keep a count only
+        return items if n <= 64 else {"array_len": n}
+    raise CeilingError(f"unknown GGUF metadata type {vtype}", fix="pass a GGUF v2/v3 file")
+
+
+def read_gguf(path: str | Path) -> GgufInfo:
+    """The header of a GGUF file (no tensor data is read)."""
+    p = Path(path)
+    ids = {v.id: k for k, v in kernel_data().types.items()}
+    try:
+        f = p.open("rb")
+    except OSError as exc:
+        raise CeilingError(f"cannot read {p}: {exc.strerror}", fix="pass a .gguf file") from None
+    with f:
+        if f.read(4) != _GGUF_MAGIC:
+            raise CeilingError(f"{p} is not a GGUF file (no GGUF magic)", fix="pass a .gguf file")
+        version = _read(f, "I")
+        if version < 2:
+            raise CeilingError(f"{p}: GGUF version {version} is too old", fix="convert it anew")
+        n_tensors, n_kv = _read(f, "Q"), _read(f, "Q")
+        meta: dict[str, Any] = {}
+        for _ in range(n_kv):
+            k = _string(f)
+            meta[k] = _value(f, _read(f, "I"))
+        tensors = []
+        for _ in range(n_tensors):
+            name = _string(f)
+            dims = [_read(f, "Q") for _ in range(_read(f, "I"))]
+            tid = _read(f, "I")
+            _read(f, "Q")  # offset
+            if tid not in ids:
+                raise CeilingError(f"{p}: tensor {name} has ggml type {tid}, not in ceiling's "
+                                   "table", fix="update engines/data/llamacpp_kernels.yaml")  # fmt: skip
+            tensors.append(GgufTensor(name=name, type=ids[tid], shape=dims))
+    arch = str(meta.get("general.architecture", "llama"))
+    return GgufInfo(path=str(p), arch=arch, metadata=meta, tensors=tensors)
+
+
+def is_gguf(path: str | Path) -> bool:
+    """Whether ``path`` is a readable file that starts with the GGUF magic."""
+    try:
+        with Path(path).open("rb") as f:
+            return f.read(4) == _GGUF_MAGIC
+    except OSError:
+        return False
