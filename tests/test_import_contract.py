@@ -67,7 +67,7 @@ IO_MODULES = (
     "ceiling.probe.cpu_host",
     "ceiling.probe.ranks",
     "ceiling.probe.rankstage",
-    "ceiling.sanity.run",
+    "ceiling.sanity.gate",
     "ceiling.sanity.checks",
     "ceiling.sanity.reference",
     "ceiling.engines.preflight",

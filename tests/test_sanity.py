@@ -367,7 +367,7 @@ def test_doctor_stops_before_benchmarking_a_broken_server(intact, tmp_path):
     from ceiling.flows.doctor import DoctorConfig
     from ceiling.flows.doctor import run as run_doctor
     from ceiling.report import render
-    from ceiling.sanity.run import SanityBroken
+    from ceiling.sanity.gate import SanityBroken
 
     def wrong(asked: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
         choice = answer["choices"][0]

@@ -19,7 +19,7 @@ from ceiling.engines.variant import load_variant
 from ceiling.flows.doctor import DoctorConfig
 from ceiling.flows.doctor import run as run_doctor
 from ceiling.sanity.checks import check_server
-from ceiling.sanity.run import SanityBroken
+from ceiling.sanity.gate import SanityBroken
 
 pytestmark = pytest.mark.engine
 

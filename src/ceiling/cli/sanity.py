@@ -60,8 +60,9 @@ def sanity(
     or suspect (the verdict says which), 1 broken, 2 bad option, 3 the engine did not start,
     4 server unreachable or refused.
     """
+    from ceiling.flows.sanity import SanityConfig
+    from ceiling.flows.sanity import run as run_sanity
     from ceiling.render import sanity as show
-    from ceiling.sanity.run import SanityConfig, run_sanity
     from ceiling.spec.model import is_model_input
 
     if model is not None and served_model is None and not is_model_input(model):

@@ -23,11 +23,13 @@ module             ``run(...)``
                    (``engines.preflight.check_variant``) + ``ceiling env`` of its Python;
                    ``run_files(paths) -> PreflightRun`` for ``ceiling preflight``
 ``launch``         ``run(Variant, ...)``: preflight, start, wait until ready, serve until Ctrl-C
+``sanity``         ``run(SanityConfig) -> SanityReport``: inputs, launch a ``--variant`` (or take
+                   ``--url``), what it serves, the sanity checks
 ``deploy``         ``run(variant_path, out, ...) -> DeployResult``: render, write, validate
 =================  ===========================================================================
 
 The libraries' own entry points: ``predict.api.predict``, ``bench.runner.run_bench``,
-``sanity.run.run_sanity``, ``probe.commands`` (``probe_to``, ``commbench_to``,
+``sanity.checks.check_server``, ``probe.commands`` (``probe_to``, ``commbench_to``,
 ``calibrate_to``, ``telemetry_to``), ``diagnose.logs.inspect_with_gpu``,
 ``envcheck.check.env_report``, ``report.render`` / ``report.render_file``.
 """

@@ -63,7 +63,7 @@ from ceiling.outputs import write_atomic
 from ceiling.probe.telemetry import TelemetrySampler
 from ceiling.redact import redact, use_api_key
 from ceiling.run.launcher import launch
-from ceiling.sanity.run import SanityBroken, doctor_gate
+from ceiling.sanity.gate import SanityBroken, doctor_gate
 
 __all__ = ["DoctorConfig", "DoctorResult", "Measured", "measured_step", "run"]
 

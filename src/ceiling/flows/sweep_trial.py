@@ -25,7 +25,7 @@ from ceiling.errors import CeilingError
 from ceiling.outputs import inside, safe_name
 from ceiling.redact import use_api_key
 from ceiling.run.launcher import launch
-from ceiling.sanity.run import doctor_gate
+from ceiling.sanity.gate import doctor_gate
 from ceiling.sweep.early_stop import decide
 from ceiling.sweep.events import (
     Broken,
