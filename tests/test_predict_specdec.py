@@ -22,7 +22,8 @@ def test_step_is_drafts_plus_verify_over_the_acceptance_length(priors_only):
     sp = p.details.speculative
     assert sp.draft_tokens == 2 and sp.method == "mtp"
     tau = sp.acceptance_length
-    assert p.decode_ms_per_token == pytest.approx((sp.verify_ms + sp.draft_ms) / tau, rel=1e-3)
+    assert p.decode_ms_per_token == pytest.approx(sp.step_ms / tau, rel=1e-3)
+    assert sp.step_ms >= sp.verify_ms + sp.draft_ms  # + the engine's sampling kernels
     # the verify step reads the 3-token batch's weights (more experts) but each sequence's KV
     # cache once (an MLA model: no recurrent state, whose per-token copies the engine keeps)
     ds = dict(model="deepseek-v3", gpu="h200", tp=8, context=8192)
@@ -36,6 +37,9 @@ def test_step_is_drafts_plus_verify_over_the_acceptance_length(priors_only):
     # the draft passes run the MTP layer (and the lm_head) each drafted token
     names = {op.name for op in p.expected.ops}
     assert any(n.startswith("draft.moe") for n in names) and "draft.lm_head" in names
+    # vLLM's first draft pass runs over the k+1 verified tokens, the second over the batch
+    first = next(op for op in p.expected.ops if op.name == "draft1.lm_head")
+    assert first.count == pytest.approx(1 / tau, rel=1e-3) and "spec.sampling" in names
     assert "draft.eh_proj" in names
     # the bound takes every draft accepted; expected never beats it
     assert p.bound.decode_ms_per_token <= p.decode_ms_per_token
@@ -125,3 +129,47 @@ def test_doctor_reads_the_servers_speculative_decoding_and_acceptance(priors_onl
     assert sp is not None and sp.acceptance_length == 2.6 and "given" in sp.acceptance_source
     plain = parse_lines(log.read_text().splitlines(), engine="vllm")
     assert plain.spec_method is None and _speculative(plain) == {}
+
+
+AWQ_LONG = dict(model="qwen3.5-397b-a17b", weight_format="awq", gpu="rtx-pro-6000", gpus=4, tp=4,
+                engine="vllm", context=131072)  # fmt: skip
+
+
+def test_vllm_verify_attention_loses_its_kv_split_on_fa2(priors_only):
+    """vLLM on SM120 runs bf16-KV attention on FA2 (platforms/cuda.py), whose verify pass at
+    k+1 query tokens has no KV split: at long context MTP is slower than none (published:
+    rtx6kpro AWQ TP4 at 128k, 95 -> 40 tok/s). The fp8 KV cache goes to FlashInfer (no such
+    loss), as does an SM100 GPU; SGLang passes num_splits on its verify path."""
+    plain = predict(PredictRequest(**AWQ_LONG)).decode_tok_s_per_stream
+    mtp = predict(PredictRequest(**AWQ_LONG, spec="mtp", spec_tokens=2))
+    assert mtp.decode_tok_s_per_stream < 0.6 * plain
+    assert "verify.attention_no_kv_split" in {op.name for op in mtp.expected.ops}
+    assert any("fa2" in n for n in mtp.details.speculative.engine_path)
+    fp8 = {**AWQ_LONG, "kv_dtype": "fp8"}
+    assert predict(PredictRequest(**fp8, spec="mtp", spec_tokens=2)).decode_tok_s_per_stream > (
+        predict(PredictRequest(**fp8)).decode_tok_s_per_stream
+    )
+    short = predict(PredictRequest(**{**AWQ_LONG, "context": 1024}, spec="mtp", spec_tokens=2))
+    assert (
+        short.decode_tok_s_per_stream
+        > predict(PredictRequest(**{**AWQ_LONG, "context": 1024})).decode_tok_s_per_stream
+    )  # a short context keeps the gain: the loss grows with the KV
+    sgl = predict(PredictRequest(**{**AWQ_LONG, "engine": "sglang"}, spec="mtp", spec_tokens=2))
+    assert "verify.attention_no_kv_split" not in {op.name for op in sgl.expected.ops}
+
+
+def test_vllm_piecewise_graphs_under_spec_decode(priors_only):
+    """FlashInfer below UNIFORM_BATCH (not SM10x) turns the target's graphs piecewise under spec
+    decode (config/compilation.py); the host then issues a graph per layer and each attention
+    op eagerly: a chain the step waits for when it is longer than the GPU's work."""
+    from ceiling.predict.specpath import EnginePath
+
+    small = dict(model="qwen3-30b-a3b-fp8", gpu="rtx-pro-6000", engine="vllm", kv_dtype="fp8")
+    p = predict(PredictRequest(**small, spec="eagle3", spec_tokens=3))
+    sp = p.details.speculative
+    assert sp.host_issue_ms > 0 and any("target piecewise" in n for n in sp.engine_path)
+    b200 = predict(PredictRequest(**{**small, "gpu": "b200"}, spec="eagle3", spec_tokens=3))
+    assert not any("target piecewise" in n for n in b200.details.speculative.engine_path)
+    assert b200.details.speculative.host_issue_ms < sp.host_issue_ms
+    path = spec_data().engine_paths["vllm"]
+    assert isinstance(path, EnginePath) and path.draft_piecewise

@@ -120,8 +120,14 @@ def _context(text: str) -> int:
         return 1024  # "not stated", "low ctx": a short chat-length context
 
 
-def _kv(text: str) -> str:
-    return "fp8" if "fp8" in text.lower() else "auto"
+def _kv(text: str, weight_quant: str = "") -> str:
+    """The row's KV dtype: 'fp8' when it says so. The rtx6kpro throughput page's shared column
+    reads 'auto (...; checkpoint ships FP8 KV scales for NVFP4)': fp8 for its NVFP4 rows only
+    (its AWQ checkpoint ships no KV scales, so vLLM's auto is the model dtype)."""
+    t = text.lower()
+    if "fp8 kv scales for nvfp4" in t:
+        return "fp8" if "nvfp4" in weight_quant.lower() else "auto"
+    return "fp8" if "fp8" in t else "auto"
 
 
 def _legacy_request(row: dict[str, str]) -> tuple[PredictRequest | None, str]:
@@ -152,7 +158,7 @@ def _legacy_request(row: dict[str, str]) -> tuple[PredictRequest | None, str]:
         allreduce=allreduce,
         batch=int(row["concurrency"]),
         context=_context(row["input_len"]),
-        kv_dtype=_kv(row["kv_cache_dtype"]),
+        kv_dtype=_kv(row["kv_cache_dtype"], row.get("weight_quant", "")),
         weight_format=mm[1],
         attention_backend=attn,
         moe_backend=moe,

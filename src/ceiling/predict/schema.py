@@ -218,6 +218,9 @@ class Speculative(BaseModel):
     step_ms: float
     bound_acceptance_length: int
     draft_model: str
+    # what the engine's spec path adds (predict.specpath): unsplit verify KV, piecewise graphs
+    engine_path: list[str] = Field(default_factory=list)
+    host_issue_ms: float = 0.0  # host time to issue the step's forwards (piecewise graphs)
 
 
 class GgufWeightsRead(BaseModel):

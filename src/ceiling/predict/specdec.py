@@ -38,6 +38,7 @@ from ceiling.predict.evidence import Evidence
 from ceiling.predict.opspec import OpRow
 from ceiling.predict.resolved import Setup
 from ceiling.predict.schema import Speculative
+from ceiling.predict.specpath import EnginePath, extra_costs
 from ceiling.predict.step import Step, decode_step
 from ceiling.spec._data import DataModel, load_yaml
 from ceiling.spec.families import build_model
@@ -61,6 +62,7 @@ class Method(DataModel):
 class SpecData(DataModel):
     default_tokens: int = Field(ge=1)
     methods: dict[str, Method]
+    engine_paths: dict[str, EnginePath] = Field(default_factory=dict)
 
 
 def spec_data() -> SpecData:
@@ -211,6 +213,7 @@ def spec_step(s: Setup, req: Any) -> Step:
     tau, tau_src = acceptance(method, k, req.spec_acceptance_rate, req.spec_acceptance_length)
     verify = decode_step(s, B * (k + 1), max(1, math.ceil(ctx / (k + 1))))
     draft_spec = _draft_spec(s, method, req.spec_draft_layers)
+    path = spec_data().engine_paths.get(s.dep.engine) or EnginePath()
     comps = dict(verify.components)
     bcomps = dict(verify.bound_components)
     ops = list(verify.ops)
@@ -219,15 +222,24 @@ def spec_step(s: Setup, req: Any) -> Step:
         ds = copy.copy(s)
         ds.spec = draft_spec
         draft = decode_step(ds, B, ctx)
-        for key, v in draft.components.items():
+        # the engine's first draft pass runs over the k+1 verified tokens of each sequence
+        first = (
+            decode_step(ds, B * (k + 1), ctx) if path.first_draft_pass == "all_tokens" else draft
+        )
+        for key in set(draft.components) | set(first.components):
             if key != "host":  # the drafter runs inside the engine's step: one host cost
-                comps[key] = comps.get(key, 0.0) + k * v
-                d_ms += k * v
-        for key, v in draft.bound_components.items():
+                v = first.components.get(key, 0.0) + (k - 1) * draft.components.get(key, 0.0)
+                comps[key] = comps.get(key, 0.0) + v
+                d_ms += v
+        for key in set(draft.bound_components) | set(first.bound_components):
             if key != "host":
-                bcomps[key] = bcomps.get(key, 0.0) + k * v
-                d_bound += k * v
-        ops += _scaled([r for r in draft.ops if r.kind != "host"], k, "draft.")
+                v = first.bound_components.get(key, 0.0)
+                v += (k - 1) * draft.bound_components.get(key, 0.0)
+                bcomps[key] = bcomps.get(key, 0.0) + v
+                d_bound += v
+        ops += _scaled([r for r in first.ops if r.kind != "host"], 1, "draft1.")
+        if k > 1:
+            ops += _scaled([r for r in draft.ops if r.kind != "host"], k - 1, "draft.")
         fc = {"mtp": 2}.get(method) or spec_data().methods[method].fc_inputs
         if fc:
             e, b = _fusion_gemm_ms(s, fc, B)
@@ -245,6 +257,14 @@ def spec_step(s: Setup, req: Any) -> Step:
         host = spec_data().methods[method].host_ms_per_seq * B
         comps["host"] = comps.get("host", 0.0) + host
         d_ms += host
+    extra = extra_costs(s, path, B, ctx, k, draft_spec)
+    for r in extra.ops:  # sampling kernels and the verify's unsplit KV read: kernel choices
+        comps["launch"] = comps.get("launch", 0.0) + r.expected_ms
+        ops.append(r)
+    gpu_ms = sum(v for key, v in comps.items() if key != "host")
+    if extra.host_issue_ms > gpu_ms:  # piecewise graphs: the host issues slower than the GPU runs
+        comps["host"] = comps.get("host", 0.0) + extra.host_issue_ms - gpu_ms
+    step_ms = sum(comps.values())
     per_tok = {key: v / tau for key, v in comps.items()}
     bound_tok = {key: v / (k + 1) for key, v in bcomps.items()}
     rows = []
@@ -265,11 +285,13 @@ def spec_step(s: Setup, req: Any) -> Step:
                 acceptance_source=tau_src,
                 verify_ms=round(verify.ms, 4),
                 draft_ms=round(d_ms, 4),
-                step_ms=round(verify.ms + d_ms, 4),
+                step_ms=round(step_ms, 4),
                 bound_acceptance_length=k + 1,
                 draft_model=draft_spec.name
                 if draft_spec is not None
                 else "none (CPU prompt lookup)",
+                engine_path=extra.notes,
+                host_issue_ms=round(extra.host_issue_ms, 4),
             )
         }
     )
