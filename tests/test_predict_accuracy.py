@@ -23,6 +23,7 @@ from ceiling.predict.calibration import (
     speed_error_pct,
     validation_csvs,
 )
+from ceiling.predict.calibration_report import CalibrationReport
 
 RATCHET_POINTS = 2.0
 
@@ -53,24 +54,24 @@ PAIRS_RIGHT_SIGN = 13  # of 15 (P1-P9: 7 of 9; the MTP pairs P10-P15: 6 of 6), p
 PAIRS_WITHIN_5 = 5  # P3 (P2P off under DCP=8) joined with --dcp, P13 with predict.specpath
 
 
-def _figures(res: dict) -> dict[str, float]:
+def _figures(res: CalibrationReport) -> dict[str, float]:
     """The ratchet's figures: the rows without speculative decoding (the set the guards were
     first set on) and the speculative-decoding rows apart."""
     single = [
-        m for m in res["modelled"] if m["use"] == "all" and m["concurrency"] == 1
+        m for m in res.modelled if m.use == "all" and m.concurrency == 1
     ]  # fmt: skip
-    plain = [m for m in single if m["spec"] == "none"]
-    first = [abs(m["error_pct"]) for m in plain if m["id"] < "V016"]
-    vllm = [abs(m["error_pct"]) for m in plain if m["engine"] == "vllm"]
+    plain = [m for m in single if m.spec == "none"]
+    first = [abs(m.error_pct) for m in plain if m.id < "V016"]
+    vllm = [abs(m.error_pct) for m in plain if m.engine == "vllm"]
     assert len(first) >= 25
     return {
-        "single_median": res["no_spec_single_stream"]["median_abs_error_pct"],
-        "single_p90": res["no_spec_single_stream"]["p90_abs_error_pct"],
+        "single_median": res.no_spec_single_stream.median_abs_error_pct,
+        "single_p90": res.no_spec_single_stream.p90_abs_error_pct,
         "first_pass_p90": round(percentile(first, 90), 1),
         "vllm_median": round(percentile(vllm, 50), 1),
-        "held_out_median": res["held_out_single_stream"]["median_abs_error_pct"],
-        "held_out_p90": res["held_out_single_stream"]["p90_abs_error_pct"],
-        "spec_median": res["spec_single_stream"]["median_abs_error_pct"],
+        "held_out_median": res.held_out_single_stream.median_abs_error_pct,
+        "held_out_p90": res.held_out_single_stream.p90_abs_error_pct,
+        "spec_median": res.spec_single_stream.median_abs_error_pct,
     }
 
 
@@ -81,16 +82,16 @@ def _ratchet(now: dict[str, float], then: dict[str, float]) -> None:
 
 def test_accuracy_ratchet_priors_only(priors_only):
     res = evaluate()
-    assert res["single_stream"]["n"] >= 42
+    assert res.single_stream.n >= 42
     _ratchet(_figures(res), PRIORS)
-    assert res["spec_single_stream"]["n"] >= 7  # the MTP rows are scored, not skipped
+    assert res.spec_single_stream.n >= 7  # the MTP rows are scored, not skipped
 
 
 @pytest.mark.skipif(util.find_spec("aiconfigurator_core") is None, reason="tables extra absent")
 def test_accuracy_ratchet_with_tables():  # pragma: no cover - optional extra
     tables.info.cache_clear()
     res = evaluate()
-    assert res["single_stream"]["n"] >= 42
+    assert res.single_stream.n >= 42
     _ratchet(_figures(res), TABLES)
 
 
@@ -100,17 +101,15 @@ def test_what_if_pairs_ratchet(priors_only):
     prs = pairs()
     assert len(prs) == 15
     for p in prs:
-        assert p["right_sign"] == (
-            np.sign(p["measured_delta_pct"]) == np.sign(p["predicted_delta_pct"])
-        ), p
-    assert sum(p["right_sign"] for p in prs) >= PAIRS_RIGHT_SIGN
-    assert sum(p["within_5_points"] for p in prs) >= PAIRS_WITHIN_5
-    one = {p["id"]: p for p in prs}
-    assert one["P1"]["predicted_delta_pct"] < -10  # NVFP4 slower than INT4 on the same box
-    assert one["P2"]["predicted_delta_pct"] > 3  # one-shot beats NCCL on 4 PCIe GPUs
-    assert sum(one[f"P{i}"]["right_sign"] for i in range(1, 10)) >= 7
-    assert one["P10"]["predicted_delta_pct"] > 0  # MTP pays at short context
-    assert one["P13"]["predicted_delta_pct"] < -30  # and loses at 131k on vLLM's FA2 (bf16 KV)
+        assert p.right_sign == (np.sign(p.measured_delta_pct) == np.sign(p.predicted_delta_pct)), p
+    assert sum(p.right_sign for p in prs) >= PAIRS_RIGHT_SIGN
+    assert sum(p.within_5_points for p in prs) >= PAIRS_WITHIN_5
+    one = {p.id: p for p in prs}
+    assert one["P1"].predicted_delta_pct < -10  # NVFP4 slower than INT4 on the same box
+    assert one["P2"].predicted_delta_pct > 3  # one-shot beats NCCL on 4 PCIe GPUs
+    assert sum(one[f"P{i}"].right_sign for i in range(1, 10)) >= 7
+    assert one["P10"].predicted_delta_pct > 0  # MTP pays at short context
+    assert one["P13"].predicted_delta_pct < -30  # and loses at 131k on vLLM's FA2 (bf16 KV)
 
 
 def test_every_row_says_when_it_was_added_and_whether_it_was_seen():
@@ -132,13 +131,13 @@ def test_every_row_says_when_it_was_added_and_whether_it_was_seen():
 
 def test_held_out_rows_are_reported_apart(priors_only):
     res = evaluate()
-    held = [m for m in res["modelled"] if m["held_out"]]
-    assert {m["id"] for m in held} == set(res["held_out_ids"])
-    single = [m for m in held if m["use"] == "all" and m["concurrency"] == 1]
-    assert res["held_out_single_stream"]["n"] == len(single) > 0
-    assert res["seen_single_stream"]["n"] + len(single) == res["single_stream"]["n"]
-    errs = [abs(m["error_pct"]) for m in single]
-    assert res["held_out_single_stream"]["median_abs_error_pct"] == round(float(np.median(errs)), 1)
+    held = [m for m in res.modelled if m.held_out]
+    assert {m.id for m in held} == set(res.held_out_ids)
+    single = [m for m in held if m.use == "all" and m.concurrency == 1]
+    assert res.held_out_single_stream.n == len(single) > 0
+    assert res.seen_single_stream.n + len(single) == res.single_stream.n
+    errs = [abs(m.error_pct) for m in single]
+    assert res.held_out_single_stream.median_abs_error_pct == round(float(np.median(errs)), 1)
 
 
 def test_one_error_sign_convention_and_one_percentile():
@@ -155,10 +154,10 @@ def test_one_error_sign_convention_and_one_percentile():
 def test_ms_rows_are_scored_in_speed_terms(priors_only):
     """A tpot_ms row whose expected step is shorter than the measured one has a + error."""
     res = evaluate()
-    ms = [m for m in res["modelled"] if m["metric"] == "tpot_ms"]
+    ms = [m for m in res.modelled if m.metric == "tpot_ms"]
     assert ms
     for m in ms:
-        assert (m["error_pct"] > 0) == (m["expected"] < m["measured"]), m
+        assert (m.error_pct > 0) == (m.expected < m.measured), m
 
 
 def test_bound_is_physics_and_its_tightness_is_reported(priors_only):
@@ -168,12 +167,9 @@ def test_bound_is_physics_and_its_tightness_is_reported(priors_only):
 
     assert VIOLATION_MARGIN == 0.0
     res = evaluate()
-    assert res["bound_violations"] == []
-    for m in res["modelled"]:
-        if m["metric"] in LATENCY_METRICS:
-            want = m["measured"] / m["bound"]
-        else:
-            want = m["bound"] / m["measured"]
-        assert m["tightness"] == pytest.approx(want, abs=0.01), m["id"]
-        assert m["tightness"] >= 1.0, m["id"]
-    assert res["single_stream"]["median_tightness"] > 1
+    assert res.bound_violations == []
+    for m in res.modelled:
+        want = m.measured / m.bound if m.metric in LATENCY_METRICS else m.bound / m.measured
+        assert m.tightness == pytest.approx(want, abs=0.01), m.id
+        assert m.tightness >= 1.0, m.id
+    assert res.single_stream.median_tightness > 1

@@ -153,12 +153,12 @@ def test_bound_never_beaten_by_a_published_run(priors_only):
     res = evaluate()
     # every shipped row is scored, or skipped for a stated reason the model cannot express
     shipped = sum(1 for p in validation_csvs() for _ in csv.DictReader(p.open()))
-    assert len(res["modelled"]) + len(res["skipped"]) == shipped
-    assert len(res["modelled"]) >= 48
-    for s in res["skipped"]:
-        assert "speculative decoding" in s["why"] or "no config" in s["why"], s
-    assert res["bound_violations"] == [], [
-        (m["id"], m["measured"], m["bound"]) for m in res["modelled"] if m["violation"]
+    assert len(res.modelled) + len(res.skipped) == shipped
+    assert len(res.modelled) >= 48
+    for s in res.skipped:
+        assert "speculative decoding" in s.why or "no config" in s.why, s
+    assert res.bound_violations == [], [
+        (m.id, m.measured, m.bound) for m in res.modelled if m.violation
     ]
 
 
@@ -167,8 +167,8 @@ def test_bound_never_beaten_with_the_tables_installed():  # pragma: no cover - o
     """The same check with the tables extra: evidence moves `expected`, never the bound."""
     tables.info.cache_clear()
     res = evaluate()
-    assert res["bound_violations"] == []
-    assert res["single_stream"]["n"] >= 36
+    assert res.bound_violations == []
+    assert res.single_stream.n >= 36
 
 
 def test_evidence_check_splits_each_measured_step(priors_only):

@@ -35,59 +35,60 @@ def main(argv: list[str] | None = None) -> int:
     checks = evidence_checks()
     if args.json:
         ev = [c.model_dump() for c in checks]
-        print(json.dumps({**res, "pairs": prs, "evidence_checks": ev}, indent=2))
+        prs_json = [p.model_dump() for p in prs]
+        print(json.dumps({**res.model_dump(), "pairs": prs_json, "evidence_checks": ev}, indent=2))
         return 0
     print(
         f"{'id':5} {'held':4} {'use':5} {'engine':6} {'metric':24} {'conc':>4} {'measured':>9} "
         f"{'expected':>9} {'err%':>7} {'bound':>9} {'margin%':>8} {'tight':>6}"
     )
-    for m in res["modelled"]:
-        flag = "  VIOLATION" if m["violation"] else ""
-        held = "yes" if m["held_out"] else ""
+    for m in res.modelled:
+        flag = "  VIOLATION" if m.violation else ""
+        held = "yes" if m.held_out else ""
         print(
-            f"{m['id']:5} {held:4} {m['use']:5} {m['engine']:6} {m['metric']:24} "
-            f"{m['concurrency']:>4} "
-            f"{m['measured']:>9.2f} {m['expected']:>9.2f} {m['error_pct']:>+7.1f} "
-            f"{m['bound']:>9.2f} {m['bound_margin_pct']:>+8.1f} {m['tightness']:>6.2f}{flag}"
+            f"{m.id:5} {held:4} {m.use:5} {m.engine:6} {m.metric:24} "
+            f"{m.concurrency:>4} "
+            f"{m.measured:>9.2f} {m.expected:>9.2f} {m.error_pct:>+7.1f} "
+            f"{m.bound:>9.2f} {m.bound_margin_pct:>+8.1f} {m.tightness:>6.2f}{flag}"
         )
     print("\nskipped:")
-    for s in res["skipped"]:
-        print(f"  {s['id']}: {s['why']}")
+    for s in res.skipped:
+        print(f"  {s.id}: {s.why}")
     print(
         f"\n{'group (single stream)':28} {'n':>3} {'median |err|':>13} {'p90 |err|':>10} "
         f"{'viol':>5} {'tight':>6}"
     )
     rows = {
-        "HELD-OUT single stream": res["held_out_single_stream"],
-        "seen single stream": res["seen_single_stream"],
-        "HELD-OUT all rows": res["held_out_all_rows"],
-        "ALL single stream": res["single_stream"],
-        "no spec decoding, single": res["no_spec_single_stream"],
-        "spec decoding, single": res["spec_single_stream"],
-        "all rows (any conc.)": res["all_rows"],
+        "HELD-OUT single stream": res.held_out_single_stream,
+        "seen single stream": res.seen_single_stream,
+        "HELD-OUT all rows": res.held_out_all_rows,
+        "ALL single stream": res.single_stream,
+        "no spec decoding, single": res.no_spec_single_stream,
+        "spec decoding, single": res.spec_single_stream,
+        "all rows (any conc.)": res.all_rows,
     }
-    rows.update(res["by_group"])
+    rows.update(res.by_group)
     for name, st in rows.items():
         print(
-            f"{name:28} {st['n']:>3} {st['median_abs_error_pct']!s:>13} "
-            f"{st['p90_abs_error_pct']!s:>10} {st['bound_violations']:>5} "
-            f"{st['median_tightness']!s:>6}"
+            f"{name:28} {st.n:>3} {st.median_abs_error_pct!s:>13} "
+            f"{st.p90_abs_error_pct!s:>10} {st.bound_violations:>5} "
+            f"{st.median_tightness!s:>6}"
         )
-    print(f"held-out rows (seen: no): {', '.join(res['held_out_ids']) or 'none'}")
-    print(f"\nbound violations (a measurement faster than the bound): {res['bound_violations']}")
+    print(f"held-out rows (seen: no): {', '.join(res.held_out_ids) or 'none'}")
+    print(f"\nbound violations (a measurement faster than the bound): {res.bound_violations}")
     print(f"\n{'pair':4} {'kind':28} {'measured':>9} {'predicted':>9} {'gap':>6}  sign  <=5pt held")
     ok_sign = ok_5 = 0
     for p in prs:
-        if "skipped" in p:
-            print(f"{p['id']:4} {p['kind']:28} skipped: {p['skipped']}")
+        if p.skipped is not None:
+            print(f"{p.id:4} {p.kind:28} skipped: {p.skipped}")
             continue
-        ok_sign += p["right_sign"]
-        ok_5 += p["within_5_points"]
+        ok_sign += p.right_sign
+        ok_5 += p.within_5_points
         print(
-            f"{p['id']:4} {p['kind'][:28]:28} {p['measured_delta_pct']:>+8.1f}% "
-            f"{p['predicted_delta_pct']:>+8.1f}% {p['gap_points']:>6.1f}  "
-            f"{'yes' if p['right_sign'] else 'NO':4}  {'yes' if p['within_5_points'] else 'no':5} "
-            f"{'yes' if p['held_out'] else ''}"
+            f"{p.id:4} {p.kind[:28]:28} {p.measured_delta_pct:>+8.1f}% "
+            f"{p.predicted_delta_pct:>+8.1f}% {p.gap_points:>6.1f}  "
+            f"{'yes' if p.right_sign else 'NO':4}  {'yes' if p.within_5_points else 'no':5} "
+            f"{'yes' if p.held_out else ''}"
         )
     print(f"pairs: right sign {ok_sign} of {len(prs)}, within 5 points {ok_5} of {len(prs)}")
     _print_checks(checks)

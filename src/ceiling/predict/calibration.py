@@ -31,13 +31,19 @@ import functools
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 
 from ceiling.errors import CeilingError
 from ceiling.predict.api import Prediction, PredictRequest, load_spec, predict_one
+from ceiling.predict.calibration_report import (
+    CalibrationReport,
+    ErrorStats,
+    PairResult,
+    RowResult,
+    SkippedRow,
+    SpecDecoding,
+)
 from ceiling.predict.slack import SlackSplit, split_slack
 
 LATENCY_METRICS = {"tpot_ms", "e2e_batch_latency_s"}
@@ -56,28 +62,6 @@ MODELS: dict[str, tuple[str, str | None]] = {
     "MiniMaxAI/MiniMax-M2.5": ("minimax-m2.5", None),
 }
 GPUS = {"RTX PRO 6000": "rtx-pro-6000", "RTX 6000 Pro": "rtx-pro-6000", "A100": "a100-80"}
-
-
-class RowResult(BaseModel):
-    id: str
-    file: str
-    use: str
-    metric: str
-    concurrency: int
-    engine: str
-    gpu: str
-    weight_format: str
-    moe: bool
-    measured: float
-    expected: float
-    bound: float
-    error_pct: float  # + = predicted faster than measured, in every metric
-    bound_margin_pct: float  # how far the measurement is from the bound (+: below the bound)
-    tightness: float  # bound / measured, in speed terms (1: measured at the bound)
-    violation: bool
-    held_out: bool  # scored before any model change made with it in sight (`seen: no`)
-    added: str
-    spec: str = "none"  # speculative decoding method of the row
 
 
 def reference_dir() -> Path:
@@ -225,26 +209,28 @@ def request_for(row: dict[str, str]) -> tuple[PredictRequest | None, str]:
     if req is None:
         return None, why
     spec = spec_decoding(row)
-    return (req.model_copy(update=spec) if spec else req), ""
+    return (req.model_copy(update=spec.model_dump(exclude_unset=True)) if spec else req), ""
 
 
-def spec_decoding(row: dict[str, str]) -> dict[str, Any]:
+def spec_decoding(row: dict[str, str]) -> SpecDecoding | None:
     """The speculative decoding a row's ``spec_decode`` column names ('mtp
     (num_speculative_tokens=2)', SGLang's 'mtp NEXTN (steps=4, topk=1, draft=3)', 'eagle3 k=3'),
-    with the acceptance rate its notes report ('89.2% acceptance'); {} for none. SGLang with
+    with the acceptance rate its notes report ('89.2% acceptance'); None for none. SGLang with
     topk 1 drafts ``steps`` tokens (it sets num_draft_tokens = steps + 1)."""
     import re
 
     text = row["spec_decode"].strip().lower()
     if text in ("none", ""):
-        return {}
+        return None
     method = next((m for m in ("eagle3", "eagle", "ngram", "mtp") if m in text), "mtp")
     k = re.search(r"(?:num_speculative_tokens|steps|k)\s*=\s*(\d+)", text)
-    out: dict[str, Any] = {"spec": method, "spec_tokens": int(k.group(1)) if k else None}
+    tokens = int(k.group(1)) if k else None
     rate = re.search(r"(\d+(?:\.\d+)?)\s*% acceptance", row.get("notes", "").lower())
     if rate:
-        out["spec_acceptance_rate"] = float(rate.group(1)) / 100
-    return out
+        return SpecDecoding(
+            spec=method, spec_tokens=tokens, spec_acceptance_rate=float(rate.group(1)) / 100
+        )
+    return SpecDecoding(spec=method, spec_tokens=tokens)
 
 
 def _decode_step(req: PredictRequest) -> Prediction:
@@ -340,18 +326,18 @@ def _fmt_label(req: PredictRequest) -> str:
     return top
 
 
-def evaluate(path: Path | list[Path] | None = None) -> dict[str, Any]:
+def evaluate(path: Path | list[Path] | None = None) -> CalibrationReport:
     """Every row of the validation files, scored; groups; bound violations."""
     paths = validation_csvs() if path is None else ([path] if isinstance(path, Path) else path)
     modelled: list[RowResult] = []
-    skipped: list[dict[str, str]] = []
+    skipped: list[SkippedRow] = []
     n_rows = 0
     for p in paths:
         for row in csv.DictReader(p.open()):
             n_rows += 1
             pred, why = predict_row(row)
             if pred is None:
-                skipped.append({"id": row["id"], "why": why})
+                skipped.append(SkippedRow(id=row["id"], why=why))
                 continue
             exp, bnd = pred
             meas = float(row["value"])
@@ -386,27 +372,24 @@ def evaluate(path: Path | list[Path] | None = None) -> dict[str, Any]:
             )
     scored = [r for r in modelled if r.use == "all"]
     single = [r for r in scored if r.concurrency == 1]
-    return {
-        "rows": n_rows,
-        "modelled": [r.model_dump() for r in modelled],
-        "skipped": skipped,
-        "single_stream": _stats(single),
-        "all_rows": _stats(scored),
-        # held-out rows (scored before any change made with them in sight) apart from the rest
-        "held_out_single_stream": _stats([r for r in single if r.held_out]),
-        "seen_single_stream": _stats([r for r in single if not r.held_out]),
-        "held_out_all_rows": _stats([r for r in scored if r.held_out]),
-        "held_out_ids": [r.id for r in modelled if r.held_out],
-        # the rows without speculative decoding (the set the ratchet was first set on) and the
-        # speculative-decoding rows apart
-        "no_spec_single_stream": _stats([r for r in single if r.spec == "none"]),
-        "spec_single_stream": _stats([r for r in single if r.spec != "none"]),
-        "by_group": _groups(single),
-        "bound_violations": [r.id for r in modelled if r.violation],
-        # kept for the old callers: the headline over every scored row
-        "median_abs_error_pct": _stats(scored)["median_abs_error_pct"],
-        "max_abs_error_pct": _stats(scored)["max_abs_error_pct"],
-    }
+    everything = _stats(scored)
+    return CalibrationReport(
+        rows=n_rows,
+        modelled=modelled,
+        skipped=skipped,
+        single_stream=_stats(single),
+        all_rows=everything,
+        held_out_single_stream=_stats([r for r in single if r.held_out]),
+        seen_single_stream=_stats([r for r in single if not r.held_out]),
+        held_out_all_rows=_stats([r for r in scored if r.held_out]),
+        held_out_ids=[r.id for r in modelled if r.held_out],
+        no_spec_single_stream=_stats([r for r in single if r.spec == "none"]),
+        spec_single_stream=_stats([r for r in single if r.spec != "none"]),
+        by_group=_groups(single),
+        bound_violations=[r.id for r in modelled if r.violation],
+        median_abs_error_pct=everything.median_abs_error_pct,
+        max_abs_error_pct=everything.max_abs_error_pct,
+    )
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -434,21 +417,20 @@ def is_held_out(row: dict[str, str]) -> bool:
     return (row.get("seen") or "yes").strip().lower() == "no"
 
 
-def _stats(rows: list[RowResult]) -> dict[str, Any]:
+def _stats(rows: list[RowResult]) -> ErrorStats:
     errs = [abs(r.error_pct) for r in rows]
-    return {
-        "n": len(rows),
-        "median_abs_error_pct": round(percentile(errs, 50), 1) if errs else None,
-        "p90_abs_error_pct": round(percentile(errs, 90), 1) if errs else None,
-        "max_abs_error_pct": round(max(errs), 1) if errs else None,
-        "bound_violations": sum(r.violation for r in rows),
-        # how far above the measurements the bound sits (bound / measured, speed terms)
-        "median_tightness": round(percentile([r.tightness for r in rows], 50), 2) if rows else None,
-    }
+    return ErrorStats(
+        n=len(rows),
+        median_abs_error_pct=round(percentile(errs, 50), 1) if errs else None,
+        p90_abs_error_pct=round(percentile(errs, 90), 1) if errs else None,
+        max_abs_error_pct=round(max(errs), 1) if errs else None,
+        bound_violations=sum(r.violation for r in rows),
+        median_tightness=round(percentile([r.tightness for r in rows], 50), 2) if rows else None,
+    )
 
 
-def _groups(rows: list[RowResult]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _groups(rows: list[RowResult]) -> dict[str, ErrorStats]:
+    out: dict[str, ErrorStats] = {}
     keys = {
         "engine": lambda r: r.engine,
         "gpu": lambda r: r.gpu,
@@ -465,7 +447,7 @@ def _groups(rows: list[RowResult]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def pairs(path: Path | None = None) -> list[dict[str, Any]]:
+def pairs(path: Path | None = None) -> list[PairResult]:
     """Measured vs predicted change of each before/after pair (per-stream tok/s)."""
     path = path or reference_dir() / "whatif_pairs.csv"
     rows: dict[str, dict[str, str]] = {}
@@ -478,22 +460,23 @@ def pairs(path: Path | None = None) -> list[dict[str, Any]]:
         pa, why_a = predict_row(a)
         pb, why_b = predict_row(b)
         if pa is None or pb is None:
-            out.append({**pr, "skipped": why_a or why_b})
+            out.append(PairResult.model_validate({**pr, "skipped": why_a or why_b}))
             continue
         # changes in speed (+ = faster after), whatever the rows' metric
         ma, mb = speed(a["metric"], float(a["value"])), speed(b["metric"], float(b["value"]))
         meas = (mb / ma - 1) * 100
         pred = (speed(b["metric"], pb[0]) / speed(a["metric"], pa[0]) - 1) * 100
         out.append(
-            {
-                **pr,
-                "measured_delta_pct": round(meas, 1),
-                "predicted_delta_pct": round(pred, 1),
-                # counted only when the prediction's sign matches (no pass for small changes)
-                "right_sign": math.copysign(1, meas) == math.copysign(1, pred),
-                "held_out": is_held_out(pr) and is_held_out(a) and is_held_out(b),
-                "gap_points": round(abs(pred - meas), 1),
-                "within_5_points": abs(pred - meas) <= 5,
-            }
+            PairResult.model_validate(
+                {
+                    **pr,
+                    "measured_delta_pct": round(meas, 1),
+                    "predicted_delta_pct": round(pred, 1),
+                    "right_sign": math.copysign(1, meas) == math.copysign(1, pred),
+                    "held_out": is_held_out(pr) and is_held_out(a) and is_held_out(b),
+                    "gap_points": round(abs(pred - meas), 1),
+                    "within_5_points": abs(pred - meas) <= 5,
+                }
+            )
         )
     return out
