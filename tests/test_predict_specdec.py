@@ -173,3 +173,41 @@ def test_vllm_piecewise_graphs_under_spec_decode(priors_only):
     assert b200.details.speculative.host_issue_ms < sp.host_issue_ms
     path = spec_data().engine_paths["vllm"]
     assert isinstance(path, EnginePath) and path.draft_piecewise
+
+
+def test_doctor_predicts_with_the_acceptance_its_engine_counted(priors_only):
+    """vLLM's /metrics counters over the measured run (recorded from vLLM 0.32's own
+    SpecDecodingProm: tests/fixtures/metrics/record_vllm_spec.py) give the acceptance length
+    1 + accepted / drafts; the doctor puts it in the facts, ahead of the log's last metrics
+    line, and predict uses it."""
+    from pathlib import Path
+
+    from ceiling.bench.results import RunResult
+    from ceiling.bench.server_metrics import compare_to_client, delta
+    from ceiling.diagnose.expect import _speculative
+    from ceiling.diagnose.facts import EngineFacts
+    from ceiling.diagnose.measured import ServerView, counted_acceptance
+    from ceiling.diagnose.schema import DoctorResult
+    from ceiling.flows.doctor import _counted_acceptance
+
+    here = Path(__file__).parent / "fixtures" / "metrics"
+    before = (here / "vllm_0.32_spec_before.txt").read_text()
+    after = (here / "vllm_0.32_spec_after.txt").read_text()
+    server = compare_to_client(delta(before, after), {})
+    view = ServerView.model_validate(server)
+    got = counted_acceptance(view)
+    assert got is not None
+    tau, line = got
+    assert tau == pytest.approx(1 + 642 / 400)  # the run's drafts, not the warm-up's
+    assert "80.2% of drafted" in line and "vllm:spec_decode_num_drafts_total" in line
+    assert counted_acceptance(ServerView()) is None  # no /metrics: nothing counted
+
+    facts = EngineFacts(spec_method="mtp", spec_tokens=2, spec_mean_acceptance=1.9)
+    res = DoctorResult(facts=facts, bench={"single": RunResult(server_metrics=server)})
+    assert _counted_acceptance(res)
+    assert facts.spec_mean_acceptance == pytest.approx(2.605)
+    fields = _speculative(facts)
+    assert fields["spec_acceptance_length"] == pytest.approx(2.605)
+    p = predict(PredictRequest(**QWEN, **fields))
+    assert p.details.speculative.acceptance_length == pytest.approx(2.605)
+    assert not _counted_acceptance(DoctorResult(facts=EngineFacts(), bench={}))

@@ -70,6 +70,22 @@ def counted_itl(view: ServerView) -> ServerQuantity:
     )
 
 
+def counted_acceptance(view: ServerView) -> tuple[float, str] | None:
+    """Speculative decoding's mean acceptance length over the run from the engine's counters
+    (bonus token included: 1 + accepted / drafts, vLLM's own definition in
+    v1/spec_decode/metrics.py) and the evidence line; None without drafts in the run."""
+    drafts, accepted = view.counter("spec_drafts"), view.counter("spec_accepted_tokens")
+    if not (drafts.metric and accepted.metric and drafts.delta > 0):
+        return None
+    tau = 1.0 + accepted.delta / drafts.delta
+    drafted = view.counter("spec_draft_tokens")
+    rate = f", {accepted.delta / drafted.delta:.1%} of drafted" if drafted.delta > 0 else ""
+    return tau, (
+        f"acceptance length {tau:.3f} over the measured run: 1 + {accepted.delta:g} accepted "
+        f"/ {drafts.delta:g} drafts{rate} ({accepted.metric}, {drafts.metric})"
+    )
+
+
 def decode_stat(run: LevelResult | None) -> tuple[float | None, float | None, float | None]:
     """Decode tok/s per stream with its CI across repeats: (mean, low, high)."""
     if run is None:

@@ -184,6 +184,11 @@ class VllmEngine(Engine):
         # and the tokens the engine generated: their ratio is the batch the scheduler ran
         "engine_steps": ("vllm:iteration_tokens_total_count",),
         "generated_tokens": ("vllm:generation_tokens_total",),
+        # v1/spec_decode/metrics.py SpecDecodingProm (0.32): drafts (one per sequence per
+        # step), drafted and accepted tokens; the acceptance length is 1 + accepted / drafts
+        "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
+        "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+        "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
     }
 
     def install_hint(self) -> str:

@@ -39,7 +39,7 @@ from ceiling.bench.served import ServedModel
 from ceiling.console import console, dumps
 from ceiling.diagnose.expect import expect
 from ceiling.diagnose.judge import attribution, level_attributions, verdict
-from ceiling.diagnose.measured import measured_step
+from ceiling.diagnose.measured import ServerView, counted_acceptance, measured_step
 from ceiling.diagnose.runtime import inspect_run
 from ceiling.diagnose.schema import (
     BenchMode,
@@ -257,6 +257,8 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
                 doctor_trace.trace_windows(rec, res, cfg, setup, url, served, mode, ranks)
         if readable_log is not None:
             _inspect_stage(rec, res, cfg, readable_log, "inspect log (after the bench)", variant)
+        if _counted_acceptance(res):  # the engine's counters over the run: predict with them
+            _predict_stage(rec, res, cfg, variant, models, served, "predict (measured acceptance)")
         _attribute_stage(rec, res, cfg)
         _verdict_stage(rec, res, cfg)
         where = res.hardware.name if res.hardware is not None else "?"
@@ -338,8 +340,9 @@ def _predict_stage(
     variant: Variant | None,
     models: list[ServedModel],
     served: str | None,
+    name: str = "predict",
 ) -> None:
-    with rec.stage("predict") as st:
+    with rec.stage(name) as st:
         if res.hardware is None:  # the hardware stage failed (its stage says why)
             raise CeilingError("no hardware to predict for", fix="see the hardware stage")
         model_dir = find_model_dir(cfg, variant, models)
@@ -352,6 +355,21 @@ def _predict_stage(
             else f"CPU floors: bound {exp.prediction.decode_tok_s_per_stream:.4g} tok/s "
             "per stream (predict's GPU model does not apply)"
         )
+
+
+def _counted_acceptance(res: DoctorResult) -> bool:
+    """Put the acceptance length the engine counted over the single-stream run into the facts
+    (it covers exactly the measured requests; the log's metrics line is the last interval
+    only). True when it did: the prediction is then made again with it."""
+    facts = res.facts
+    if facts is None or facts.spec_method is None:
+        return False
+    got = counted_acceptance(ServerView.of(res.bench.get("single")))
+    if got is None:
+        return False
+    facts.spec_mean_acceptance, line = round(got[0], 3), got[1]
+    facts.add_evidence("spec_decode", line)
+    return True
 
 
 def _attribute_stage(rec: _Recorder, res: DoctorResult, cfg: DoctorConfig) -> None:
