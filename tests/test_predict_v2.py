@@ -328,30 +328,34 @@ def test_table_cache_reads_only_the_keys_a_prediction_uses(tmp_path, monkeypatch
     """The per-system cache stores each raw table key in its own file behind an index: a
     lookup decodes the keys it asks for, not the whole part (cold predict < 1 s)."""
     from ceiling.predict.tables import store
+    from ceiling.predict.tables.core import Fit, SystemFits, SystemTables
 
-    built = {
-        "fits": {"gemm": {}},
-        "raw": {
+    fit = Fit(key="vllm/1/a/bfloat16", t0_us=5.0, bw_GBps=900.0, rel_err=0.01, points=4)
+    fits = SystemFits(system="sys", version="0", gemm={"vllm/1/a/bfloat16": {"1": fit}})
+    built = SystemTables(
+        fits=fits,
+        raw={
             "gemm": {"vllm/1/a/bfloat16": {"1": [[1024, 1024, 3.0]]}, "sglang/1/b/fp8": {}},
             "moe": {},
             "attention": {"vllm/1/fa/bfloat16": {"8x1x128": [[1, 1, 9.0]]}},
             "mla": {},
         },
-    }
-    monkeypatch.setattr(store, "build_system", lambda _s: {**built["fits"], "raw": built["raw"]})
+    )
+    monkeypatch.setattr(store, "build_system", lambda _s: built)
     monkeypatch.setattr(store, "_system_dir", lambda _s: tmp_path / "sys")
-    store._part.cache_clear()
+    store.clear_caches()
     try:
         gemm = store._raw("sys", "gemm")
         assert list(gemm) == ["vllm/1/a/bfloat16", "sglang/1/b/fp8"]
         (tmp_path / "sys" / "raw_gemm.1.json").unlink()  # a key never asked for is never read
         assert gemm["vllm/1/a/bfloat16"] == {"1": [[1024, 1024, 3.0]]}
         assert store._raw("sys", "attention")["vllm/1/fa/bfloat16"]["8x1x128"] == [[1, 1, 9.0]]
-        assert store.system_fits("sys") == {"gemm": {}}
+        assert store.system_fits("sys") == fits  # read back from fits.json
+        assert (tmp_path / "sys" / "fits.json").is_file()
         with pytest.raises(KeyError):
             gemm["missing"]
     finally:
-        store._part.cache_clear()
+        store.clear_caches()
 
 
 @pytest.mark.skipif(util.find_spec("aiconfigurator_core") is None, reason="tables extra absent")
@@ -375,8 +379,8 @@ def test_tables_are_found_and_judged_by_aiconfigurators_own_loader(tmp_path):
         pq.write_table(pa.table(rows), tmp_path / rel / "gemm_perf.parquet")
     (tmp_path / "gemm/vllm/0.2.0/INCOMPLETE.txt").write_text("collection stopped\n")
     fits = tables_build.build_root(tmp_path, "test_sxm", "0")
-    assert set(fits["raw"]["gemm"]) == {"vllm/0.1.0/cublas/bfloat16"}
-    assert fits["skipped"] == ["gemm/vllm/0.2.0: marked incomplete (INCOMPLETE.txt)"]
+    assert set(fits.raw["gemm"]) == {"vllm/0.1.0/cublas/bfloat16"}
+    assert fits.fits.skipped == ["gemm/vllm/0.2.0: marked incomplete (INCOMPLETE.txt)"]
     assert [(f.relative_to(tmp_path).as_posix(), op) for f, op, _u, _p in
             tables_build.version_dirs(tmp_path)] == [("gemm/vllm/0.1.0", "gemm"),
                                                      ("gemm/vllm/0.2.0", "gemm")]  # fmt: skip

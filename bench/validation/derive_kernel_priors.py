@@ -83,8 +83,8 @@ def _newest(table: dict) -> dict:
 
 
 def _fits(system: str, family: str, arch_class: str, batch: float) -> list[tables.Fit]:
-    data = tables.system_fits(system) or {}
-    table = _newest(data.get(_table_kind(family)) or {})
+    data = tables.system_fits(system)
+    table = _newest(data.family(_table_kind(family)) if data else {})
     out = []
     for needle, dtype in _patterns(family, arch_class):
         for key, per_batch in table.items():

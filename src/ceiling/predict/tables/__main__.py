@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ceiling.predict.tables.core import info
+from ceiling.predict.tables.core import FAMILIES, info
 from ceiling.predict.tables.store import _system_dir, system_fits
 
 
@@ -17,7 +17,7 @@ def main() -> int:
         return 2
     for s in sys.argv[1:] or ti.systems:
         d = system_fits(s)
-        n = sum(len(d.get(f) or {}) for f in ("gemm", "moe", "attention", "mla", "gdn")) if d else 0
+        n = sum(len(d.family(f)) for f in FAMILIES) if d else 0
         print(f"{s}: {n} kernel fits, cache {_system_dir(s)}")
     return 0
 

@@ -19,6 +19,10 @@ from ceiling.predict.tables.core import (
     RAW_GEMM_M,
     RAW_MAX_TOKENS,
     Fit,
+    KernelFits,
+    RawTable,
+    SystemFits,
+    SystemTables,
     _l2_bytes,
     info,
 )
@@ -80,7 +84,7 @@ def _rows(data: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [{k: data[k][i] for k in keys} for i in range(n)]
 
 
-def _gemm_fits(path: Path, tag: str, l2: float, raw: dict) -> dict[str, dict[str, dict]]:
+def _gemm_fits(path: Path, tag: str, l2: float, raw: dict[str, RawTable]) -> KernelFits:
     rows = _rows(_read(path, ["kernel_source", "gemm_dtype", "m", "n", "k", "latency"]))
     groups: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
     for r in rows:
@@ -95,15 +99,15 @@ def _gemm_fits(path: Path, tag: str, l2: float, raw: dict) -> dict[str, dict[str
             raw.setdefault(f"{tag}/{key[0]}/{key[1]}", {}).setdefault(str(key[2]), []).append(
                 [int(r["n"]), int(r["k"]), round(r["latency"] * 1e3, 3)]
             )
-    out: dict[str, dict[str, dict]] = {}
+    out: KernelFits = {}
     for (ks, dt, m), pts in groups.items():
         f = fit_line(pts, f"{tag}/{ks}/{dt}", l2)
         if f is not None:
-            out.setdefault(f"{tag}/{ks}/{dt}", {})[str(m)] = f.model_dump()
+            out.setdefault(f"{tag}/{ks}/{dt}", {})[str(m)] = f
     return out
 
 
-def _moe_fits(path: Path, tag: str, l2: float, raw: dict) -> dict[str, dict[str, dict]]:
+def _moe_fits(path: Path, tag: str, l2: float, raw: dict[str, RawTable]) -> KernelFits:
     cols = ["kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk"]
     cols += ["num_experts", "moe_tp_size", "moe_ep_size", "distribution", "latency"]
     rows = _rows(_read(path, cols))
@@ -125,15 +129,15 @@ def _moe_fits(path: Path, tag: str, l2: float, raw: dict) -> dict[str, dict[str,
             raw.setdefault(f"{tag}/{key[0]}/{key[1]}", {}).setdefault(shape, []).append(
                 [int(r["num_tokens"]), int(r["moe_tp_size"]), round(r["latency"] * 1e3, 3)]
             )
-    out: dict[str, dict[str, dict]] = {}
+    out: KernelFits = {}
     for (ks, dt, t), pts in groups.items():
         f = fit_line(pts, f"{tag}/{ks}/{dt}", l2)
         if f is not None:
-            out.setdefault(f"{tag}/{ks}/{dt}", {})[str(t)] = f.model_dump()
+            out.setdefault(f"{tag}/{ks}/{dt}", {})[str(t)] = f
     return out
 
 
-def _attn_fits(path: Path, tag: str, kind: str, l2: float, raw: dict) -> dict[str, dict[str, dict]]:
+def _attn_fits(path: Path, tag: str, kind: str, l2: float, raw: dict[str, RawTable]) -> KernelFits:
     """GQA / MLA decode attention: latency vs KV bytes read, per batch size."""
     if kind == "gqa":
         cols = ["kernel_source", "kv_cache_dtype", "batch_size", "num_key_value_heads"]
@@ -164,15 +168,15 @@ def _attn_fits(path: Path, tag: str, kind: str, l2: float, raw: dict) -> dict[st
             raw.setdefault(f"{tag}/{key[0]}/{key[1]}", {}).setdefault(shape, []).append(
                 [int(r["batch_size"]), int(ctx), round(r["latency"] * 1e3, 3)]
             )
-    out: dict[str, dict[str, dict]] = {}
+    out: KernelFits = {}
     for (ks, dt, b), pts in groups.items():
         f = fit_line(pts, f"{tag}/{ks}/{dt}", l2)
         if f is not None:
-            out.setdefault(f"{tag}/{ks}/{dt}", {})[str(b)] = f.model_dump()
+            out.setdefault(f"{tag}/{ks}/{dt}", {})[str(b)] = f
     return out
 
 
-def _gdn_fits(path: Path, tag: str, l2: float) -> dict[str, dict[str, dict]]:
+def _gdn_fits(path: Path, tag: str, l2: float) -> KernelFits:
     cols = ["kernel_source", "phase", "batch_size", "num_v_heads", "head_k_dim", "head_v_dim"]
     rows = _rows(_read(path, [*cols, "latency"]))
     groups: dict[str, list[tuple[float, float]]] = {}
@@ -181,11 +185,11 @@ def _gdn_fits(path: Path, tag: str, l2: float) -> dict[str, dict[str, dict]]:
             continue
         state = r["batch_size"] * r["num_v_heads"] * r["head_k_dim"] * r["head_v_dim"] * 4
         groups.setdefault(r["kernel_source"], []).append((2 * state, r["latency"] * 1e3))
-    out: dict[str, dict[str, dict]] = {}
+    out: KernelFits = {}
     for ks, pts in groups.items():
         f = fit_line(pts, f"{tag}/{ks}", l2)
         if f is not None:
-            out[f"{tag}/{ks}"] = {"any": f.model_dump()}
+            out[f"{tag}/{ks}"] = {"any": f}
     return out
 
 
@@ -227,7 +231,7 @@ def version_dirs(root: Path) -> list[tuple[Path, str, bool, frozenset[str]]]:
     return sorted(out)
 
 
-def build_system(system: str) -> dict[str, Any]:
+def build_system(system: str) -> SystemTables:
     """Read one system's parquet tables into fits (slow: pyarrow); see :func:`system_fits`."""
     tinfo = info()
     if tinfo is None:
@@ -235,50 +239,41 @@ def build_system(system: str) -> dict[str, Any]:
     return build_root(Path(tinfo.root) / system, system, tinfo.version)
 
 
-def build_root(root: Path, system: str, version: str) -> dict[str, Any]:
+def build_root(root: Path, system: str, version: str) -> SystemTables:
     """The fits of the system whose tables are under ``root`` (see :func:`build_system`)."""
     l2 = _l2_bytes(system)
-    result: dict[str, Any] = {
-        "system": system,
-        "version": version,
-        "gemm": {},
-        "moe": {},
-        "attention": {},
-        "mla": {},
-        "gdn": {},
-        "comm": {},
-        "raw": {"gemm": {}, "moe": {}, "attention": {}, "mla": {}},
-    }
+    result = SystemTables(
+        fits=SystemFits(system=system, version=version),
+        raw={"gemm": {}, "moe": {}, "attention": {}, "mla": {}},
+    )
     for folder, op, usable, partial in version_dirs(root):
         rel = folder.relative_to(root)
         if not usable:
-            result.setdefault("skipped", []).append(f"{rel}: marked incomplete (INCOMPLETE.txt)")
+            result.fits.skipped.append(f"{rel}: marked incomplete (INCOMPLETE.txt)")
             continue
         if partial:
-            result.setdefault("partial", []).extend(f"{rel}/{t}" for t in sorted(partial))
+            result.fits.partial.extend(f"{rel}/{t}" for t in sorted(partial))
         for path in sorted(folder.glob("*.parquet")):
             _read_table(result, path, op, f"{folder.parent.name}/{folder.name}", root, l2)
     return result
 
 
-def _read_table(
-    result: dict[str, Any], path: Path, op: str, tag: str, root: Path, l2: float
-) -> None:
+def _read_table(result: SystemTables, path: Path, op: str, tag: str, root: Path, l2: float) -> None:
     """Fit one parquet table into ``result`` (a malformed one is skipped, named)."""
-    raw = result["raw"]
+    fits, raw = result.fits, result.raw
     name = path.name
     try:
         if op == "gemm" and name == "gemm_perf.parquet":
-            result["gemm"].update(_gemm_fits(path, tag, l2, raw["gemm"]))
+            fits.gemm.update(_gemm_fits(path, tag, l2, raw["gemm"]))
         elif op == "moe" and name == "moe_perf.parquet":
-            result["moe"].update(_moe_fits(path, tag, l2, raw["moe"]))
+            fits.moe.update(_moe_fits(path, tag, l2, raw["moe"]))
         elif op == "attention" and name == "generation_attention_perf.parquet":
-            result["attention"].update(_attn_fits(path, tag, "gqa", l2, raw["attention"]))
+            fits.attention.update(_attn_fits(path, tag, "gqa", l2, raw["attention"]))
         elif op == "mla" and name == "generation_mla_perf.parquet":
-            result["mla"].update(_attn_fits(path, tag, "mla", l2, raw["mla"]))
+            fits.mla.update(_attn_fits(path, tag, "mla", l2, raw["mla"]))
         elif op == "linear_attention" and name == "gdn_perf.parquet":
-            result["gdn"].update(_gdn_fits(path, tag, l2))
+            fits.gdn.update(_gdn_fits(path, tag, l2))
         elif op == "comm" and name.endswith("_perf.parquet"):
-            result["comm"].update(_comm_points(path, tag))
+            fits.comm.update(_comm_points(path, tag))
     except (KeyError, ValueError, OSError) as exc:  # a malformed table is skipped, named
-        result.setdefault("skipped", []).append(f"{path.relative_to(root)}: {exc}")
+        fits.skipped.append(f"{path.relative_to(root)}: {exc}")

@@ -53,6 +53,42 @@ class Fit(BaseModel):
         return self.t0_us + nbytes / (bw * 1e3)
 
 
+#: One table key's measured rows per shape ("8x1x128" -> [[batch, context, us], ...]; GEMM keys
+#: per M -> [[n, k, us], ...]; MoE per hidden x inter x experts x top-k -> [[tokens, tp, us]]).
+RawTable = dict[str, list[list[float]]]
+#: Kernel fits of one op family: table key -> batch size (or "any") -> the fit there.
+KernelFits = dict[str, dict[str, Fit]]
+FAMILIES = ("gemm", "moe", "attention", "mla", "gdn")
+
+
+class SystemFits(BaseModel):
+    """The fits of one aiconfigurator system (the cache's ``fits.json``) and the allreduce
+    points (``comm``: table key -> world size -> [[bytes, us], ...])."""
+
+    system: str
+    version: str
+    gemm: KernelFits = {}
+    moe: KernelFits = {}
+    attention: KernelFits = {}
+    mla: KernelFits = {}
+    gdn: KernelFits = {}
+    comm: dict[str, dict[str, list[list[float]]]] = {}
+    skipped: list[str] = []  # version folders and tables not read, each with why
+    partial: list[str] = []  # tables their collection marked partial (rows used, said)
+
+    def family(self, name: str) -> KernelFits:
+        """The fits of one op family (gemm, moe, attention, mla, gdn); {} for another name."""
+        return getattr(self, name) if name in FAMILIES else {}
+
+
+class SystemTables(BaseModel):
+    """What the build step reads from one system's parquet files: the fits and the raw rows
+    (family -> table key -> rows per shape), the latter stored one key per file."""
+
+    fits: SystemFits
+    raw: dict[str, dict[str, RawTable]]
+
+
 class TablesInfo(BaseModel):
     version: str
     root: str

@@ -7,7 +7,6 @@ import itertools
 import math
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -22,22 +21,19 @@ def _vkey(v: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _at(per_batch: dict[str, dict], batch: float) -> Fit:
+def _at(per_batch: dict[str, Fit], batch: float) -> Fit:
     """The fit at ``batch`` (log-interpolated between the nearest measured batch sizes)."""
     sizes = sorted(per_batch, key=lambda s: float(s) if s != "any" else 0.0)
     if "any" in per_batch:
-        return Fit.model_validate(per_batch["any"])
+        return per_batch["any"]
     vals = [float(s) for s in sizes]
     if batch <= vals[0]:
-        return Fit.model_validate(per_batch[sizes[0]])
+        return per_batch[sizes[0]]
     if batch >= vals[-1]:
-        return Fit.model_validate(per_batch[sizes[-1]])
+        return per_batch[sizes[-1]]
     for i in range(1, len(vals)):
         if vals[i] >= batch:
-            lo, hi = (
-                Fit.model_validate(per_batch[sizes[i - 1]]),
-                Fit.model_validate(per_batch[sizes[i]]),
-            )
+            lo, hi = per_batch[sizes[i - 1]], per_batch[sizes[i]]
             w = math.log(batch / vals[i - 1]) / math.log(vals[i] / vals[i - 1])
             return Fit(
                 key=lo.key,
@@ -48,7 +44,7 @@ def _at(per_batch: dict[str, dict], batch: float) -> Fit:
                 rel_err=max(lo.rel_err, hi.rel_err),
                 points=lo.points + hi.points,
             )
-    return Fit.model_validate(per_batch[sizes[-1]])
+    return per_batch[sizes[-1]]
 
 
 def quality(fit: Fit, peers: list[Fit], datasheet_GBps: float) -> Fit:
@@ -79,7 +75,7 @@ class Measured(BaseModel):
 
 
 def _candidates(
-    table: Mapping[str, Any], engine: str, patterns: list[tuple[str, str]]
+    table: Mapping[str, object], engine: str, patterns: list[tuple[str, str]]
 ) -> list[tuple[int, int, tuple[int, ...], str]]:
     """Table keys matching ``patterns`` ((kernel substring, dtype) in preference order), ordered:
     the engine's own table first (newest version), then other engines' tables."""
@@ -422,7 +418,7 @@ def kernel_fit(
     data = system_fits(system)
     if data is None:
         return None
-    table = data.get(family) or {}
+    table = data.family(family)
     for *_rank, key in _candidates(table, engine, patterns):
         return _at(table[key], batch)
     return None
@@ -434,7 +430,7 @@ def allreduce_points(system: str, impl_needles: list[str], n: int) -> list[list[
     if data is None:
         return None
     best: tuple[tuple[int, ...], list[list[float]]] | None = None
-    for key, per_n in (data.get("comm") or {}).items():
+    for key, per_n in data.comm.items():
         if str(n) not in per_n:
             continue
         low = key.lower()

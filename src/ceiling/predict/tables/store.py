@@ -12,30 +12,39 @@ import json
 from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any
+
+from pydantic import ValidationError
 
 from ceiling.predict.tables.build import build_system
-from ceiling.predict.tables.core import FIT_VERSION, _cache_dir, info
+from ceiling.predict.tables.core import (
+    FIT_VERSION,
+    RawTable,
+    SystemFits,
+    SystemTables,
+    _cache_dir,
+    info,
+)
 
 RAW_PARTS = ("raw_gemm", "raw_moe", "raw_attention", "raw_mla")
 PARTS = ("fits", *RAW_PARTS)
 
 
-class LazyTable(Mapping[str, Any]):
+class LazyTable(Mapping[str, RawTable]):
     """One raw part of the cache: its keys from the index, a key's rows read on first use."""
 
     def __init__(self, d: Path, part: str, keys: list[str]) -> None:
         self._d, self._part = d, part
         self._index = {k: i for i, k in enumerate(keys)}
-        self._rows: dict[str, Any] = {}
+        self._rows: dict[str, RawTable] = {}
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> RawTable:
         if key not in self._rows:
             i = self._index[key]  # KeyError for an unknown key, as a dict
             try:
-                self._rows[key] = json.loads((self._d / f"{self._part}.{i}.json").read_text())
+                rows = json.loads((self._d / f"{self._part}.{i}.json").read_text())
             except (OSError, json.JSONDecodeError):
-                self._rows[key] = {}
+                rows = {}
+            self._rows[key] = rows if isinstance(rows, dict) else {}
         return self._rows[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -45,10 +54,14 @@ class LazyTable(Mapping[str, Any]):
         return len(self._index)
 
 
-def _write(path: Path, value: Any) -> None:
+def _write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, separators=(",", ":")))
+    tmp.write_text(text)
     tmp.replace(path)
+
+
+def _dumps(value: RawTable | list[str]) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _complete(d: Path) -> bool:
@@ -71,48 +84,63 @@ def _ensure_built(system: str) -> Path | None:
         return None
     if _complete(d):
         return d
-    data = build_system(system)
-    raw = data.pop("raw")
-    parts = {"fits": data, **{f"raw_{k}": v for k, v in raw.items()}}
+    built = build_system(system)
     try:
         d.mkdir(parents=True, exist_ok=True)
         for part in RAW_PARTS:  # the key files first, each part's index last
-            table = parts.get(part) or {}
+            table = built.raw.get(part.removeprefix("raw_")) or {}
             for i, key in enumerate(table):
-                _write(d / f"{part}.{i}.json", table[key])
-            _write(d / f"{part}.index.json", list(table))
-        _write(d / "fits.json", data)
+                _write(d / f"{part}.{i}.json", _dumps(table[key]))
+            _write(d / f"{part}.index.json", _dumps(list(table)))
+        _write(d / "fits.json", built.fits.model_dump_json())
     except OSError:  # a read-only home still predicts; it only rebuilds next time
-        _MEMORY[system] = parts
+        _MEMORY[system] = built
     return d
 
 
-_MEMORY: dict[str, dict[str, Any]] = {}
+_MEMORY: dict[str, SystemTables] = {}
 
 
 @cache
-def _part(system: str, part: str) -> Mapping[str, Any] | None:
+def _fits(system: str) -> SystemFits | None:
+    if system not in _MEMORY:
+        d = _ensure_built(system)
+        if d is None:
+            return None
+        if system not in _MEMORY:
+            try:
+                return SystemFits.model_validate_json((d / "fits.json").read_text())
+            except (OSError, ValidationError):
+                return None
+    return _MEMORY[system].fits
+
+
+@cache
+def _part(system: str, part: str) -> Mapping[str, RawTable] | None:
     if system in _MEMORY:
-        return _MEMORY[system].get(part)
+        return _MEMORY[system].raw.get(part.removeprefix("raw_"))
     d = _ensure_built(system)
     if d is None:
         return None
     if system in _MEMORY:
-        return _MEMORY[system].get(part)
+        return _MEMORY[system].raw.get(part.removeprefix("raw_"))
     try:
-        if part in RAW_PARTS:
-            keys = json.loads((d / f"{part}.index.json").read_text())
-            return LazyTable(d, part, [str(k) for k in keys])
-        return json.loads((d / f"{part}.json").read_text())
+        keys = json.loads((d / f"{part}.index.json").read_text())
+        return LazyTable(d, part, [str(k) for k in keys])
     except (OSError, json.JSONDecodeError):
         return None
 
 
-def system_fits(system: str) -> dict[str, Any] | None:
+def clear_caches() -> None:
+    """Forget what was read (tests that build a system of their own)."""
+    _fits.cache_clear()
+    _part.cache_clear()
+
+
+def system_fits(system: str) -> SystemFits | None:
     """Kernel fits (and allreduce points) for one aiconfigurator system (cached JSON)."""
-    fits = _part(system, "fits")
-    return fits if isinstance(fits, dict) else None
+    return _fits(system)
 
 
-def _raw(system: str, family: str) -> Mapping[str, Any]:
+def _raw(system: str, family: str) -> Mapping[str, RawTable]:
     return _part(system, f"raw_{family}") or {}
