@@ -178,3 +178,38 @@ def test_cli_preflight_uses_the_cached_flag_table(tmp_path, monkeypatch, capsys)
     assert "removed in 0.10.2" in out and "fix:" in out
     assert len(calls) == 1  # second and third checks came from the cache
     assert list((tmp_path / "cache" / "flags").glob("vllm-*.json"))
+
+
+def test_a_parser_table_is_shared_by_wrapper_commands_a_help_table_is_not(tmp_path, monkeypatch):
+    """The parser's table depends on the Python that imports it, not on the script a variant
+    launches (fault-injection variants wrap vLLM in one of their own); a table parsed from a
+    command's --help text belongs to that command."""
+    from ceiling.engines.base import EngineInstall
+    from ceiling.engines.vllm import VllmEngine
+
+    monkeypatch.setenv("CEILING_CACHE_DIR", str(tmp_path / "cache"))
+    source = {"now": "parser"}
+    calls = []
+
+    def fake_dump(self, install):
+        calls.append(install.command)
+        return TABLE.model_copy(update={"source": source["now"]}, deep=True)
+
+    monkeypatch.setattr(VllmEngine, "dump_flags", fake_dump)
+    engine = get_engine("vllm")
+
+    def install(script: str) -> EngineInstall:
+        return EngineInstall(
+            python=sys.executable, command=[sys.executable, script], version="0.32.0"
+        )
+
+    assert not engine.flag_table(install("a.py")).cache_hit
+    assert engine.flag_table(install("b.py")).cache_hit  # same Python: the parser's table
+    assert calls == [[sys.executable, "a.py"]]
+    source["now"] = "help"
+    helpless = EngineInstall(python=None, command=["/opt/x/vllm"], version="0.32.0")
+    assert not engine.flag_table(helpless).cache_hit
+    other = EngineInstall(python=None, command=["/opt/y/vllm"], version="0.32.0")
+    assert not engine.flag_table(other).cache_hit  # another command: its own --help
+    assert engine.flag_table(helpless).cache_hit
+    assert len(calls) == 3

@@ -161,7 +161,7 @@ def test_a_recorded_window_is_printed(capsys) -> None:
 
 
 class _SlowWriter(_FakeVllm):
-    """A profiler whose stop writes the trace in two pieces with a pause between them longer
+    """A profiler that writes the trace in two pieces with a pause between them longer
     than one settle poll (torch's exporter streams the gzip; a loaded box pauses it)."""
 
     folder: Path = Path()
@@ -170,7 +170,7 @@ class _SlowWriter(_FakeVllm):
     def do_POST(self) -> None:
         if self.path in ("/start_profile", "/stop_profile"):
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if self.path == "/stop_profile":
+            if self.path == "/start_profile":  # bounded: the engine writes when it is done
                 threading.Thread(target=self._write, daemon=True).start()
             self.send_response(200)
             self.send_header("Content-Length", "2")
@@ -180,6 +180,7 @@ class _SlowWriter(_FakeVllm):
         super().do_POST()
 
     def _write(self) -> None:
+        time.sleep(0.3)
         raw = VLLM_CPU.read_bytes()
         path = self.folder / "rank0.pt.trace.json.gz"
         with path.open("wb") as f:

@@ -266,19 +266,33 @@ class Engine:
         return FlagTable.model_validate(data), ""
 
     def flag_table(self, install: EngineInstall, refresh: bool = False) -> FlagTable:
-        """The engine's flags, cached per (engine, version, python) under the user cache dir."""
-        key = hashlib.sha256(
-            f"{install.python}|{install.command}|{install.dist}".encode()
-        ).hexdigest()[:12]
-        path = cache_dir() / "flags" / f"{self.name}-{install.version or 'unknown'}-{key}.json"
-        if path.exists() and not refresh:
-            try:
-                table = FlagTable.model_validate_json(path.read_text())
+        """The engine's flags, cached per (engine, version, python) under the user cache dir.
+
+        A table read from the engine's parser depends only on the Python that imports it, so
+        it is kept under a key without the launch command (variants wrapping the engine in a
+        script of their own share it); one parsed from ``--help`` text depends on the command
+        and is kept under a key that includes it."""
+        folder = cache_dir() / "flags"
+        stem = f"{self.name}-{install.version or 'unknown'}"
+
+        def key(*parts: object) -> Path:
+            digest = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:12]
+            return folder / f"{stem}-{digest}.json"
+
+        by_parser = key(install.python, install.dist) if install.python is not None else None
+        by_command = key(install.python, install.command, install.dist)
+        if not refresh:
+            for path in (by_parser, by_command):
+                if path is None or not path.exists():
+                    continue
+                try:
+                    table = FlagTable.model_validate_json(path.read_text())
+                except ValueError:
+                    continue  # corrupt cache: rebuild it
                 table.cache_path, table.cache_hit = str(path), True
                 return table
-            except ValueError:
-                pass  # corrupt cache: rebuild it
         table = self.dump_flags(install)
+        path = by_parser if table.source == "parser" and by_parser is not None else by_command
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(table.model_dump_json())
