@@ -173,3 +173,21 @@ def test_bound_is_physics_and_its_tightness_is_reported(priors_only):
         assert m.tightness == pytest.approx(want, abs=0.01), m.id
         assert m.tightness >= 1.0, m.id
     assert res.single_stream.median_tightness > 1
+
+
+def test_a_rows_spec_method_and_acceptance_are_read_from_its_columns():
+    """The first word names the method when it is one (SGLang calls its MTP path EAGLE); the
+    notes give a rate ('89.2% acceptance') or a length ('acceptance length 3.52')."""
+    from ceiling.predict.calibration import spec_decoding
+
+    row = {"spec_decode": "mtp (SGLang EAGLE on the MTP layer; steps=3, topk=1)",
+           "notes": "acceptance length 3.52 reported"}  # fmt: skip
+    got = spec_decoding(row)
+    assert got is not None and (got.spec, got.spec_tokens) == ("mtp", 3)
+    assert got.spec_acceptance_length == 3.52 and got.spec_acceptance_rate is None
+    rate = spec_decoding(
+        {"spec_decode": "mtp (num_speculative_tokens=2)", "notes": "89.2% acceptance"}
+    )
+    assert rate is not None and rate.spec_acceptance_rate == pytest.approx(0.892)
+    assert spec_decoding({"spec_decode": "eagle3 k=3", "notes": ""}).spec == "eagle3"  # type: ignore[union-attr]
+    assert spec_decoding({"spec_decode": "none", "notes": ""}) is None

@@ -209,28 +209,34 @@ def request_for(row: dict[str, str]) -> tuple[PredictRequest | None, str]:
     if req is None:
         return None, why
     spec = spec_decoding(row)
-    return (req.model_copy(update=spec.model_dump(exclude_unset=True)) if spec else req), ""
+    return (req.model_copy(update=spec.model_dump(exclude_none=True)) if spec else req), ""
 
 
 def spec_decoding(row: dict[str, str]) -> SpecDecoding | None:
     """The speculative decoding a row's ``spec_decode`` column names ('mtp
-    (num_speculative_tokens=2)', SGLang's 'mtp NEXTN (steps=4, topk=1, draft=3)', 'eagle3 k=3'),
-    with the acceptance rate its notes report ('89.2% acceptance'); None for none. SGLang with
-    topk 1 drafts ``steps`` tokens (it sets num_draft_tokens = steps + 1)."""
+    (num_speculative_tokens=2)', SGLang's 'mtp NEXTN (steps=4, topk=1, draft=3)', 'eagle3 k=3'):
+    its first word when that is a method (SGLang calls its MTP path 'EAGLE'), with the
+    acceptance its notes report ('89.2% acceptance': a rate; 'acceptance length 3.52'); None
+    for none. SGLang with topk 1 drafts ``steps`` tokens (it sets num_draft_tokens = steps + 1)."""
     import re
 
     text = row["spec_decode"].strip().lower()
     if text in ("none", ""):
         return None
-    method = next((m for m in ("eagle3", "eagle", "ngram", "mtp") if m in text), "mtp")
+    methods = ("eagle3", "eagle", "ngram", "mtp")
+    first = text.split()[0]
+    method = first if first in methods else next((m for m in methods if m in text), "mtp")
     k = re.search(r"(?:num_speculative_tokens|steps|k)\s*=\s*(\d+)", text)
     tokens = int(k.group(1)) if k else None
-    rate = re.search(r"(\d+(?:\.\d+)?)\s*% acceptance", row.get("notes", "").lower())
-    if rate:
-        return SpecDecoding(
-            spec=method, spec_tokens=tokens, spec_acceptance_rate=float(rate.group(1)) / 100
-        )
-    return SpecDecoding(spec=method, spec_tokens=tokens)
+    notes = row.get("notes", "").lower()
+    rate = re.search(r"(\d+(?:\.\d+)?)\s*% acceptance", notes)
+    length = re.search(r"acceptance length (\d+(?:\.\d+)?)", notes)
+    return SpecDecoding(
+        spec=method,
+        spec_tokens=tokens,
+        spec_acceptance_rate=float(rate.group(1)) / 100 if rate else None,
+        spec_acceptance_length=float(length.group(1)) if length else None,
+    )
 
 
 def _decode_step(req: PredictRequest) -> Prediction:

@@ -96,8 +96,9 @@ class PairResult(BaseModel):
 
 class SpecDecoding(BaseModel):
     """The speculative decoding a row's ``spec_decode`` column names: the PredictRequest fields
-    it sets (``spec_acceptance_rate`` only when the row's notes report one)."""
+    it sets (the acceptance rate or length only when the row's notes report one)."""
 
     spec: str
     spec_tokens: int | None
     spec_acceptance_rate: float | None = None
+    spec_acceptance_length: float | None = None
