@@ -8,14 +8,48 @@ uses ``expected`` (what the engine would deliver); each row also carries the var
 from __future__ import annotations
 
 from math import gcd
-from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
+from ceiling.choices import Allreduce, PredictEngine
 from ceiling.predict.core import load_spec, variant
 from ceiling.predict.schema import Prediction, PredictRequest, WhatIf
 from ceiling.predict.specdec import mtp_layers, spec_data
 from ceiling.predict.validate import max_dcp
 from ceiling.spec.deployment import engines_table
 from ceiling.spec.hardware import list_links, load_gpu, load_link
+
+
+class Patch(BaseModel):
+    """The request fields one what-if changes; the fields it leaves unset stay the request's
+    (``gpus=None`` is set: the GPU count follows the new TP). The patched request is validated
+    as any request is (``PredictRequest``'s own checks: the spec methods, DCP dividing TP)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allreduce: Allreduce | None = None
+    link: str | None = None
+    cuda_graphs: bool | None = None
+    tp: int | None = None
+    gpus: int | None = None
+    ep: int | None = None
+    dcp: int | None = None
+    weight_format: str | None = None
+    kv_dtype: str | None = None
+    spec: str | None = None
+    engine: PredictEngine | None = None
+
+    def apply(self, req: PredictRequest) -> PredictRequest:
+        data = {**req.model_dump(), **self.model_dump(exclude_unset=True), "what_if": False}
+        return PredictRequest.model_validate(data)
+
+
+class Knob(BaseModel):
+    """One what-if: what changes (the row's label), the patch that makes it, a note."""
+
+    change: str
+    patch: Patch
+    note: str = ""
 
 
 def _p2p_twin(link_name: str) -> str | None:
@@ -36,93 +70,91 @@ def _format_bytes(req: PredictRequest, fmt: str) -> float:
     return float(load_spec(req.model, fmt).weight_bytes())
 
 
-def _spec_variants(req: PredictRequest) -> list[tuple[str, dict[str, Any], str]]:
+def _knob(change: str, note: str = "", **patch: object) -> Knob:
+    return Knob(change=change, patch=Patch.model_validate(patch), note=note)
+
+
+def _spec_variants(req: PredictRequest) -> list[Knob]:
     """Speculative decoding on (MTP where the checkpoint ships MTP layers, else EAGLE-3 with a
     draft model), or off when the request has it; at the method's default acceptance."""
     if req.spec != "none":
-        return [("speculative decoding off", {"spec": "none"}, "")]
+        return [_knob("speculative decoding off", spec="none")]
     k = spec_data().default_tokens
     if mtp_layers(load_spec(req.model, req.weight_format)) > 0:
-        return [(f"MTP speculative decoding ({k} tokens)", {"spec": "mtp"},
-                 "the checkpoint's MTP layer; default acceptance (spec_decode.yaml)")]  # fmt: skip
-    return [(f"EAGLE-3 speculative decoding ({k} tokens)", {"spec": "eagle3"},
-             "needs an EAGLE-3 draft for this model; default acceptance (spec_decode.yaml)")]  # fmt: skip
+        return [_knob(f"MTP speculative decoding ({k} tokens)",
+                      "the checkpoint's MTP layer; default acceptance (spec_decode.yaml)",
+                      spec="mtp")]  # fmt: skip
+    return [_knob(f"EAGLE-3 speculative decoding ({k} tokens)",
+                  "needs an EAGLE-3 draft for this model; default acceptance (spec_decode.yaml)",
+                  spec="eagle3")]  # fmt: skip
 
 
-def _dcp_variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str, Any], str]]:
+def _dcp_variants(req: PredictRequest, pred: Prediction) -> list[Knob]:
     """DCP off when the request has it; the largest DCP the layout allows where the engine has
     it and the KV cache is replicated over TP ranks (MLA's latent cache on every rank; GQA
     with TP above the KV heads), at long context (engines.yaml ``what_if_min_context``)."""
     if req.dcp > 1:
-        return [("DCP off (KV replicated over the TP ranks again)", {"dcp": 1}, "")]
+        return [_knob("DCP off (KV replicated over the TP ranks again)", dcp=1)]
     rule = engines_table()[req.engine].decode_context_parallel if req.tp > 1 else None
     if rule is None or req.context < rule.what_if_min_context:
         return []
     n = max_dcp(req.engine, req.tp, load_spec(req.model, req.weight_format))
     if n <= 1:
         return []
-    return [(f"DCP={n} (decode context parallel: KV sharded over {n} TP ranks)",
-             {"dcp": n}, f"3 NCCL collectives more per attention layer; KV capacity x {n}")]  # fmt: skip
+    return [_knob(f"DCP={n} (decode context parallel: KV sharded over {n} TP ranks)",
+                  f"3 NCCL collectives more per attention layer; KV capacity x {n}", dcp=n)]  # fmt: skip
 
 
-def _variants(req: PredictRequest, pred: Prediction) -> list[tuple[str, dict[str, Any], str]]:
-    out: list[tuple[str, dict[str, Any], str]] = []
+def _variants(req: PredictRequest, pred: Prediction) -> list[Knob]:
+    out: list[Knob] = []
     gpu = load_gpu(req.gpu_name())
     link = load_link(pred.hardware.link or "")
     impl = pred.deployment.allreduce_impl
     if req.tp > 1:
         if impl == "nccl" and link.oneshot is not None:
-            out.append(("one-shot custom allreduce instead of NCCL", {"allreduce": "oneshot"}, ""))
+            out.append(_knob("one-shot custom allreduce instead of NCCL", allreduce="oneshot"))
         if impl == "oneshot":
-            out.append(("NCCL allreduce instead of one-shot", {"allreduce": "nccl"}, ""))
+            out.append(_knob("NCCL allreduce instead of one-shot", allreduce="nccl"))
         twin = _p2p_twin(link.name)
         if twin:
             label = "P2P off" if link.p2p else "P2P on"
-            out.append((f"{label} ({twin})", {"link": twin}, ""))
+            out.append(_knob(f"{label} ({twin})", link=twin))
         if link.kind != "nvlink":
             nv = gpu.nvlink or "nvlink4"
             note = "" if gpu.nvlink else f"hypothetical: {gpu.name} has no NVLink"
-            out.append((f"NVLink ({nv}) instead of {link.name}", {"link": nv}, note))
-    out.append(
-        (
-            "CUDA graphs off" if req.cuda_graphs else "CUDA graphs on",
-            {"cuda_graphs": not req.cuda_graphs},
-            "",
-        )
-    )
+            out.append(_knob(f"NVLink ({nv}) instead of {link.name}", note, link=nv))
+    graphs = "CUDA graphs off" if req.cuda_graphs else "CUDA graphs on"
+    out.append(_knob(graphs, cuda_graphs=not req.cuda_graphs))
     is_moe = pred.model.experts > 0
     if is_moe and req.tp > 1 and req.ep == 1:
-        out.append((f"EP={req.tp} for experts (instead of TP-sharded experts)", {"ep": req.tp}, ""))
+        out.append(_knob(f"EP={req.tp} for experts (instead of TP-sharded experts)", ep=req.tp))
     if is_moe and req.ep > 1:
-        out.append(("TP-sharded experts (EP=1)", {"ep": 1}, ""))
+        out.append(_knob("TP-sharded experts (EP=1)", ep=1))
     current = req.weight_format or "native"
     for f in ("fp8", "nvfp4" if "fp4" in gpu.tflops else "int4-g128"):
         # only formats that shrink the weights: a bigger format is never a what-if worth showing
         if f != current and _format_bytes(req, f) < pred.model.weight_bytes:
-            out.append((f"all linear weights {f}", {"weight_format": f}, ""))
+            out.append(_knob(f"all linear weights {f}", weight_format=f))
     if req.kv_dtype in ("auto", "bf16", "fp16"):
-        out.append(("KV cache fp8", {"kv_dtype": "fp8"}, ""))
+        out.append(_knob("KV cache fp8", kv_dtype="fp8"))
     out += _dcp_variants(req, pred)
     if req.tp >= 2:
         fewer = req.tp // 2
-        out.append(
-            (f"fewer GPUs: TP={fewer}",
-             {"tp": fewer, "gpus": None, "ep": min(req.ep, fewer), "dcp": gcd(req.dcp, fewer)},
-             "")
-        )  # fmt: skip
+        out.append(_knob(f"fewer GPUs: TP={fewer}", tp=fewer, gpus=None,
+                         ep=min(req.ep, fewer), dcp=gcd(req.dcp, fewer)))  # fmt: skip
     if req.tp <= 4 and req.pp == 1:
         more = req.tp * 2
-        out.append((f"more GPUs: TP={more}", {"tp": more, "gpus": None}, ""))
+        out.append(_knob(f"more GPUs: TP={more}", tp=more, gpus=None))
     out += _spec_variants(req)
     if req.engine != "generic":
         for eng in ("vllm", "sglang", "trtllm"):
             if eng != req.engine:
-                patch: dict[str, Any] = {"engine": eng}
                 note = "engine rules only (host overhead, allreduce rule)"
                 if req.dcp > 1 and engines_table()[eng].decode_context_parallel is None:
-                    patch["dcp"] = 1
-                    note += f"; {eng} has no DCP: without it"
-                out.append((f"engine {eng}", patch, note))
+                    out.append(_knob(f"engine {eng}", f"{note}; {eng} has no DCP: without it",
+                                     engine=eng, dcp=1))  # fmt: skip
+                else:
+                    out.append(_knob(f"engine {eng}", note, engine=eng))
     return out
 
 
@@ -138,9 +170,9 @@ def what_ifs(req: PredictRequest, pred: Prediction) -> list[WhatIf]:
     """Every one-knob variant, ranked by predicted tok/s (ones that cannot run or fit last)."""
     base = pred.decode_tok_s_per_stream
     rows: list[WhatIf] = []
-    for change, patch, note in _variants(req, pred):
-        data = {**req.model_dump(), **patch, "what_if": False}
-        p, why = variant(PredictRequest.model_validate(data))
+    for knob in _variants(req, pred):
+        change, note = knob.change, knob.note
+        p, why = variant(knob.patch.apply(req))
         if p is None:
             note = (note + "; " if note else "") + f"cannot run: {why}"
             rows.append(
