@@ -8,6 +8,7 @@ asking predict lives here. Pure functions: options and facts in, nouns out; no I
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -19,6 +20,21 @@ from ceiling.predict.api import Prediction, PredictRequest, predict
 from ceiling.spec.hardware import CpuHardware, Hardware
 
 PREDICTED_ENGINES = ("vllm", "sglang", "trtllm")
+#: engines (both llama.cpp flavours) whose servers are predicted by ``predict --engine llamacpp``
+LLAMACPP_ENGINES = ("llamacpp", "llamacpp-python")
+
+
+def is_llamacpp(engine: str | None, facts: EngineFacts | None) -> bool:
+    """Whether the target is a llama.cpp server: its engine (option, variant or ``owned_by``),
+    else its start-up log's."""
+    return engine in LLAMACPP_ENGINES or (facts is not None and facts.engine in LLAMACPP_ENGINES)
+
+
+class GgufFile(BaseModel):
+    """The GGUF a llama.cpp target serves, and where the doctor found its name."""
+
+    path: str
+    source: str = Field(description="--model, the variant's model, the server's /props, the log")
 
 
 def arg_value(variant: Any, *names: str) -> str | None:
@@ -101,6 +117,7 @@ class Expectation(BaseModel):
     model: ModelInfo
     note: str | None = Field(None, description="what the prediction does not cover")
     assumptions: list[str] = Field(default_factory=list)
+    predictor: str = Field("", description="which predictor, on which evidence (one line)")
 
 
 def expect(
@@ -110,8 +127,12 @@ def expect(
     served: str | None,
     facts: EngineFacts | None,
     variant: Any,
+    gguf: GgufFile | None = None,
 ) -> Expectation:
-    """Predict the examined configuration (a CPU: its floors only)."""
+    """Predict the examined configuration (a CPU: its floors only); a llama.cpp target
+    (``gguf``: the file it serves) through predict's llama.cpp engine."""
+    if gguf is not None:
+        return _expect_llamacpp(cfg, hardware, gguf, served, facts, variant)
     if model_dir is None:
         raise CeilingError(
             "cannot find the model config",
@@ -131,6 +152,74 @@ def expect(
         model=_model_info(served, model_dir, pred),
         note=note,
         assumptions=list(pred.assumptions),
+        predictor="predict's CPU floors (the model's bytes and FLOPs)"
+        if pred.kind == "cpu-floors"
+        else f"predict --engine {pred.request.engine}, evidence: tables {pred.evidence.tables}",
+    )
+
+
+def llamacpp_request(
+    cfg: DoctorConfig, hardware: Hardware, gguf: str, facts: EngineFacts | None, variant: Any
+) -> PredictRequest:
+    """The llama.cpp server's configuration as predict --engine llamacpp is asked about it (one
+    stream): CUDA graphs and flash attention from the options, the log, else the variant."""
+    graphs = cfg.cuda_graphs
+    if graphs is None and facts is not None and facts.enforce_eager is not None:
+        graphs = not facts.enforce_eager
+    if graphs is None:  # ggml-cuda: GGML_CUDA_DISABLE_GRAPHS set at all turns graphs off
+        graphs = "GGML_CUDA_DISABLE_GRAPHS" not in (getattr(variant, "env", None) or {})
+    fa = facts.flash_attention if facts is not None else None
+    if fa is None:
+        flag = arg_value(variant, "flash-attn", "fa")
+        fa = None if flag is None else flag.lower() not in ("off", "0", "false", "disabled")
+    return PredictRequest(
+        model=gguf,
+        hardware=hardware,
+        engine="llamacpp",
+        cuda_graphs=graphs,
+        flash_attention=fa,
+        batch=1,
+        context=cfg.single_context,
+        prompt_len=cfg.input_len,
+        profile=cfg.llamacpp_profile,
+    )
+
+
+def _expect_llamacpp(
+    cfg: DoctorConfig,
+    hardware: Hardware,
+    gguf: GgufFile,
+    served: str | None,
+    facts: EngineFacts | None,
+    variant: Any,
+) -> Expectation:
+    """A llama.cpp target: its GGUF through predict --engine llamacpp (a CPU: the GGUF's floors,
+    said so: predict has no model of llama.cpp's CPU kernels)."""
+    pred = predict(llamacpp_request(cfg, hardware, gguf.path, facts, variant))
+    name = f"{Path(gguf.path).name} (from {gguf.source})"
+    note: str | None
+    if isinstance(hardware, CpuHardware):
+        from ceiling.predict.llamacpp_cpu import NO_CPU_MODEL
+
+        note = (
+            f"{NO_CPU_MODEL} ({name}) at this CPU's "
+            f"{'measured' if hardware.measured else 'ASSUMED'} rates; launch/host components are "
+            "not predicted, so they appear in the unexplained remainder"
+        )
+        predictor = f"{NO_CPU_MODEL}: {name}"
+    else:
+        note = (
+            f"one GPU's step: llama.cpp's split over {hardware.gpus} GPUs is not predicted"
+            if hardware.gpus > 1
+            else None
+        )
+        predictor = f"predict --engine llamacpp on {name}, evidence: {pred.evidence.tables}"
+    return Expectation(
+        prediction=pred,
+        model=_model_info(served, gguf.path, pred),
+        note=note,
+        assumptions=list(pred.assumptions),
+        predictor=predictor,
     )
 
 

@@ -57,6 +57,8 @@ def basis(pred: Prediction, hardware: Hardware | None) -> str:
             f"{flops / 1e6:.3g} MFLOP per token at {hardware.gflops:.3g} GFLOP/s "
             f"({'measured' if hardware.measured else 'assumed'})"
         )
+    if pred.deployment.engine == "llamacpp":
+        return f"predict --engine llamacpp for {pred.hardware.gpu} ({pred.evidence.tables})"
     return f"predict for {pred.hardware.gpu} (TP={pred.deployment.tp})"
 
 

@@ -57,7 +57,7 @@ from ceiling.errors import CeilingError
 from ceiling.flows import doctor_llamacpp, doctor_trace, preflight
 from ceiling.flows.doctor_checks import bench_failure, check_config, reproduce
 from ceiling.flows.flag_hypotheses import flag_checks
-from ceiling.flows.hardware import describe_hardware, find_model_dir
+from ceiling.flows.hardware import describe_hardware, find_model_dir, target_gguf
 from ceiling.flows.target import served_models, server_alive
 from ceiling.outputs import write_atomic
 from ceiling.probe.telemetry import TelemetrySampler
@@ -345,15 +345,18 @@ def _predict_stage(
     with rec.stage(name) as st:
         if res.hardware is None:  # the hardware stage failed (its stage says why)
             raise CeilingError("no hardware to predict for", fix="see the hardware stage")
+        # a llama.cpp target: its GGUF (never predicted as if it were vLLM); else None
+        gguf = target_gguf(cfg, variant, res.target.engine, res.facts, res.target.url)
         model_dir = find_model_dir(cfg, variant, models)
-        exp = expect(cfg, res.hardware, model_dir, served, res.facts, variant)
+        exp = expect(cfg, res.hardware, model_dir, served, res.facts, variant, gguf=gguf)
         res.prediction, res.model, res.prediction_note = exp.prediction, exp.model, exp.note
         res.assumptions += exp.assumptions
+        tok_s = exp.prediction.decode_tok_s_per_stream
         st.message = (
-            f"{exp.prediction.decode_tok_s_per_stream:.4g} tok/s per stream expected"
+            f"{exp.predictor}: {tok_s:.4g} tok/s per stream expected"
             if exp.prediction.expected_tok_s is not None
-            else f"CPU floors: bound {exp.prediction.decode_tok_s_per_stream:.4g} tok/s "
-            "per stream (predict's GPU model does not apply)"
+            else f"{exp.predictor}: bound {tok_s:.4g} tok/s per stream"
+            + ("" if gguf else " (predict's GPU model does not apply)")
         )
 
 

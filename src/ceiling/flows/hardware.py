@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from ceiling.bench.served import ServedModel
+from ceiling.diagnose.expect import GgufFile, is_llamacpp
+from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorConfig
+from ceiling.errors import CeilingError
+from ceiling.flows.target import server_props
+from ceiling.predict.gguf import is_gguf
 from ceiling.probe.cpu_host import describe_cpu
 from ceiling.probe.topology import probe
 from ceiling.spec.hardware import GpuHardware, Hardware
@@ -58,3 +63,47 @@ def find_model_dir(cfg: DoctorConfig, variant: Any, models: list[ServedModel]) -
         if m.root and Path(m.root).exists():
             return m.root
     return models[0].root if models and models[0].root else None
+
+
+def find_gguf(
+    cfg: DoctorConfig, variant: Any, facts: EngineFacts | None, url: str | None
+) -> GgufFile | None:
+    """The GGUF a llama.cpp target serves, readable here: ``--model``, the variant's model, the
+    file llama-server's ``/props`` names, else the one its start-up log loaded."""
+    found = [
+        (cfg.model_path, "--model"),
+        (str(variant.model_path()) if variant is not None and variant.model_path() else None,
+         "the variant's model"),
+    ]  # fmt: skip
+    for path, source in found:
+        if path and is_gguf(path):
+            return GgufFile(path=path, source=source)
+    props = server_props(url) if url else None  # asked only when the files above did not say
+    for path, source in (
+        (props.model_path if props else None, "the server's /props"),
+        (facts.model if facts is not None else None, "the start-up log"),
+    ):
+        if path and is_gguf(path):
+            return GgufFile(path=path, source=source)
+    return None
+
+
+def target_gguf(
+    cfg: DoctorConfig,
+    variant: Any,
+    engine: str | None,
+    facts: EngineFacts | None,
+    url: str | None,
+) -> GgufFile | None:
+    """The GGUF of a llama.cpp target (None: the target is not llama.cpp); CeilingError when
+    none is readable here: a llama.cpp server is not predicted from a model it does not serve."""
+    if not is_llamacpp(engine, facts):
+        return None
+    gguf = find_gguf(cfg, variant, facts, url)
+    if gguf is None:
+        raise CeilingError(
+            "a llama.cpp server, and no GGUF file readable here to predict it from "
+            "(--model, the variant, /props, the log)",
+            fix="pass --model FILE.gguf (the file the server serves)",
+        )
+    return gguf

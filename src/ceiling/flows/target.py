@@ -7,8 +7,22 @@ serves, and how a failed ``/v1/models`` is reported, is :mod:`ceiling.bench.serv
 
 from __future__ import annotations
 
+import json
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from ceiling.bench.served import UNREACHABLE, ServedModel, authorized_request, opener_for
 from ceiling.bench.served import served_models as _served_models
+
+
+class LlamaServerProps(BaseModel):
+    """What llama-server's ``GET /props`` says of itself (the keys the doctor reads)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model_path: str | None = None
+    total_slots: int | None = None
+    build_info: str | None = None
 
 
 def server_alive(url: str) -> bool:
@@ -27,3 +41,13 @@ def server_alive(url: str) -> bool:
 def served_models(url: str) -> list[ServedModel]:
     """``/v1/models`` entries; CeilingError when the server is not there."""
     return _served_models(url, timeout_s=5.0, command="doctor")
+
+
+def server_props(url: str) -> LlamaServerProps | None:
+    """llama-server's ``/props`` (None: no such endpoint, or no answer; other engines have none)."""
+    try:
+        req = authorized_request(url.rstrip("/") + "/props")
+        with opener_for(url).open(req, timeout=5.0) as resp:
+            return LlamaServerProps.model_validate(json.loads(resp.read().decode()))
+    except (*UNREACHABLE, ValidationError):
+        return None

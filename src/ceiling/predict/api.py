@@ -51,9 +51,12 @@ def predict(req: PredictRequest) -> Prediction:
     (``validate.check_request``)."""
     req, option_notes = apply_trtllm_options(req)
     check_request(req)
-    if req.engine == "llamacpp":  # a GGUF file on llama.cpp's own kernels
+    if req.engine == "llamacpp":  # a GGUF file on llama.cpp's own kernels (a CPU: its floors)
         from ceiling.predict.llamacpp import predict_llamacpp
+        from ceiling.predict.llamacpp_cpu import predict_llamacpp_cpu
 
+        if req.hardware is not None and req.hardware.kind == "cpu":
+            return predict_llamacpp_cpu(req, req.hardware)
         return predict_llamacpp(req)
     if req.hardware is not None and req.hardware.kind == "cpu":
         return predict_cpu(req, req.hardware)

@@ -72,17 +72,18 @@ class LlamaCppProfile(BaseModel):
     matvec: dict[str, MatvecRate] = Field(default_factory=dict)
 
 
-def _weights_read(info: GgufInfo) -> Iterator[tuple[GgufTensor, float]]:
-    """Each weight tensor with the share of it one token reads."""
-    n_exp = int(info.key("expert_count", 0) or 0)
-    used = int(info.key("expert_used_count", 0) or 0)
+def weights_read(info: GgufInfo, tokens: int = 1) -> Iterator[tuple[GgufTensor, float]]:
+    """Each weight tensor with the share of it one step of ``tokens`` tokens reads: one
+    embedding row per token, the experts the tokens route to (uniform routing: the expected
+    distinct share, 1 - (1 - k/n)^tokens), every other matrix whole."""
+    n_exp, used = info.int_key("expert_count"), info.int_key("expert_used_count")
     for t in info.tensors:
         if not t.name.endswith(".weight") or len(t.shape) < 2:
             continue  # norms and biases: small kernels
         if t.name.startswith("token_embd"):
-            yield t, 1.0 / t.shape[1]  # one row per token (get_rows)
+            yield t, min(tokens, t.shape[1]) / t.shape[1]  # one row per token (get_rows)
         elif "_exps." in t.name and n_exp:
-            yield t, used / n_exp
+            yield t, used / n_exp if tokens == 1 else 1.0 - (1.0 - used / n_exp) ** tokens
         else:
             yield t, 1.0
 
@@ -108,7 +109,7 @@ def _weight_ops(
     """One mat-vec op per weight type the token reads (its rate measured, else the prior)."""
     pri, conf = kernel_data().priors, ladder().confidence
     by_type: dict[str, list[float]] = {}
-    for t, share in _weights_read(info):
+    for t, share in weights_read(info):
         by_type.setdefault(t.type, []).append(t.nbytes * share)
     ops, reads = [], []
     for typ, sizes in sorted(by_type.items()):
@@ -135,13 +136,19 @@ def _weight_ops(
 _SIXTEEN_BIT = ("F32", "F16", "BF16")  # mmvf.cu: no dequantization
 
 
+def kv_bytes_per_token(info: GgufInfo) -> int:
+    """K and V of one token of context, all layers, in f16 (llama.cpp's default cache type)."""
+    heads = info.int_key("attention.head_count")
+    head_dim = info.int_key("attention.key_length")
+    if not head_dim and heads:
+        head_dim = info.int_key("embedding_length") // heads
+    return 2 * info.int_key("block_count") * info.int_key("attention.head_count_kv") * head_dim * 2
+
+
 def _kv_op(info: GgufInfo, bw: float, context: int, flash_attention: bool) -> _Op:
     pri = kernel_data().priors
-    layers, kv_heads = info.int_key("block_count"), info.int_key("attention.head_count_kv")
-    head_dim = info.int_key("attention.key_length")
-    if not head_dim and info.key("attention.head_count"):
-        head_dim = info.int_key("embedding_length") // info.int_key("attention.head_count")
-    kv_bytes = 2 * layers * kv_heads * head_dim * 2 * context  # K and V, f16
+    layers = info.int_key("block_count")
+    kv_bytes = kv_bytes_per_token(info) * context
     kv_extra = 1.0 if flash_attention else 2.0  # without FA the scores are written and re-read
     return _Op(name="KV cache (f16)", component="kv", count=layers,
                expected_ms=kv_extra * kv_bytes / (pri.matvec_eff * bw) * 1e3,
@@ -191,12 +198,17 @@ _KINDS = {
 }
 
 
+def active_params(info: GgufInfo) -> float:
+    """Parameters one token uses: every tensor, the experts at expert_used_count / expert_count."""
+    n_exp, used = info.int_key("expert_count"), info.int_key("expert_used_count")
+    routed = used / n_exp if n_exp else 1.0
+    return sum(t.params * (routed if "_exps." in t.name else 1.0) for t in info.tensors)
+
+
 def model_summary(info: GgufInfo) -> ModelSummary:
     """The GGUF's model as predict's summary: its shape and its weight types by bytes."""
     n_exp, used = info.int_key("expert_count"), info.int_key("expert_used_count")
-    total = sum(t.params for t in info.tensors)
-    routed = used / n_exp if n_exp else 1.0
-    active = sum(t.params * (routed if "_exps." in t.name else 1.0) for t in info.tensors)
+    total, active = sum(t.params for t in info.tensors), active_params(info)
     nbytes = sum(t.nbytes for t in info.tensors)
     by_type: dict[str, float] = {}
     for t in info.tensors:
@@ -405,7 +417,8 @@ def needs_gguf() -> CeilingError:
 
 def predict_llamacpp(req: PredictRequest) -> Prediction:
     """``predict()`` for ``engine: llamacpp``: ``req.model`` is the GGUF file; one stream on
-    one GPU of the catalog (``req.profile``: a calibrate --engine llamacpp profile)."""
+    one GPU of the catalog (``req.profile``: a calibrate --engine llamacpp profile). A CPU is
+    ``predict.llamacpp_cpu``'s (floors: no model of llama.cpp's CPU kernels)."""
     from ceiling.predict.gguf import is_gguf
     from ceiling.spec.hardware import load_gpu
 
@@ -431,7 +444,7 @@ def calibrate_cli(
     output) for the weight types of ``gguf`` (default: F16, Q8_0, Q6_K, Q5_K, Q4_K, IQ4_XS)."""
     types = ["F16", "Q8_0", "Q6_K", "Q5_K", "Q4_K", "IQ4_XS"]
     if gguf:
-        types = sorted({t.type for t, _ in _weights_read(read_gguf(gguf))} - {"F32"}) or types
+        types = sorted({t.type for t, _ in weights_read(read_gguf(gguf))} - {"F32"}) or types
     if recorded:
         p = Path(recorded)
         try:
