@@ -44,11 +44,11 @@ def test_records_are_read_and_mapped():
 
 def test_sample_scored_and_bound_holds():
     res = evaluate(per_group=1)
-    st = res["all"]
-    assert st["n"] >= 30
-    assert res["bound_violations"] == []
-    for r in res["scored"]:
-        meas, exp = r["measured_tok_s_per_user"], r["expected_tok_s_per_user"]
-        assert r["error_pct"] == pytest.approx((exp / meas - 1) * 100, abs=0.1)
-        assert r["concurrency"] <= 64
-    assert st["median_abs_error_pct"] <= SAMPLE_MEDIAN_RATCHET + RATCHET_POINTS
+    st = res.all
+    assert st.n >= 30
+    assert res.bound_violations == []
+    for r in res.scored:
+        meas, exp = r.measured_tok_s_per_user, r.expected_tok_s_per_user
+        assert r.error_pct == pytest.approx((exp / meas - 1) * 100, abs=0.1)
+        assert r.concurrency <= 64
+    assert st.median_abs_error_pct <= SAMPLE_MEDIAN_RATCHET + RATCHET_POINTS

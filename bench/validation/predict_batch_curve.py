@@ -30,35 +30,36 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     res = evaluate(args.max_concurrency)
     dp = evaluate(args.max_concurrency, attention_dp=True)
-    summary = {k: v for k, v in dp.items() if k != "scored"}
+    summary = dp.model_dump(exclude={"scored"})
     if args.out:
-        out = {"schema_version": 1, **{k: v for k, v in res.items() if k != "scored"}}
+        out = {"schema_version": 1, **res.model_dump(exclude={"scored"})}
         args.out.write_text(json.dumps({**out, "attention_dp": summary}, indent=1))
     if args.json:
-        print(json.dumps({**res, "attention_dp": dp}, indent=1))
+        print(json.dumps({**res.model_dump(), "attention_dp": dp.model_dump()}, indent=1))
         return 0
-    print(f"records at concurrency <= {args.max_concurrency}: {res['records']}")
-    print(f"scored {res['all']['n']}; skipped: {res['skipped']}")
+    print(f"records at concurrency <= {args.max_concurrency}: {res.records}")
+    print(f"scored {res.all.n}; skipped: {res.skipped}")
     print(f"\n{'group':22} {'n':>5} {'median|err|':>11} {'p90|err|':>9} {'signed':>7} {'tight':>6}")
-    groups = {"ALL": res["all"]}
-    for dim in ("by_concurrency", "by_backend", "by_system"):
-        groups.update({f"{dim[3:]}={k}": v for k, v in res[dim].items()})
+    groups = {"ALL": res.all}
+    for dim, by in (("concurrency", res.by_concurrency), ("backend", res.by_backend),
+                    ("system", res.by_system)):  # fmt: skip
+        groups.update({f"{dim}={k}": v for k, v in by.items()})
     for name, st in groups.items():
         print(
-            f"{name:22} {st['n']:>5} {st['median_abs_error_pct']!s:>11} "
-            f"{st['p90_abs_error_pct']!s:>9} {st['median_signed_error_pct']!s:>7} "
-            f"{st['median_tightness']!s:>6}"
+            f"{name:22} {st.n:>5} {st.median_abs_error_pct!s:>11} "
+            f"{st.p90_abs_error_pct!s:>9} {st.median_signed_error_pct!s:>7} "
+            f"{st.median_tightness!s:>6}"
         )
-    print(f"\nbound violations (measured faster than the bound): {res['bound_violations']}")
-    st = dp["all"]
+    print(f"\nbound violations (measured faster than the bound): {res.bound_violations}")
+    st = dp.all
     print(
         f"\nattention data parallel + EP MoE (--dp ranks, per-rank batch; concurrency = all "
-        f"ranks): {st['n']} scored, median |err| {st['median_abs_error_pct']} %, p90 "
-        f"{st['p90_abs_error_pct']} %, signed {st['median_signed_error_pct']} %, "
-        f"bound violations {dp['bound_violations']}"
+        f"ranks): {st.n} scored, median |err| {st.median_abs_error_pct} %, p90 "
+        f"{st.p90_abs_error_pct} %, signed {st.median_signed_error_pct} %, "
+        f"bound violations {dp.bound_violations}"
     )
-    for k, v in dp["by_concurrency"].items():
-        print(f"  concurrency={k:6} {v['n']:>4} median |err| {v['median_abs_error_pct']} %")
+    for k, v in dp.by_concurrency.items():
+        print(f"  concurrency={k:6} {v.n:>4} median |err| {v.median_abs_error_pct} %")
     return 0
 
 

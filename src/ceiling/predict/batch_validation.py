@@ -15,7 +15,7 @@ derived from them (its priors and tables are per-kernel measurements).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from collections.abc import Callable
 
 from pydantic import BaseModel
 
@@ -51,6 +51,31 @@ class BatchRow(BaseModel):
     bound_tok_s_per_user: float
     error_pct: float
     tightness: float
+
+
+class BatchStats(BaseModel):
+    """|error| (and the signed median) over a set of rows; None: no rows."""
+
+    n: int
+    median_abs_error_pct: float | None
+    p90_abs_error_pct: float | None
+    median_signed_error_pct: float | None
+    bound_violations: int
+    median_tightness: float | None
+
+
+class BatchReport(BaseModel):
+    """The batch curve scored (``evaluate``); its JSON is the recorded result's
+    (``bench/validation/predict_batch_curve.py --out``)."""
+
+    records: int
+    scored: list[BatchRow]
+    skipped: dict[str, int]  # why -> how many records, most first
+    all: BatchStats
+    by_concurrency: dict[str, BatchStats]  # "1", "2-4", "5-16", "17-64", ">64"
+    by_backend: dict[str, BatchStats]
+    by_system: dict[str, BatchStats]
+    bound_violations: list[str]
 
 
 def _map() -> SiliconMap:
@@ -101,7 +126,7 @@ def request_for(
 
 def evaluate(
     max_concurrency: int = 64, per_group: int | None = None, attention_dp: bool = False
-) -> dict[str, Any]:
+) -> BatchReport:
     """Every record at concurrency <= ``max_concurrency`` (or the first ``per_group`` of each
     model x system x engine, in file order: the tests' sample): scored rows, skipped reasons,
     stats overall, per concurrency, per backend and per system."""
@@ -144,16 +169,16 @@ def evaluate(
                 tightness=round(p.bound.decode_tok_s_per_stream / meas, 2),
             )
         )
-    return {
-        "records": len(recs),
-        "scored": [r.model_dump() for r in rows],
-        "skipped": dict(sorted(skipped.items(), key=lambda kv: -kv[1])),
-        "all": _stats(rows),
-        "by_concurrency": _by(rows, lambda r: _bucket(r.concurrency)),
-        "by_backend": _by(rows, lambda r: r.backend),
-        "by_system": _by(rows, lambda r: r.system),
-        "bound_violations": [r.id for r in rows if r.tightness < 1.0],
-    }
+    return BatchReport(
+        records=len(recs),
+        scored=rows,
+        skipped=dict(sorted(skipped.items(), key=lambda kv: -kv[1])),
+        all=_stats(rows),
+        by_concurrency=_by(rows, lambda r: _bucket(r.concurrency)),
+        by_backend=_by(rows, lambda r: r.backend),
+        by_system=_by(rows, lambda r: r.system),
+        bound_violations=[r.id for r in rows if r.tightness < 1.0],
+    )
 
 
 def _bucket(c: int) -> str:
@@ -163,20 +188,20 @@ def _bucket(c: int) -> str:
     return ">64"
 
 
-def _stats(rows: list[BatchRow]) -> dict[str, Any]:
+def _stats(rows: list[BatchRow]) -> BatchStats:
     errs = [abs(r.error_pct) for r in rows]
     signed = [r.error_pct for r in rows]
-    return {
-        "n": len(rows),
-        "median_abs_error_pct": round(percentile(errs, 50), 1) if rows else None,
-        "p90_abs_error_pct": round(percentile(errs, 90), 1) if rows else None,
-        "median_signed_error_pct": round(percentile(signed, 50), 1) if rows else None,
-        "bound_violations": sum(r.tightness < 1.0 for r in rows),
-        "median_tightness": round(percentile([r.tightness for r in rows], 50), 2) if rows else None,
-    }
+    return BatchStats(
+        n=len(rows),
+        median_abs_error_pct=round(percentile(errs, 50), 1) if rows else None,
+        p90_abs_error_pct=round(percentile(errs, 90), 1) if rows else None,
+        median_signed_error_pct=round(percentile(signed, 50), 1) if rows else None,
+        bound_violations=sum(r.tightness < 1.0 for r in rows),
+        median_tightness=round(percentile([r.tightness for r in rows], 50), 2) if rows else None,
+    )
 
 
-def _by(rows: list[BatchRow], key: Any) -> dict[str, dict[str, Any]]:
+def _by(rows: list[BatchRow], key: Callable[[BatchRow], str]) -> dict[str, BatchStats]:
     groups: dict[str, list[BatchRow]] = defaultdict(list)
     for r in rows:
         groups[key(r)].append(r)
