@@ -55,13 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     for s in res.skipped:
         print(f"  {s.id}: {s.why}")
     print(
-        f"\n{'group (single stream)':28} {'n':>3} {'median |err|':>13} {'p90 |err|':>10} "
+        f"\n{'group (single stream unless named)':34} {'n':>3} {'median |err|':>13} {'p90 |err|':>10} "
         f"{'viol':>5} {'tight':>6}"
     )
     rows = {
         "HELD-OUT single stream": res.held_out_single_stream,
         "seen single stream": res.seen_single_stream,
         "HELD-OUT all rows": res.held_out_all_rows,
+        "HELD-OUT batch (conc. > 1)": res.held_out_batch,
+        **{f"held-out {k}": v for k, v in res.held_out_by_added.items()},
         "ALL single stream": res.single_stream,
         "no spec decoding, single": res.no_spec_single_stream,
         "spec decoding, single": res.spec_single_stream,
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.update(res.by_group)
     for name, st in rows.items():
         print(
-            f"{name:28} {st.n:>3} {st.median_abs_error_pct!s:>13} "
+            f"{name:34} {st.n:>3} {st.median_abs_error_pct!s:>13} "
             f"{st.p90_abs_error_pct!s:>10} {st.bound_violations:>5} "
             f"{st.median_tightness!s:>6}"
         )

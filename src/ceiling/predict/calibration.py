@@ -389,6 +389,8 @@ def evaluate(path: Path | list[Path] | None = None) -> CalibrationReport:
         seen_single_stream=_stats([r for r in single if not r.held_out]),
         held_out_all_rows=_stats([r for r in scored if r.held_out]),
         held_out_ids=[r.id for r in modelled if r.held_out],
+        held_out_batch=_stats([r for r in scored if r.held_out and r.concurrency > 1]),
+        held_out_by_added=_held_out_sets(scored),
         no_spec_single_stream=_stats([r for r in single if r.spec == "none"]),
         spec_single_stream=_stats([r for r in single if r.spec != "none"]),
         by_group=_groups(single),
@@ -396,6 +398,16 @@ def evaluate(path: Path | list[Path] | None = None) -> CalibrationReport:
         median_abs_error_pct=everything.median_abs_error_pct,
         max_abs_error_pct=everything.max_abs_error_pct,
     )
+
+
+def _held_out_sets(scored: list[RowResult]) -> dict[str, ErrorStats]:
+    """Each held-out set (rows sharing an ``added`` stamp): its single-stream rows and all."""
+    out: dict[str, ErrorStats] = {}
+    for added in sorted({r.added for r in scored if r.held_out}):
+        rows = [r for r in scored if r.held_out and r.added == added]
+        out[f"{added} single"] = _stats([r for r in rows if r.concurrency == 1])
+        out[f"{added} all"] = _stats(rows)
+    return out
 
 
 def percentile(xs: list[float], q: float) -> float:

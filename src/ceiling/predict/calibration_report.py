@@ -60,6 +60,11 @@ class CalibrationReport(BaseModel):
     seen_single_stream: ErrorStats
     held_out_all_rows: ErrorStats
     held_out_ids: list[str]
+    # the held-out rows with more than one stream (the batch curve's), and every held-out set
+    # apart by when it was added ('2026-11-30 46297e8 single' / '... all'): a set scored once
+    # stays comparable with itself when later sets join
+    held_out_batch: ErrorStats
+    held_out_by_added: dict[str, ErrorStats]
     # the rows without speculative decoding (the set the ratchet was first set on) and the
     # speculative-decoding rows apart
     no_spec_single_stream: ErrorStats
