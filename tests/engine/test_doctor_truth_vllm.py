@@ -24,10 +24,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
-from box_noise import RERUN_WHEN_SWAMPED, CpuTimes, rerun_when_swamped, swamped_if
+from box_noise import RERUN_WHEN_SWAMPED, CpuTimes, RunQueueWait, rerun_when_swamped, swamped_if
 from ceiling.bench.compare import SAME, compare
 from ceiling.bench.results import RunResult
 from ceiling.diagnose.finding_types import COMPONENTS, Finding
@@ -207,11 +208,17 @@ def test_compare_calls_a_no_op_change_no_significant_difference(vllm_server, tmp
         )
         return run_bench(cfg, progress=False)
 
-    runs, busy = [], []
+    # the engine's processes (API server, engine core) and this client: how long the box kept
+    # them runnable but off a CPU during each run (other tenants, not the server, did that)
+    pids = [os.getpid(), vllm_server.proc.pid] + [
+        c.pid for c in psutil.Process(vllm_server.proc.pid).children(recursive=True)
+    ]
+    runs, busy, waited = [], [], []
     for i in range(8):
-        before = CpuTimes.now()
+        before, q0 = CpuTimes.now(), RunQueueWait.now(*pids)
         runs.append(once(i))
         busy.append(CpuTimes.now().busy_share_since(before))
+        waited.append(sum(RunQueueWait.now(*pids).ms_since(q0).values()))
 
     def side(results: list[RunResult]) -> RunResult:
         merged = results[0].model_copy(deep=True)
@@ -224,12 +231,17 @@ def test_compare_calls_a_no_op_change_no_significant_difference(vllm_server, tmp
     if row.verdict != SAME:
         # nothing changed in the server; what the box did beside it is measured
         a_busy, b_busy = sum(busy[0::2]) / 4, sum(busy[1::2]) / 4
+        a_wait, b_wait = sum(waited[0::2]) / 4, sum(waited[1::2]) / 4
+        per_request = a.levels[0].repeats[0].completed or 1
+        gap_ms = abs((row.a or 0.0) - (row.b or 0.0))
         swamped_if(
-            abs(a_busy - b_busy) >= SIDE_DRIFT_LIMIT,
-            f"the box's CPU use drifted between the sides: A {a_busy:.0%}, B {b_busy:.0%} busy "
+            abs(a_busy - b_busy) >= SIDE_DRIFT_LIMIT
+            or abs(a_wait - b_wait) / per_request >= 0.5 * gap_ms,
+            f"the box got in the way of one side: CPU A {a_busy:.0%}, B {b_busy:.0%} busy; "
+            f"run-queue wait per run A {a_wait:.0f} ms, B {b_wait:.0f} ms "
             f"({row.verdict}, {row})",
         )
-    assert row.verdict == SAME, (row, busy)
+    assert row.verdict == SAME, (row, busy, waited)
 
 
 # SIGSTOP the process 90 ms of every 100 ms until SIGTERM; print the seconds it was stopped and
