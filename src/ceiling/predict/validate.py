@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, get_args
+from typing import get_args
 
 from ceiling.errors import CeilingError
-from ceiling.predict.schema import PredictRequest
+from ceiling.predict.schema import Prediction, PredictRequest
 from ceiling.spec._data import DataModel, load_yaml
 from ceiling.spec.deployment import engines_table
 from ceiling.spec.hardware import GPU, Link, load_gpu, load_link
@@ -183,9 +183,9 @@ def _range(name: str, value: float, rule: Rule, unit: str = "") -> None:
         )
 
 
-def check_request(req: Any) -> None:
-    """The user's request describes hardware and a layout that exist (``req``:
-    ``PredictRequest``; a CPU request only gets the number checks)."""
+def check_request(req: PredictRequest) -> None:
+    """The user's request describes hardware and a layout that exist (a CPU request only gets
+    the number checks)."""
     rules = _data().request
     _finite("--mem-clock", req.mem_clock)
     _finite("--power-limit", req.power_limit)
@@ -223,7 +223,7 @@ def check_request(req: Any) -> None:
         _check_link(req, gpu, load_link(req.link))
 
 
-def _check_link(req: Any, gpu: GPU, link: Link) -> None:
+def _check_link(req: PredictRequest, gpu: GPU, link: Link) -> None:
     """An explicit ``--link``: used at all, and one this GPU can have."""
     world = req.tp * req.pp
     dp = req.dp or ((req.gpus or world) // world)
@@ -281,8 +281,8 @@ def collectives(gpu: GPU) -> Stack:
     return stacks.get(vendor_of(gpu), stacks["nvidia"])
 
 
-def in_vendor_words(pred: Any, gpu: GPU) -> None:
-    """Say ``pred`` (a ``Prediction``) in the GPU vendor's words, in place: every text a person
+def in_vendor_words(pred: Prediction, gpu: GPU) -> None:
+    """Say ``pred`` in the GPU vendor's words, in place: every text a person
     reads (assumptions, component kinds, what-if rows, op notes); on ROCm one assumption names
     the collective stack. Numbers and keys are untouched."""
     table = words(gpu)
