@@ -88,6 +88,11 @@ def test_what_if_offers_speculative_decoding(priors_only):
     assert e3 and "draft" in e3[0].note
     r = predict(PredictRequest(**QWEN, spec="mtp", what_if=True))
     assert any(w.change == "speculative decoding off" for w in r.what_if or [])
+    # the PCIe case where MTP loses (vLLM, bf16 KV on FA2, 128k context): the what-if says so
+    for ctx, gains in ((1024, True), (131072, False)):
+        long = predict(PredictRequest(**{**AWQ_LONG, "context": ctx}, what_if=True))
+        mtp = next(w for w in long.what_if or [] if w.change.startswith("MTP"))
+        assert (mtp.delta_pct > 0) is gains, (ctx, mtp.delta_pct)
 
 
 def test_cli_spec_options(capsys, priors_only):
