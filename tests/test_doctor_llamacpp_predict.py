@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from ceiling.bench.served import ServedModel
 from ceiling.diagnose.expect import GgufFile, expect, is_llamacpp, llamacpp_request
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Target
 from ceiling.engines.variant import Arg, Variant
 from ceiling.flows.doctor import _predict_stage, _Recorder
 from ceiling.flows.hardware import find_gguf, target_gguf
-from ceiling.flows.target import server_props
+from ceiling.flows.target import engine_of, server_props
 from ceiling.predict.gguf import read_gguf
 from ceiling.predict.llamacpp import predict_gguf, weights_read
 from ceiling.predict.llamacpp_cpu import NO_CPU_MODEL
@@ -47,6 +48,13 @@ def test_a_llamacpp_target_is_told_by_its_engine_or_its_log() -> None:
     assert is_llamacpp(None, EngineFacts(engine="llamacpp"))
     assert is_llamacpp("me", EngineFacts(engine="llamacpp-python"))  # owned_by says nothing
     assert not is_llamacpp("vllm", EngineFacts(engine="vllm")) and not is_llamacpp(None, None)
+
+
+def test_owned_by_names_an_engine_only_when_ceiling_knows_it() -> None:
+    assert engine_of(ServedModel(id="m", owned_by="llamacpp")) == "llamacpp"  # llama-server
+    assert engine_of(ServedModel(id="m", owned_by="vllm")) == "vllm"
+    assert engine_of(ServedModel(id="m", owned_by="me")) is None  # llama-cpp-python's server
+    assert engine_of(ServedModel(id="m")) is None
 
 
 def test_graphs_and_flash_attention_come_from_options_log_then_variant() -> None:

@@ -86,11 +86,8 @@ def test_a_running_llamacpp_server_is_predicted_from_the_file_it_names(
         assert res.target.engine == "llamacpp"
         _assert_llamacpp_floors(res, tiny_gguf, "the server's /props")
     else:
-        # llama-cpp-python: no /props; the file its start-up log loaded
-        res = _doctor(
-            tmp_path / "out",
-            url=llamacpp_server.url,
-            log=str(llamacpp_server.log_path),
-            engine="llamacpp-python",
-        )
+        # llama-cpp-python: owned_by "me" says nothing, no /props: the start-up log tells the
+        # engine and the file it loaded
+        res = _doctor(tmp_path / "out", url=llamacpp_server.url, log=str(llamacpp_server.log_path))
+        assert res.target.engine is None and res.facts is not None
         _assert_llamacpp_floors(res, tiny_gguf, "the start-up log")

@@ -58,7 +58,7 @@ from ceiling.flows import doctor_llamacpp, doctor_trace, preflight
 from ceiling.flows.doctor_checks import bench_failure, check_config, reproduce
 from ceiling.flows.flag_hypotheses import flag_checks
 from ceiling.flows.hardware import describe_hardware, find_model_dir, target_gguf
-from ceiling.flows.target import served_models, server_alive
+from ceiling.flows.target import engine_of, served_models, server_alive
 from ceiling.outputs import write_atomic
 from ceiling.probe.telemetry import TelemetrySampler
 from ceiling.redact import redact, use_api_key
@@ -313,7 +313,7 @@ def _target(
     engine = (
         cfg.engine
         or (variant.engine if variant is not None else None)
-        or (models[0].owned_by if models else None)
+        or (engine_of(models[0]) if models else None)
     )
     res.target = Target(
         url=url,

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ceiling.bench.served import UNREACHABLE, ServedModel, authorized_request, opener_for
 from ceiling.bench.served import served_models as _served_models
+from ceiling.engines import get_engine
+from ceiling.errors import CeilingError
 
 
 class LlamaServerProps(BaseModel):
@@ -50,4 +52,16 @@ def server_props(url: str) -> LlamaServerProps | None:
         with opener_for(url).open(req, timeout=5.0) as resp:
             return LlamaServerProps.model_validate(json.loads(resp.read().decode()))
     except (*UNREACHABLE, ValidationError):
+        return None
+
+
+def engine_of(entry: ServedModel) -> str | None:
+    """The engine a ``/v1/models`` entry names in ``owned_by``, when ceiling knows it (vLLM:
+    ``vllm``, llama-server: ``llamacpp``); None for a name that says nothing of the engine
+    (llama-cpp-python's server answers ``me``): the start-up log then tells."""
+    if not entry.owned_by:
+        return None
+    try:
+        return get_engine(entry.owned_by).name
+    except CeilingError:
         return None
