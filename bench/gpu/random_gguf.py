@@ -64,6 +64,15 @@ SHAPES = {
         "qwen3moe", 151936, 2048, 48, 32, 4, 128, 0, 40960, 1000000.0,
         experts=128, experts_used=8, expert_ffn=768, qk_norm=True,
     ),
+    # held out of every fit (issue 27): other dense sizes and another MoE shape
+    "mistral-nemo-12b": Shape("llama", 131072, 5120, 40, 32, 8, 128, 14336, 131072, 1000000.0),
+    "qwen3-32b": Shape(
+        "qwen3", 151936, 5120, 64, 64, 8, 128, 25600, 40960, 1000000.0, qk_norm=True,
+    ),
+    "mixtral-8x7b": Shape(
+        "llama", 32000, 4096, 32, 32, 8, 128, 0, 32768, 1000000.0,
+        experts=8, experts_used=2, expert_ffn=14336,
+    ),
     # small twins for a local check of the writer on the CPU build
     "tiny-llama": Shape("llama", 4096, 256, 4, 4, 2, 64, 512, 4096, 500000.0),
     "tiny-moe": Shape(
@@ -81,12 +90,18 @@ def _use_more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def tensor_type(ftype: str, name: str, layer: int, n_layers: int) -> str:
-    """The ggml type of one weight matrix in a file of ``ftype``."""
+def tensor_type(ftype: str, name: str, layer: int, n_layers: int, experts: int = 0) -> str:
+    """The ggml type of one weight matrix in a file of ``ftype`` (``experts``: the model's
+    expert count; llama-quant.cpp gives an 8-expert model Q8_0 attn_k/attn_v and, in Q4_K_M and
+    IQ4_XS, a Q5_K attn_output)."""
     if ftype == "f16":
         return "F16"
     if ftype == "q8_0":
         return "Q8_0"
+    if experts == 8 and name in ("attn_k", "attn_v"):
+        return "Q8_0"
+    if experts == 8 and name == "attn_output" and ftype in ("q4_k_m", "iq4_xs"):
+        return "Q5_K"
     if ftype == "q6_k":
         return "Q6_K"
     if ftype == "iq4_xs":
@@ -162,7 +177,9 @@ def tensors(s: Shape, ftype: str) -> list[tuple[str, str, tuple[int, ...]]]:
         p = f"blk.{i}."
 
         def t(name: str, shape: tuple[int, ...], p: str = p, i: int = i) -> None:
-            out.append((f"{p}{name}.weight", tensor_type(ftype, name, i, s.layers), shape))
+            out.append(
+                (f"{p}{name}.weight", tensor_type(ftype, name, i, s.layers, s.experts), shape)
+            )
 
         out.append((p + "attn_norm.weight", "F32", (s.hidden,)))
         t("attn_q", (q, s.hidden))
@@ -221,7 +238,8 @@ def write(
         w.add_expert_count(s.experts)
         w.add_expert_used_count(s.experts_used)
         w.add_expert_feed_forward_length(s.expert_ffn)
-        w.add_feed_forward_length(s.expert_ffn * s.experts_used)
+        # llama's MoE (Mixtral) sizes its experts by feed_forward_length; qwen3moe by the above
+        w.add_feed_forward_length(s.expert_ffn * (1 if s.arch == "llama" else s.experts_used))
     else:
         w.add_feed_forward_length(s.ffn)
     tokens = vocabulary(s.vocab)

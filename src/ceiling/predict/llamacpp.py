@@ -32,6 +32,13 @@ from ceiling.errors import CeilingError
 from ceiling.outputs import write_atomic
 from ceiling.predict.gguf import GgufInfo, GgufTensor, bits_per_weight, kernel_data, read_gguf
 from ceiling.predict.ladder import ladder
+from ceiling.predict.llamacpp_fit import (
+    MatvecFit,
+    fit_points,
+    median_t0,
+    points_from_sql,
+    sql_rows,
+)
 from ceiling.predict.schema import (
     DeploymentUsed,
     EvidenceSummary,
@@ -63,13 +70,17 @@ class MatvecRate(BaseModel):
 
 
 class LlamaCppProfile(BaseModel):
-    """``ceiling calibrate --engine llamacpp``: llama.cpp's own kernels on one GPU."""
+    """``ceiling calibrate --engine llamacpp``: llama.cpp's own kernels on one GPU. ``matvec``:
+    one rate per type at one large matrix; ``matvec_fit`` / ``expert_fit``: t0 + bytes / rate
+    per type fitted at the models' decode shapes (``predict.llamacpp_fit``), used first."""
 
     schema_version: int = SCHEMA_VERSION
     kind: str = "llamacpp-kernels"
     gpu: str | None = None
     source: str = ""
     matvec: dict[str, MatvecRate] = Field(default_factory=dict)
+    matvec_fit: dict[str, MatvecFit] = Field(default_factory=dict)
+    expert_fit: dict[str, MatvecFit] = Field(default_factory=dict)
 
 
 def weights_read(info: GgufInfo, tokens: int = 1) -> Iterator[tuple[GgufTensor, float]]:
@@ -109,13 +120,30 @@ def _weight_ops(
     """One mat-vec op per weight type the token reads (its rate measured, else the prior)."""
     pri, conf = kernel_data().priors, ladder().confidence
     by_type: dict[str, list[float]] = {}
+    fitted: dict[str, float] = {}  # seconds of the types a decode-shape fit covers
     for t, share in weights_read(info):
         by_type.setdefault(t.type, []).append(t.nbytes * share)
+        if profile and (fit := _fit_for(profile, t)) is not None:
+            # the embedding is one row's get_rows, not a mat-vec: no mat-vec fixed cost
+            t0 = 0.0 if t.name.startswith("token_embd") else fit.t0_us
+            fitted[t.type] = (
+                fitted.get(t.type, 0.0) + (t0 + t.nbytes * share / (fit.GBps * 1e3)) * 1e-6
+            )
     ops, reads = [], []
     for typ, sizes in sorted(by_type.items()):
         total = sum(sizes)
         rate = profile.matvec.get(typ) if profile else None
-        if rate is not None:
+        if profile and typ in fitted:
+            exp_s, source, c = fitted[typ], "profile", conf.profile.kernel
+            f = profile.matvec_fit.get(typ) or profile.expert_fit[typ]
+            src = f"llama.cpp mat-vec fit {f.t0_us:.2f} us + bytes / {f.GBps:.0f} GB/s"
+        elif profile and rate is not None and profile.matvec_fit:
+            # a type timed at one shape only: its rate, and the fitted types' median fixed cost
+            t0 = median_t0(profile.matvec_fit)
+            exp_s = len(sizes) * t0 * 1e-6 + total / (rate.GBps * 1e9)
+            src = f"llama.cpp mat-vec {rate.GBps:.0f} GB/s + median t0 {t0:.2f} us"
+            source, c = "profile", conf.profile.kernel
+        elif rate is not None:
             # measured on a matrix large enough that its fixed cost is inside the rate
             exp_s, src = total / (rate.GBps * 1e9), f"llama.cpp mat-vec {rate.GBps:.0f} GB/s"
             source, c = "profile", conf.profile.kernel
@@ -134,6 +162,13 @@ def _weight_ops(
 
 
 _SIXTEEN_BIT = ("F32", "F16", "BF16")  # mmvf.cu: no dequantization
+
+
+def _fit_for(profile: LlamaCppProfile, t: GgufTensor) -> MatvecFit | None:
+    """The decode-shape fit of tensor ``t``: routed experts MUL_MAT_ID's (else MUL_MAT's)."""
+    if "_exps." in t.name and t.type in profile.expert_fit:
+        return profile.expert_fit[t.type]
+    return profile.matvec_fit.get(t.type)
 
 
 def kv_bytes_per_token(info: GgufInfo) -> int:
@@ -343,22 +378,15 @@ def predict_gguf(
     )
 
 
-_SQL_INSERT = re.compile(r"^INSERT INTO test_backend_ops \((.*?)\) VALUES \((.*)\);\s*$")
-_SQL_VALUE = re.compile(r"'((?:[^']|'')*)'|([^,\s][^,]*)")
 _PARAM = re.compile(r"type_a=(\w+),type_b=\w+,m=(\d+),n=1,k=(\d+),")
 
 
 def profile_from_sql(text: str, gpu: str | None = None, source: str = "") -> LlamaCppProfile:
     """``test-backend-ops perf --output sql`` (MUL_MAT at one token) -> a profile: each weight
-    type's bytes read (its block layout at m x k) over the measured time per run."""
+    type's bytes read (its block layout at m x k) over the measured time per run; rows of a
+    ``--test-file`` run at the models' decode shapes also give the t0 + rate fits."""
     prof = LlamaCppProfile(gpu=gpu, source=source or "test-backend-ops perf (MUL_MAT, n=1)")
-    for line in text.splitlines():
-        m = _SQL_INSERT.match(line)
-        if not m:
-            continue
-        names = [c.strip() for c in m.group(1).split(",")]
-        values = [a.replace("''", "'") if a else b.strip() for a, b in _SQL_VALUE.findall(m[2])]
-        row = dict(zip(names, values, strict=False))
+    for row in sql_rows(text):
         p = _PARAM.search(row.get("op_params", ""))
         if row.get("op_name") != "MUL_MAT" or not p or float(row.get("time_us") or 0) <= 0:
             continue
@@ -370,7 +398,9 @@ def profile_from_sql(text: str, gpu: str | None = None, source: str = "") -> Lla
         prof.gpu = prof.gpu or row.get("device_description") or None
         prof.matvec[typ] = MatvecRate(type=typ, bytes=nbytes, time_us=float(row["time_us"]),
                                       shape=f"{rows_}x{cols}")  # fmt: skip
-    if not prof.matvec:
+    # test-file rows (the models' decode shapes, bench/gpu/ops/matvec-*.txt): t0 + rate fits
+    prof.matvec_fit, prof.expert_fit = fit_points(points_from_sql(text))
+    if not prof.matvec and not prof.matvec_fit:
         raise CeilingError(
             "no MUL_MAT timing at one token in the test-backend-ops output",
             fix="run `test-backend-ops perf -b CUDA0 -o MUL_MAT --output sql -p 'n=1,'`",
