@@ -49,6 +49,8 @@ def overlap_off_reason(s: Setup) -> str:
         layer.attention == "linear" for layer in s.spec.layers
     ):
         return str(rules["hybrid_linear_attention"]).strip()
+    if "speculative" in rules and s.speculative:
+        return str(rules["speculative"]).strip()
     return ""
 
 

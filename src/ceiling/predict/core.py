@@ -36,7 +36,7 @@ from ceiling.predict.step import (
 )
 from ceiling.predict.validate import check_dcp, check_engine_vendor
 from ceiling.spec.checks import check_parallel
-from ceiling.spec.deployment import Deployment, engine_rules
+from ceiling.spec.deployment import Deployment, engine_rules, engines_table
 from ceiling.spec.hardware import GPU, list_links, load_gpu, load_link
 from ceiling.spec.model import ModelSpec, load_model
 from ceiling.spec.profile import load_profile
@@ -139,6 +139,7 @@ def setup(req: PredictRequest, spec: ModelSpec | None = None) -> tuple[Setup, in
     profile = load_profile(req.profile) if req.profile else None
     impl, reason = dep.resolve_allreduce(link)
     kvb, kv_reason = dep.kv_elem_bytes(spec.quant.kv_cache_dtype)
+    kvb, kv_reason = _engine_kv_default(req.engine, dep.kv_dtype, spec, gpu, kvb, kv_reason)
     bw, bw_reason = achieved_bw(gpu, consts, profile)
     s = Setup(
         spec, gpu, link, dep, rules, consts, profile, impl, reason, kvb, kv_reason, bw, bw_reason
@@ -147,6 +148,20 @@ def setup(req: PredictRequest, spec: ModelSpec | None = None) -> tuple[Setup, in
     s.attention_backend, s.moe_backend = req.attention_backend, req.moe_backend
     s.async_scheduling = req.async_scheduling
     return s, gpus
+
+
+def _engine_kv_default(
+    engine: str, asked: str, spec: ModelSpec, gpu: GPU, kvb: float, why: str
+) -> tuple[float, str]:
+    """The engine's own KV dtype for ``--kv-dtype auto`` where it departs from the model
+    dtype: SGLang's fp8 cache for DeepSeek sparse attention from SM100 (engines.yaml dsa)."""
+    entry = engines_table().get(engine)
+    dsa = entry.dsa if entry is not None else None
+    if asked != "auto" or dsa is None or "index_topk" not in spec.mla:
+        return kvb, why
+    if gpu.sm < dsa.kv_fp8_from_sm:
+        return kvb, why
+    return 1.0, f"kv cache fp8_e4m3 ({engine} picks it for DeepSeek sparse attention on SM{gpu.sm})"
 
 
 def _default_link(gpu: GPU, world: int) -> str:

@@ -32,6 +32,7 @@ from ceiling.predict.opspec import (
     OpSpec,
 )
 from ceiling.predict.resolved import Setup
+from ceiling.spec.deployment import EngineEntry, engines_table
 from ceiling.spec.model import LayerSpec, Module
 
 
@@ -63,6 +64,11 @@ def _gemm(
 
 def _small(name: str, count: float, nbytes: float, kernels: int = 1) -> OpSpec:
     return OpSpec(name, "elementwise", count, act_bytes=nbytes, kernels=kernels)
+
+
+def _engine(s: Setup) -> EngineEntry | None:
+    """The engine's rules of ``data/predict/engines.yaml`` (None for an engine it lacks)."""
+    return engines_table().get(s.dep.engine)
 
 
 def build_ops(s: Setup, batch: int, context: int) -> list[OpSpec]:
@@ -189,6 +195,12 @@ def _gqa_ops(
         ),
         _small("attn.rope_kv_write", n, B * (n_out * 2 + 2 * kv_r * hd * kvb)),
     ]
+    e = _engine(s)
+    qk = e.qk_norm if e is not None else None
+    if qk is not None and spec.architecture in qk.architectures:
+        # per-head q/k RMSNorm before rope (engines.yaml qk_norm: the model file read)
+        ops.insert(1, _small("attn.qk_norm", n, B * (q_rows / tp + 2 * kv_r * hd) * 2 * 2,
+                             qk.kernels))  # fmt: skip
     ctx = min(context, layer.window) if layer.window else context
     # DCP (vLLM, GQA: TP above the KV heads, so each KV head is replicated over TP/kv ranks):
     # the replicas shard the tokens; the rank attends ceil(S/dcp) tokens of its KV head for the
@@ -254,11 +266,24 @@ def _mla_ops(
     ops.append(_small("mla.rope_kv_write", n, B * (mla["kv_lora_rank"] + 64) * 4))
     latent = mla["kv_lora_rank"] + mla["qk_rope_head_dim"]
     ctx = context
-    topk = int(getattr(s.spec, "index_topk", 0) or 0)
+    topk = int(mla.get("index_topk", 0))
     if idx:
         # DSA (GLM-5): the indexer scores every cached token, the main attention reads top-k
         index_dim = max((m.rows for m in idx if m.name.endswith("wk")), default=128)
-        ops.append(_gemm("mla.indexer_proj", n, idx, 1.0, B, sum(m.rows for m in idx), h))
+        e = _engine(s)
+        dsa = e.dsa if e is not None else None
+        if dsa is not None and dsa.indexer_gemms > 1:
+            # the engine's indexer runs weights_proj, then wq_b (wk beside it on the alt
+            # stream): each its own GEMM on the main stream (engines.yaml dsa)
+            gates = [m for m in idx if m.name.endswith("weights_proj")]
+            qk = [m for m in idx if m not in gates]
+            ops.append(_gemm("mla.indexer_gates", n, gates, 1.0, B, sum(m.rows for m in gates), h))
+            ops.append(_gemm("mla.indexer_proj", n, qk, 1.0, B, sum(m.rows for m in qk), h))
+        else:
+            ops.append(_gemm("mla.indexer_proj", n, idx, 1.0, B, sum(m.rows for m in idx), h))
+        if dsa is not None and dsa.indexer_small_kernels:
+            q_act = B * sum(m.rows for m in idx if m.name.endswith("wq_b")) * 2
+            ops.append(_small("mla.indexer_prep", n, 4 * q_act, dsa.indexer_small_kernels))
         ops.append(
             OpSpec("mla.indexer_scores", "attention", n, kv_bytes=B * context * index_dim * kvb,
                    kernels=3, shape=AttentionShape(batch=B, context=context, heads=1, kv_heads=1,
@@ -266,6 +291,9 @@ def _mla_ops(
         )  # fmt: skip
         if topk:
             ctx = min(context, topk)
+        if dsa is not None and dsa.attention_small_kernels:
+            q_abs = B * heads_r * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) * 2
+            ops.append(_small("mla.sparse_prep", n, 2 * q_abs, dsa.attention_small_kernels))
     # DCP (vLLM): every rank of the group reads only its 1/dcp of each sequence's latent
     # cache, for the group's gathered heads (H/TP x dcp): the same FLOPs, 1/dcp of the bytes;
     # the query gather, LSE gather, correction and output reduce-scatter are _dcp_ops

@@ -37,6 +37,9 @@ class Setup:
     attention_backend: str | None = None
     moe_backend: str | None = None
     async_scheduling: bool | None = None
+    # the speculative method of the step being priced (None: plain decode); engines that
+    # change their scheduler for it say so in engines.yaml (overlap_off: speculative)
+    speculative: str | None = None
 
     @property
     def expert_tp(self) -> int:

@@ -211,6 +211,8 @@ def spec_step(s: Setup, req: Any) -> Step:
     k = int(req.spec_tokens or spec_data().default_tokens)
     B, ctx = req.batch, req.context
     tau, tau_src = acceptance(method, k, req.spec_acceptance_rate, req.spec_acceptance_length)
+    s = copy.copy(s)
+    s.speculative = method  # the engine's scheduler may change with it (choices.host_cost)
     verify = decode_step(s, B * (k + 1), max(1, math.ceil(ctx / (k + 1))))
     draft_spec = _draft_spec(s, method, req.spec_draft_layers)
     path = spec_data().engine_paths.get(s.dep.engine) or EnginePath()

@@ -55,6 +55,32 @@ class DcpRule(DataModel):
     source: str
 
 
+class QkNormRule(DataModel):
+    """Per-head q/k RMSNorm the engine's model file runs in every attention layer, for the
+    architectures listed (predict's fused op list has no such op otherwise)."""
+
+    architectures: list[str] = Field(description="model architecture names it applies to")
+    kernels: int = Field(description="kernels on the step's critical path per attention layer")
+    rule: str
+
+
+class DsaRule(DataModel):
+    """What the engine runs for DeepSeek sparse attention (GLM-5, DeepSeek-V3.2) beyond
+    predict's indexer GEMM and scoring op and its MLA decode op."""
+
+    kv_fp8_from_sm: int = Field(
+        description="--kv-dtype auto becomes an fp8 KV cache from this compute capability x10"
+    )
+    indexer_gemms: int = Field(description="indexer GEMMs one after another on the main stream")
+    indexer_small_kernels: int = Field(
+        description="indexer elementwise kernels on the main stream beyond the scoring op's"
+    )
+    attention_small_kernels: int = Field(
+        description="elementwise kernels of the sparse MLA decode beyond predict's MLA op"
+    )
+    source: str
+
+
 class EngineEntry(DataModel):
     """One engine of ``data/predict/engines.yaml``."""
 
@@ -68,6 +94,8 @@ class EngineEntry(DataModel):
     kernels: Literal["fused", "pytorch"]
     shared_expert_stream: SharedExpertStreamRule | None = None
     decode_context_parallel: DcpRule | None = None
+    qk_norm: QkNormRule | None = None
+    dsa: DsaRule | None = None
     gpu_memory_utilization: float
     activation_reserve_GiB: float
 

@@ -31,6 +31,8 @@ def read_mla(cfg: dict[str, Any], where: str) -> dict[str, int]:
         "qk_nope_head_dim": nope,
         "qk_rope_head_dim": rope,
         "v_head_dim": int(get(cfg, "v_head_dim", default=nope)),
+        # DSA (GLM-5, DeepSeek-V3.2): the main attention reads only the indexer's top-k tokens
+        **({"index_topk": int(cfg["index_topk"])} if cfg.get("index_topk") else {}),
     }
 
 
