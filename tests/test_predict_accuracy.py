@@ -46,6 +46,9 @@ PRIORS = {
     "new_single_median": 36.2,
     "new_batch_median": 13.8,
     "new_batch_p90": 21.1,
+    # V053-V056 (SGLang 0.5.8.post1, 8x B200), predicted once after predict4's freeze
+    "later_single_median": 18.6,
+    "later_single_p90": 60.5,
 }
 # the same with aiconfigurator-core 0.12.0's tables
 TABLES = {
@@ -59,6 +62,8 @@ TABLES = {
     "new_single_median": 29.6,
     "new_batch_median": 13.2,
     "new_batch_p90": 16.0,
+    "later_single_median": 15.9,
+    "later_single_p90": 60.0,
 }
 PAIRS_RIGHT_SIGN = 13  # of 15 (P1-P9: 7 of 9; the MTP pairs P10-P15: 6 of 6), priors only
 PAIRS_WITHIN_5 = 5  # P3 (P2P off under DCP=8) joined with --dcp, P13 with predict.specpath
@@ -71,7 +76,10 @@ NEW_SET = "2026-12-02 b0f8624"
 # qk-norm and speculative-scheduler rules with their scores in sight
 FIRST_HELD_SET = "2026-11-30 46297e8"
 # sets added after later freezes: scored apart, never in the guards above
-LATER_SETS: tuple[str, ...] = ()
+LATER_SETS: tuple[str, ...] = (
+    # V053-V057: SGLang 0.5.8.post1 on 8x B200, added after predict4 froze the model
+    "2026-12-02 c42fff3",
+)
 
 
 def _med_p90(rows: list) -> tuple[float, float]:
@@ -99,6 +107,7 @@ def _figures(res: CalibrationReport) -> dict[str, float]:
     held_med, held_p90 = _med_p90([m for m in single if m.added == FIRST_HELD_SET])
     new_single = _med_p90([m for m in new if m.concurrency == 1])
     new_batch = _med_p90([m for m in new if m.concurrency > 1])
+    later = _med_p90([m for m in scored if m.added in LATER_SETS and m.concurrency == 1])
     return {
         "single_median": single_med,
         "single_p90": single_p90,
@@ -110,6 +119,8 @@ def _figures(res: CalibrationReport) -> dict[str, float]:
         "new_single_median": new_single[0],
         "new_batch_median": new_batch[0],
         "new_batch_p90": new_batch[1],
+        "later_single_median": later[0],
+        "later_single_p90": later[1],
     }
 
 
@@ -165,7 +176,7 @@ def test_every_row_says_when_it_was_added_and_whether_it_was_seen():
                 held.append(row["id"])
     # V034 (bound), V035: TRT-LLM MTP on 8x B200 (bound); V038-V052: the batch rows of the
     # 2026-12-02 set (NEW_SET); V028-V033, V036, V037 are seen since predict4
-    assert held == ["V034", "V035", *[f"V0{n}" for n in range(38, 53)]]
+    assert held == ["V034", "V035", *[f"V0{n}" for n in range(38, 58)]]
     assert not is_held_out({"id": "X"})  # no column: nothing proves it held out
 
 
