@@ -10,6 +10,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -204,3 +205,70 @@ def test_a_trace_file_still_being_written_is_waited_for(tmp_path: Path) -> None:
         srv.shutdown()
     assert res.recorded, res.why_not
     assert res.split is not None and res.split.steps == 10  # the whole fixture, not half of it
+
+
+class _ShortContext(_FakeVllm):
+    """Serves a 512-token context, records the max_tokens asked, and streams only ``tokens``
+    of them; its profiler records an idle engine (a trace with no step in it)."""
+
+    folder: Path = Path()
+    tokens = 400
+    asked: ClassVar[list[int]] = []
+
+    def do_GET(self) -> None:
+        if self.path != "/v1/models":
+            return super().do_GET()
+        body = json.dumps({"data": [{"id": "tiny", "owned_by": "vllm", "max_model_len": 512}]})
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def do_POST(self) -> None:
+        n = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(n) or b"{}")
+        if self.path in ("/start_profile", "/stop_profile"):
+            if self.path == "/start_profile":  # bounded: written when it is done
+                (self.folder / "rank0.pt.trace.json").write_text('{"traceEvents": []}')
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+            return
+        self.asked.append(body["max_tokens"])
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for _ in range(min(self.tokens, body["max_tokens"])):
+            self.wfile.write(b'data: {"choices":[{"text":"a"}]}\n\n')
+            self.wfile.flush()
+            time.sleep(0.002)
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+def _short_context_capture(tmp_path: Path, tokens: int):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    handler = type("H", (_ShortContext,), {"folder": folder, "tokens": tokens, "asked": []})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        setup = get_engine("vllm").profiler("0.32.0", folder, steps=32)
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        return capture_window(url, "tiny", setup, steps=32), handler.asked
+    finally:
+        srv.shutdown()
+
+
+def test_the_streams_ask_for_the_served_context_not_just_the_window(tmp_path: Path) -> None:
+    """The engine generates on while the start call reaches its workers: a budget of a few
+    windows ran out on a loaded box before the profiler began (an idle, empty window)."""
+    _res, asked = _short_context_capture(tmp_path, tokens=400)
+    assert asked == [512 - 64]
+
+
+def test_an_idle_window_says_the_streams_ended_first(tmp_path: Path) -> None:
+    res, _asked = _short_context_capture(tmp_path, tokens=12)
+    assert not res.recorded and res.split is None
+    assert res.why_not is not None
+    assert "no complete decode step" in res.why_not and "the streams ended after 12" in res.why_not

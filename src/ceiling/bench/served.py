@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ceiling.errors import CeilingError, ExitStatus
 from ceiling.redact import env_api_key
@@ -35,6 +35,7 @@ class ServedModel(BaseModel):
     id: str
     root: str | None = None
     owned_by: str | None = None
+    max_model_len: int | None = Field(None, description="the context it serves (vLLM)")
 
 
 def authorized_request(

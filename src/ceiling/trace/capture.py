@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ceiling.bench.client import api_key, base_url
+from ceiling.bench.served import served_models
 from ceiling.bench.server_metrics import delta, histogram_means_ms
 from ceiling.engines.profiling import ProfilerSetup
 from ceiling.errors import CeilingError
@@ -48,6 +49,10 @@ SCHEMA_VERSION = 1
 WARM_TOKENS = 8
 #: how long the files may take to appear after the stop call (the workers write them)
 FILES_TIMEOUT_S = 60.0
+#: context kept free for the prompt (a dozen tokens) when the budget is the served context
+PROMPT_ROOM = 64
+#: the most tokens a stream asks for
+MAX_BUDGET = 8192
 _BASE_NS = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 
 
@@ -257,6 +262,18 @@ def _read_complete(files: list[Path], deadline: float) -> tuple[list[RankTrace],
         time.sleep(0.25)
 
 
+def _token_budget(url: str, model: str, steps: int) -> int:
+    """Tokens per stream: the served context less room for the prompt (capped: a stream that
+    outlives its cancellation must still end), else enough for the window several times."""
+    fallback = WARM_TOKENS + 4 * engine_steps(steps) + 256
+    try:
+        served = served_models(url, timeout_s=5.0)
+    except CeilingError:
+        return fallback
+    ctx = next((m.max_model_len for m in served if m.id == model and m.max_model_len), None)
+    return min(ctx - PROMPT_ROOM, MAX_BUDGET) if ctx and ctx > 2 * PROMPT_ROOM else fallback
+
+
 def capture_window(
     url: str,
     model: str,
@@ -287,10 +304,12 @@ def capture_window(
         return res
     folder = Path(trace_dir or setup.trace_dir or "")
     t_begin = time.monotonic()
-    # enough tokens for the warm-up, the start call's stall (no tokens meanwhile) and the
-    # window, with room for the stop; the generation is cancelled once the window is read
-    budget = max_tokens or (WARM_TOKENS + 2 * engine_steps(steps) + 64)
+    # The engine keeps generating until the start call reaches its workers (on a loaded
+    # 2-core box ~1 s: a whole short generation), so the budget is the served context where
+    # the server says it; the generations are cancelled once the window is read.
+    budget = max_tokens or _token_budget(url, model, steps)
     gen = _Streams(url, model, streams, budget, extra_body or {})
+    ended_early = False
     gen.start()
     try:
         if not _wait(lambda: gen.tokens() >= WARM_TOKENS or not gen.alive(), 60.0):
@@ -325,6 +344,7 @@ def capture_window(
             res.engine_itl_span_s = [t_first, t_second]
         # the window: the engine's own count where it keeps one, else the streams' tokens
         _wait(lambda: gen.tokens() >= at_start + engine_steps(steps) + 2 or not gen.alive(), 120.0)
+        ended_early = not gen.alive() and gen.tokens() < at_start + engine_steps(steps)
         if setup.bounded_by_engine:
             _wait(lambda: bool(_new_files(setup, folder, since, before)), 10.0, poll_s=0.05)
         if setup.stop_path:
@@ -348,7 +368,17 @@ def capture_window(
         res.why_not = f"the trace files never became readable: {unread}"
         res.wall_s = round(time.monotonic() - t_begin, 2)
         return res
-    res.split = split(traces, setup.engine)
+    try:
+        res.split = split(traces, setup.engine)
+    except CeilingError as exc:  # e.g. the engine sat idle while it recorded
+        res.why_not = exc.message + (
+            f" (the streams ended after {gen.tokens()} tokens, {budget} asked, while the "
+            "profiler was starting: pass a larger max_tokens)"
+            if ended_early
+            else ""
+        )
+        res.wall_s = round(time.monotonic() - t_begin, 2)
+        return res
     res.recorded = True
     _compare(res, files[0], gen.arrivals)
     res.wall_s = round(time.monotonic() - t_begin, 2)
