@@ -50,7 +50,8 @@ def test_doctor_trace_records_real_windows_and_judges_by_them(tiny_model_dir, tm
     )
     assert not res.server_died, res.server_death
     assert [t.label for t in res.traces] == ["single", "concurrency 2"], "\n".join(
-        f"{s.name}: {s.status}: {s.message}" for s in res.stages  # a str: shown whole
+        f"{s.name}: {s.status}: {s.message}"
+        for s in res.stages  # a str: shown whole
     )
     for t in res.traces:
         assert t.recorded, t.why_not
@@ -62,6 +63,10 @@ def test_doctor_trace_records_real_windows_and_judges_by_them(tiny_model_dir, tm
     single = res.traces[0]
     assert single.split is not None
     # classes + idle against the engine's own inter-token latency over the same window
+    # the start call came back so late that the engine's scrapes missed the recording: the
+    # box's doing (the capture says so in a note), not a comparison that failed
+    late = [n for n in single.notes if "partly outside" in n]
+    swamped_if(single.engine_itl_ms is None and bool(late), "; ".join(late))
     assert single.engine_itl_ms is not None and single.engine_itl_count >= 10
     agree = abs(single.step_vs_engine_pct or 99.0)
     sp = single.split

@@ -105,6 +105,10 @@ class TraceCapture(BaseModel):
         None, description="(trace step - engine ITL) / engine ITL, percent"
     )
     split: TraceSplit | None = None
+    streams_ended_early: bool = Field(
+        False, description="the generations ended before the window's steps were recorded"
+    )
+    attempts: int = Field(1, description="windows recorded to get this one")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -289,7 +293,33 @@ def capture_window(
     """Record ``steps`` decode steps of ``streams`` running generations (see the module
     docstring; ``setup`` was asked for :func:`engine_steps` of them). Not recording (engine
     without a profiler, or one not turned on) is a result with ``why_not`` set, not an error:
-    the caller carries on without a trace."""
+    the caller carries on without a trace.
+
+    A window whose streams ended while the profiler was starting (the first start in an
+    engine process loads the profiler's library: seconds on a loaded box, while the engine
+    generates on) is recorded once more; later starts are quick."""
+    args = (url, model, setup, steps, streams, ranks, label, extra_body, trace_dir, max_tokens)
+    res = _capture(*args)
+    if res.recorded or not res.streams_ended_early:
+        return res
+    again = _capture(*args)
+    again.attempts = 2
+    again.notes.insert(0, f"first try not recorded: {res.why_not}")
+    return again
+
+
+def _capture(
+    url: str,
+    model: str,
+    setup: ProfilerSetup,
+    steps: int,
+    streams: int,
+    ranks: int,
+    label: str,
+    extra_body: dict[str, Any] | None,
+    trace_dir: Path | None,
+    max_tokens: int | None,
+) -> TraceCapture:
     url = base_url(url)
     res = TraceCapture(
         url=url,
@@ -336,7 +366,10 @@ def capture_window(
         # stop writes the files from the engine loop: another stall)
         _wait(lambda: gen.tokens() >= at_start + 3 or not gen.alive(), 60.0)
         t_first, first = time.time(), _scrape(url)
-        _wait(lambda: gen.tokens() >= at_start + max(4, steps * 3 // 4) or not gen.alive(), 120.0)
+        # halfway: the recording may have begun steps before the start call returned (the
+        # engine starts it, then the answer travels back), and the second scrape must fall
+        # inside it, before the engine stops and writes the files
+        _wait(lambda: gen.tokens() >= at_start + max(4, steps // 2) or not gen.alive(), 120.0)
         t_second, second = time.time(), _scrape(url)
         itl = histogram_means_ms(delta(first, second) or {}).get("itl") or {}
         if itl.get("mean_ms") is not None:
@@ -371,9 +404,10 @@ def capture_window(
     try:
         res.split = split(traces, setup.engine)
     except CeilingError as exc:  # e.g. the engine sat idle while it recorded
+        res.streams_ended_early = ended_early
         res.why_not = exc.message + (
             f" (the streams ended after {gen.tokens()} tokens, {budget} asked, while the "
-            "profiler was starting: pass a larger max_tokens)"
+            "profiler was starting)"
             if ended_early
             else ""
         )
@@ -401,6 +435,16 @@ def _compare(res: TraceCapture, path: Path, arrivals: list[list[float]]) -> None
     if res.engine_itl_ms and res.engine_itl_span_s:
         # the same steps on both sides: those the trace saw begin between the two scrapes
         a, b = res.engine_itl_span_s
+        if not (span[0] <= a and b <= span[1]):
+            # tokens outside the recording (the stop's stall among them) are in the engine's
+            # figure: it is not the same window, so it is not compared
+            res.notes.append(
+                f"the engine's ITL ({res.engine_itl_ms:.3f} ms) was scraped over "
+                f"{a - span[0]:+.3f}..{b - span[0]:+.3f} s of a recording {span[1] - span[0]:.3f} s "
+                "long: partly outside it, so not compared"
+            )
+            res.engine_itl_ms, res.engine_itl_count = None, 0
+            return
         inside = [st.ms for st in sp.per_step if a <= base + st.start_us / 1e6 <= b]
         step = sum(inside) / len(inside) if len(inside) >= 3 else sp.step_ms
         res.trace_step_in_span_ms = step
