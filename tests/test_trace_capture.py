@@ -274,4 +274,5 @@ def test_an_idle_window_says_the_streams_ended_first(tmp_path: Path) -> None:
     assert res.why_not is not None
     assert "no complete decode step" in res.why_not and "the streams ended after 12" in res.why_not
     # recorded once more (a first profiler start is the slow one), and the first try is kept
-    assert res.attempts == 2 and res.notes[0].startswith("first try not recorded: no complete")
+    assert res.attempts == 3 and res.notes[0].startswith("try 1 not recorded: no complete")
+    assert res.notes[1].startswith("try 2 not recorded: no complete")
