@@ -10,7 +10,8 @@
 # The op lines (bench/gpu/ops/matvec-*.txt) are the exported decode graphs' mat-vec lines
 # (bench/results/2026-12-02_h200-llamacpp/call1/ops-*.txt) with the weight's type and strides
 # rewritten per type. Each model's run has its own time limit so a slow one leaves the other's.
-# NOT YET RUN: its one device call (2026-12-02) found no machine to start; nothing is recorded.
+# Its cases ran (2026-12-02, call 3) through bench/gpu/llamacpp_heldout.sh, which runs the same op
+# files with the locally built binaries: bench/results/2026-12-02_h200-llamacpp/call3/matvec.sql.
 set -u
 D=${GPU_DIR:-.gpu/gpu2}
 W=${WORK:-/tmp/lcmv}

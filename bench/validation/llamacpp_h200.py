@@ -1,15 +1,15 @@
 """predict --engine llamacpp against llama.cpp's measured decode step on one H200.
 
     .venv/bin/python bench/validation/llamacpp_h200.py [--out FILE.json]
+    .venv/bin/python bench/validation/llamacpp_h200.py --preregister FILE.json  # before a run
 
-Measured: llama-bench tg128 at depth 0 (-ngl 99 -fa 1, CUDA graphs on) of the random-weight
-GGUFs that bench/gpu/llamacpp_cuda.sh build wrote on the H200 (bench/results/
-2026-12-02_h200-llamacpp/call1/bench-*.json). Predicted: from the same files' headers (rebuilt
-here with bench/gpu/random_gguf.py --header-only: the same shapes and type mix), priors only and
-with the llama.cpp-kernel profile of test-backend-ops perf (call2/perf-types.sql). Nothing here
-is fitted: the priors are the PyTorch-side kernel priors, the profile is per-op evidence, and the
-measured rows are scored, never tuned against. Rows without a measurement (the held-out files
-whose runs did not fit in the device budget) are listed with their prediction only.
+Measured: llama-bench tg128 at depth 0 (-ngl 99 -fa 1, CUDA graphs on) of random-weight GGUFs
+written on the H200 (bench/results/2026-12-02_h200-llamacpp/call1/ and call3/bench-*.json).
+Predicted from the same files' headers (rebuilt here with bench/gpu/random_gguf.py --header-only:
+the same shapes and type mix): priors only, the one-shape profile (call2/perf-types.sql) and the
+refit (METHOD below, on call3/matvec.sql). Nothing is fitted to a measured step: the priors are
+the PyTorch-side kernel priors, the profiles per-op evidence. Held-out rows were predicted and
+committed (--preregister) before their run; rows without a measurement carry predictions only.
 """
 
 from __future__ import annotations
