@@ -82,7 +82,7 @@ def test_a_fitted_profile_adds_each_matrix_fixed_cost(tmp_path: Path) -> None:
 
     sql = (ROOT / "bench/results/2026-12-02_h200-llamacpp/call2/perf-types.sql").read_text()
     text = sql + "\n" + _fake_sql("matvec-llama3.1-8b.txt")
-    prof = profile_from_sql(text)
+    prof = profile_from_sql(text, with_fits=True)
     assert set(prof.matvec_fit) == {"Q4_K", "Q6_K", "Q8_0", "F16"} and not prof.expert_fit
     gg = tmp_path / "m.gguf"
     subprocess.run([str(ROOT / ".engines/llamacpp/bin/python"), str(ROOT / "bench/gpu/random_gguf.py"),

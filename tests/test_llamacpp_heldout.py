@@ -79,7 +79,7 @@ def test_the_refit_comes_from_the_per_op_rows_only(tmp_path: Path) -> None:
     from ceiling.spec.hardware import load_gpu
 
     sql = (RES / "call2/perf-types.sql").read_text() + "\n" + (CALL / "matvec.sql").read_text()
-    prof = profile_from_sql(sql)
+    prof = profile_from_sql(sql, with_fits=True)
     assert set(prof.matvec_fit) == {"F16", "Q8_0", "Q6_K", "Q5_K", "Q4_K", "IQ4_XS"}
     assert set(prof.expert_fit) == {"F16", "Q8_0", "Q6_K", "Q4_K"}
     bw = load_gpu("h200").mem_bw_GBps
@@ -102,3 +102,24 @@ def test_isolated_quantized_mat_vecs_cost_more_than_the_whole_step(tmp_path: Pat
         total_ms = sum(pts[(t.type, t.shape[0], t.shape[1])] for t in mats) / 1e3
         assert len(mats) == 225
         assert (total_ms > rows[name]["measured_ms"]) is above
+
+
+def test_calibrating_with_decode_shapes_keeps_the_one_shape_profile(tmp_path: Path) -> None:
+    """The rejected refit is not what a user gets: `calibrate --engine llamacpp` on a run that
+    also holds the decode-shape rows writes no fits, and each type's rate stays that of its
+    largest matrix, so predictions equal the one-shape profile's."""
+    from ceiling.spec.hardware import load_gpu
+
+    one = profile_from_sql((RES / "call2/perf-types.sql").read_text())
+    both = profile_from_sql(
+        (RES / "call2/perf-types.sql").read_text() + "\n" + (CALL / "matvec.sql").read_text()
+    )
+    assert not both.matvec_fit and not both.expert_fit
+    for typ, rate in one.matvec.items():
+        assert both.matvec[typ].bytes >= rate.bytes
+    bw = load_gpu("h200").mem_bw_GBps
+    for name in ("llama3.1-8b-q4_k_m", "llama3.1-8b-q8_0"):
+        gg = _header(name, tmp_path)
+        a = predict_gguf(gg, "h200", bw, 64, profile=one).decode_ms_per_token
+        b = predict_gguf(gg, "h200", bw, 64, profile=both).decode_ms_per_token
+        assert b == pytest.approx(_rows()[name]["profile_ms"], rel=0.02), (a, b)

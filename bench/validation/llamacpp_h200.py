@@ -108,6 +108,7 @@ def main() -> int:
         refit = profile_from_sql(
             TYPES_SQL.read_text() + "\n" + MATVEC_SQL.read_text(),
             source=f"{TYPES_SQL.relative_to(ROOT)} + {MATVEC_SQL.relative_to(ROOT)}",
+            with_fits=True,
         )
     bw = load_gpu("h200").mem_bw_GBps
     rows = []

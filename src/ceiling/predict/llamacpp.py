@@ -381,10 +381,16 @@ def predict_gguf(
 _PARAM = re.compile(r"type_a=(\w+),type_b=\w+,m=(\d+),n=1,k=(\d+),")
 
 
-def profile_from_sql(text: str, gpu: str | None = None, source: str = "") -> LlamaCppProfile:
+def profile_from_sql(
+    text: str, gpu: str | None = None, source: str = "", with_fits: bool = False
+) -> LlamaCppProfile:
     """``test-backend-ops perf --output sql`` (MUL_MAT at one token) -> a profile: each weight
-    type's bytes read (its block layout at m x k) over the measured time per run; rows of a
-    ``--test-file`` run at the models' decode shapes also give the t0 + rate fits."""
+    type's bytes read (its block layout at m x k) over the measured time per run, at the
+    type's largest matrix. ``with_fits``: rows of a ``--test-file`` run at the models' decode
+    shapes also give the t0 + rate fits, which predict then uses first. Off by default: timed
+    alone, small quantized mat-vecs cost more than inside the decode graph (the 8B Q4_K_M's 225
+    add up to more than its whole measured step), so the refit overstated every measured H200
+    step (+23 to +73 %, bench/results/2026-12-02_h200-llamacpp/README.md)."""
     prof = LlamaCppProfile(gpu=gpu, source=source or "test-backend-ops perf (MUL_MAT, n=1)")
     for row in sql_rows(text):
         p = _PARAM.search(row.get("op_params", ""))
@@ -396,10 +402,12 @@ def profile_from_sql(text: str, gpu: str | None = None, source: str = "") -> Lla
         rows_, cols = int(p.group(2)), int(p.group(3))
         nbytes = rows_ * cols * bits_per_weight(typ) / 8.0
         prof.gpu = prof.gpu or row.get("device_description") or None
+        if typ in prof.matvec and prof.matvec[typ].bytes >= nbytes:
+            continue  # the one-shape rate is the type's largest matrix (bandwidth-bound)
         prof.matvec[typ] = MatvecRate(type=typ, bytes=nbytes, time_us=float(row["time_us"]),
                                       shape=f"{rows_}x{cols}")  # fmt: skip
-    # test-file rows (the models' decode shapes, bench/gpu/ops/matvec-*.txt): t0 + rate fits
-    prof.matvec_fit, prof.expert_fit = fit_points(points_from_sql(text))
+    if with_fits:  # test-file rows (bench/gpu/ops/matvec-*.txt): t0 + rate fits
+        prof.matvec_fit, prof.expert_fit = fit_points(points_from_sql(text))
     if not prof.matvec and not prof.matvec_fit:
         raise CeilingError(
             "no MUL_MAT timing at one token in the test-backend-ops output",
