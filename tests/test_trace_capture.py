@@ -276,3 +276,35 @@ def test_an_idle_window_says_the_streams_ended_first(tmp_path: Path) -> None:
     # recorded once more (a first profiler start is the slow one), and the first try is kept
     assert res.attempts == 3 and res.notes[0].startswith("try 1 not recorded: no complete")
     assert res.notes[1].startswith("try 2 not recorded: no complete")
+
+
+class _NeverStarted(_ShortContext):
+    """An engine whose profiler begins inside a step: streams that ended first leave no file."""
+
+    def do_POST(self) -> None:
+        if self.path in ("/start_profile", "/stop_profile"):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+            return
+        super().do_POST()
+
+
+def test_streams_that_ended_before_the_profiler_began_are_tried_again(tmp_path, monkeypatch):
+    from ceiling.trace import capture
+
+    monkeypatch.setattr(capture, "EARLY_END_FILES_S", 0.3)
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    handler = type("H", (_NeverStarted,), {"folder": folder, "tokens": 12, "asked": []})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        setup = get_engine("vllm").profiler("0.32.0", folder, steps=32)
+        res = capture_window(f"http://127.0.0.1:{srv.server_address[1]}", "tiny", setup, steps=32)
+    finally:
+        srv.shutdown()
+    assert not res.recorded and res.attempts == capture.MAX_ATTEMPTS
+    assert res.why_not is not None and "before the profiler began" in res.why_not

@@ -385,25 +385,19 @@ def profile_from_sql(
     text: str, gpu: str | None = None, source: str = "", with_fits: bool = False
 ) -> LlamaCppProfile:
     """``test-backend-ops perf --output sql`` (MUL_MAT at one token) -> a profile: each weight
-    type's bytes read (its block layout at m x k) over the measured time per run, at the
-    type's largest matrix. ``with_fits``: rows of a ``--test-file`` run at the models' decode
-    shapes also give the t0 + rate fits, which predict then uses first. Off by default: timed
-    alone, small quantized mat-vecs cost more than inside the decode graph (the 8B Q4_K_M's 225
-    add up to more than its whole measured step), so the refit overstated every measured H200
-    step (+23 to +73 %, bench/results/2026-12-02_h200-llamacpp/README.md)."""
+    type's bytes read over the time per run, at the type's largest matrix. ``with_fits``: the
+    decode-shape rows also give t0 + rate fits (predict uses them first); off by default, as
+    that refit overstated every measured H200 step (docs/predict.md, llama.cpp section)."""
     prof = LlamaCppProfile(gpu=gpu, source=source or "test-backend-ops perf (MUL_MAT, n=1)")
     for row in sql_rows(text):
         p = _PARAM.search(row.get("op_params", ""))
         if row.get("op_name") != "MUL_MAT" or not p or float(row.get("time_us") or 0) <= 0:
             continue
-        typ = p.group(1).upper()
-        if typ not in kernel_data().types:
-            continue
-        rows_, cols = int(p.group(2)), int(p.group(3))
-        nbytes = rows_ * cols * bits_per_weight(typ) / 8.0
+        typ, rows_, cols = p.group(1).upper(), int(p.group(2)), int(p.group(3))
+        nbytes = rows_ * cols * bits_per_weight(typ) / 8.0 if typ in kernel_data().types else 0
         prof.gpu = prof.gpu or row.get("device_description") or None
-        if typ in prof.matvec and prof.matvec[typ].bytes >= nbytes:
-            continue  # the one-shape rate is the type's largest matrix (bandwidth-bound)
+        if not nbytes or (typ in prof.matvec and prof.matvec[typ].bytes >= nbytes):
+            continue  # unknown type; else the rate is the type's largest matrix (bandwidth-bound)
         prof.matvec[typ] = MatvecRate(type=typ, bytes=nbytes, time_us=float(row["time_us"]),
                                       shape=f"{rows_}x{cols}")  # fmt: skip
     if with_fits:  # test-file rows (bench/gpu/ops/matvec-*.txt): t0 + rate fits

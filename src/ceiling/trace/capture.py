@@ -53,6 +53,8 @@ FILES_TIMEOUT_S = 60.0
 PROMPT_ROOM = 64
 #: windows recorded at most when the streams end before the engine records a step
 MAX_ATTEMPTS = 3
+#: the files' wait after streams that ended before the window was recorded
+EARLY_END_FILES_S = 5.0
 #: the most tokens a stream asks for
 MAX_BUDGET = 8192
 _BASE_NS = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
@@ -236,7 +238,12 @@ def _new_files(setup: ProfilerSetup, folder: Path, since: float, before: set[Pat
 
 
 def _files_settled(
-    setup: ProfilerSetup, folder: Path, since: float, expect: int, before: set[Path]
+    setup: ProfilerSetup,
+    folder: Path,
+    since: float,
+    expect: int,
+    before: set[Path],
+    timeout_s: float = FILES_TIMEOUT_S,
 ) -> list[Path]:
     """The window's files once ``expect`` of them exist and none grew over one poll."""
     sizes: dict[Path, int] = {}
@@ -249,7 +256,7 @@ def _files_settled(
         sizes.update(now)
         return done
 
-    _wait(ready, FILES_TIMEOUT_S, poll_s=0.25)
+    _wait(ready, timeout_s, poll_s=0.25)
     return _new_files(setup, folder, since, before)
 
 
@@ -391,12 +398,17 @@ def _capture(
     finally:
         gen.close()
     t_files = time.monotonic()
-    files = _files_settled(setup, folder, since, ranks, before)
+    # streams that ended before the engine's profiler began (it starts inside a step): the
+    # engine may write nothing at all, so the wait is short and the window is tried again
+    wait_s = EARLY_END_FILES_S if ended_early else FILES_TIMEOUT_S
+    files = _files_settled(setup, folder, since, ranks, before, wait_s)
     res.files = [str(p) for p in files]
     if not files:
-        res.why_not = (
-            f"the engine recorded, but no trace file appeared under {folder} within "
-            f"{FILES_TIMEOUT_S:.0f} s (the files land on the server's machine)"
+        res.streams_ended_early = ended_early
+        res.why_not = f"no trace file appeared under {folder} within {wait_s:.0f} s" + (
+            f" (the streams ended after {gen.tokens()} tokens, before the profiler began)"
+            if ended_early
+            else " (the files land on the server's machine)"
         )
         res.wall_s = round(time.monotonic() - t_begin, 2)
         return res
