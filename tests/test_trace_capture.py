@@ -90,6 +90,13 @@ class _FakeVllm(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _empty_ok(self) -> None:
+        """200 with an empty JSON object: the profiler endpoints' answer."""
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path != "/v1/completions":
@@ -173,10 +180,7 @@ class _SlowWriter(_FakeVllm):
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if self.path == "/start_profile":  # bounded: the engine writes when it is done
                 threading.Thread(target=self._write, daemon=True).start()
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
+            self._empty_ok()
             return
         super().do_POST()
 
@@ -231,10 +235,7 @@ class _ShortContext(_FakeVllm):
             if self.path == "/start_profile":  # bounded: written when it is done
                 name = f"rank0.{time.time_ns()}.pt.trace.json"  # one per window, as vLLM's
                 (self.folder / name).write_text('{"traceEvents": []}')
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
+            self._empty_ok()
             return
         self.asked.append(body["max_tokens"])
         self.send_response(200)
@@ -284,10 +285,7 @@ class _NeverStarted(_ShortContext):
     def do_POST(self) -> None:
         if self.path in ("/start_profile", "/stop_profile"):
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
+            self._empty_ok()
             return
         super().do_POST()
 
