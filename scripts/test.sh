@@ -52,7 +52,7 @@ bash scripts/install-llamacpp.sh .engines/llamacpp
 end
 echo "== lint"
 begin lint
-.venv/bin/ruff check src tests bench scripts
+.venv/bin/ruff check src tests experiments scripts
 end
 echo "== types (mypy over src/ceiling)"
 begin types

@@ -2,7 +2,7 @@
 
 The server runs in its own process and stamps each chunk with CLOCK_MONOTONIC just before the
 write; the client's timestamps use the same clock. The tolerances are loose (a shared 2-core
-box); ``bench/validation/client_fidelity.py`` measures the real figures.
+box); ``experiments/validation/client_fidelity.py`` measures the real figures.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from ceiling.probe.calibrate import CalibrateConfig, run_calibrate, to_profile  # noqa: E402
 
-RESULTS = Path(__file__).parents[1] / "bench" / "results"
+RESULTS = Path(__file__).parents[1] / "experiments" / "results"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
@@ -70,7 +70,7 @@ def test_profile_round_trip_and_merge(cpu_result, tmp_path):
 
 
 def test_recorded_h200_profile_drives_predict():
-    """The profile calibrate wrote on the H200 (bench/results) changes predict's numbers."""
+    """The profile calibrate wrote on the H200 (experiments/results) changes predict's numbers."""
     from ceiling.predict.api import PredictRequest, predict
 
     path = RESULTS / "2026-11-29_h200-1gpu_session1" / "profile.json"

@@ -1,4 +1,4 @@
-"""bench/gpu/tp_decode.py (issue 7's TP decode step) runs end to end with gloo at TP=2 on the CPU,
+"""experiments/gpu/tp_decode.py (issue 7's TP decode step) runs end to end with gloo at TP=2 on the CPU,
 dense and MoE, and its ranks agree on the hidden state after the allreduces."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-SCRIPT = Path(__file__).parents[1] / "bench" / "gpu" / "tp_decode.py"
+SCRIPT = Path(__file__).parents[1] / "experiments" / "gpu" / "tp_decode.py"
 
 
 @pytest.mark.parametrize("model", ["dense", "moe"])
@@ -115,7 +115,7 @@ def test_sigterm_keeps_the_record_and_leaves_no_rank_running(tmp_path):
     assert left.stdout.strip() == ""
 
 
-REPORT = Path(__file__).parents[1] / "bench" / "gpu" / "trace_report.py"
+REPORT = Path(__file__).parents[1] / "experiments" / "gpu" / "trace_report.py"
 
 
 def test_traced_tp2_on_gloo_both_ranks_allreduces_counted_and_the_step_matches_its_clock(
@@ -175,7 +175,7 @@ def test_traced_tp2_on_gloo_both_ranks_allreduces_counted_and_the_step_matches_i
 
 
 def test_traced_tp1_is_the_one_gpu_evidence_held_to_issue_23s_goals(tmp_path):
-    """At TP=1 --trace is the one-GPU trace path (issue 23, once bench/gpu/trace_decode.py):
+    """At TP=1 --trace is the one-GPU trace path (issue 23, once experiments/gpu/trace_decode.py):
     one rank's trace and clock, no collectives, the report's goals are issue 23's (coverage,
     classes + idle against the clock) and it sets the traced step against the untraced median
     (the profiler's cost). A batch other than 1 names its own folder, so batches side by side

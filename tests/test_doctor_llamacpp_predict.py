@@ -2,7 +2,7 @@
 with the GGUF the server serves (never predicted as vLLM bf16), the configuration mapped from
 the options, the log and the variant, a CPU said plainly to have floors only.
 
-GGUF headers: tests/fixtures/gguf (bench/gpu/random_gguf.py --header-only)."""
+GGUF headers: tests/fixtures/gguf (experiments/gpu/random_gguf.py --header-only)."""
 
 from __future__ import annotations
 

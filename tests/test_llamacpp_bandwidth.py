@@ -1,7 +1,7 @@
 """The one-stream bandwidth verdict of a llama.cpp GPU run and the server's own cost, on the
-recorded H200 runs (bench/results/2026-12-02_h200-llamacpp): the doctor's single-stream step of
+recorded H200 runs (experiments/results/2026-12-02_h200-llamacpp): the doctor's single-stream step of
 llama-server, llama-bench on the same GGUF and settings, test-backend-ops' mat-vec profile, and the
-file's header (call1/header-*.json: bench/gpu/random_gguf.py --header-only, tokenizer dropped)."""
+file's header (call1/header-*.json: experiments/gpu/random_gguf.py --header-only, tokenizer dropped)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from ceiling.flows.doctor_llamacpp import for_doctor
 from ceiling.predict.gguf import GgufInfo
 from ceiling.predict.llamacpp import calibrate_cli, profile_from_sql
 
-RES = Path(__file__).parent.parent / "bench/results/2026-12-02_h200-llamacpp"
+RES = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp"
 RUNS = RES / "call2"
 TINY = Path(__file__).parent / "fixtures/gguf/tiny-llama-f16.header.gguf"
 H200_GBPS = 4800.0  # data/gpus.yaml's H200 datasheet figure, as the doctor reads it

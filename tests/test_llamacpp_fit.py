@@ -12,8 +12,8 @@ from ceiling.predict.llamacpp import predict_gguf, profile_from_sql
 from ceiling.predict.llamacpp_fit import MatvecPoint, fit_dense, fit_points, points_from_sql
 
 ROOT = Path(__file__).resolve().parents[1]
-OPS = ROOT / "bench/gpu/ops"
-FAKE = ROOT / "bench/gpu/fake_llamacpp.sh"
+OPS = ROOT / "experiments/gpu/ops"
+FAKE = ROOT / "experiments/gpu/fake_llamacpp.sh"
 
 
 def _pt(nbytes: float, t0: float, gbps: float, op: str = "MUL_MAT") -> MatvecPoint:
@@ -51,7 +51,7 @@ def test_experts_borrow_the_dense_t0_of_their_type() -> None:
 
 
 def _fake_sql(name: str) -> str:
-    """test-backend-ops SQL of the fake binary (bench/gpu/fake_llamacpp.sh) on an op file."""
+    """test-backend-ops SQL of the fake binary (experiments/gpu/fake_llamacpp.sh) on an op file."""
     link = Path(tempfile.mkdtemp()) / "test-backend-ops"  # the fake answers by its name
     link.symlink_to(FAKE)
     out = subprocess.run(["bash", str(link), "perf", "-b", "CUDA0", "--test-file",
@@ -80,12 +80,12 @@ def test_a_fitted_profile_adds_each_matrix_fixed_cost(tmp_path: Path) -> None:
     mat-vecs cost more than its bytes at the rate alone."""
     from ceiling.spec.hardware import load_gpu
 
-    sql = (ROOT / "bench/results/2026-12-02_h200-llamacpp/call2/perf-types.sql").read_text()
+    sql = (ROOT / "experiments/results/2026-12-02_h200-llamacpp/call2/perf-types.sql").read_text()
     text = sql + "\n" + _fake_sql("matvec-llama3.1-8b.txt")
     prof = profile_from_sql(text, with_fits=True)
     assert set(prof.matvec_fit) == {"Q4_K", "Q6_K", "Q8_0", "F16"} and not prof.expert_fit
     gg = tmp_path / "m.gguf"
-    subprocess.run([str(ROOT / ".engines/llamacpp/bin/python"), str(ROOT / "bench/gpu/random_gguf.py"),
+    subprocess.run([str(ROOT / ".engines/llamacpp/bin/python"), str(ROOT / "experiments/gpu/random_gguf.py"),
                     "--shape", "llama3.1-8b", "--ftype", "q4_k_m", "--out", str(gg),
                     "--header-only"], check=True, capture_output=True)  # fmt: skip
     bw = load_gpu("h200").mem_bw_GBps

@@ -1,10 +1,10 @@
 """Doctor truth on a real GPU engine, kept without a GPU: llama-server (CUDA build, H200) runs
-recorded by bench/gpu/llamacpp_cuda.sh doctor (bench/results/2026-12-02_h200-llamacpp/call2/).
+recorded by experiments/gpu/llamacpp_cuda.sh doctor (experiments/results/2026-12-02_h200-llamacpp/call2/).
 
 Each known-answer change ran beside the unchanged variant (same GGUF, same bench settings). The
 test asserts what the doctor said then (doctor.json) AND what today's log rules say about the
 recorded start-up logs, so a rule change that loses a finding fails here. Repeat the live run
-with ``bash bench/gpu/llamacpp_cuda.sh doctor`` in one device call (see the script's header).
+with ``bash experiments/gpu/llamacpp_cuda.sh doctor`` in one device call (see the script's header).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from ceiling.diagnose.findings import context_for
 from ceiling.diagnose.logs import inspect_log
 
-RUNS = Path(__file__).parent.parent / "bench/results/2026-12-02_h200-llamacpp/call2"
+RUNS = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp/call2"
 BASE = "8b-q4km"
 # the change -> (the finding the doctor must name, the variant's env as launched)
 CHANGES = {

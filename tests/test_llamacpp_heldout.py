@@ -1,5 +1,5 @@
 """llama.cpp on the H200, held out of every fit, kept without a GPU (issue 27, call 3:
-bench/gpu/llamacpp_heldout.sh on binaries built off the GPU machine, bench/gpu/
+experiments/gpu/llamacpp_heldout.sh on binaries built off the GPU machine, experiments/gpu/
 llamacpp_local_build.sh). What the recorded run shows, asserted on its files:
 
 - the held-out predictions were committed before the run measured them, and the recorded scores
@@ -25,7 +25,7 @@ from ceiling.predict.llamacpp import predict_gguf, profile_from_sql, weights_rea
 from ceiling.predict.llamacpp_fit import points_from_sql
 
 ROOT = Path(__file__).resolve().parents[1]
-RES = ROOT / "bench/results/2026-12-02_h200-llamacpp"
+RES = ROOT / "experiments/results/2026-12-02_h200-llamacpp"
 CALL = RES / "call3"
 
 
@@ -36,7 +36,7 @@ def _rows() -> dict[str, dict]:
 def _header(name: str, tmp: Path) -> Path:
     shape, ftype = name.rsplit("-", 1)
     out = tmp / f"{name}.gguf"
-    subprocess.run([str(ROOT / ".engines/llamacpp/bin/python"), str(ROOT / "bench/gpu/random_gguf.py"),
+    subprocess.run([str(ROOT / ".engines/llamacpp/bin/python"), str(ROOT / "experiments/gpu/random_gguf.py"),
                     "--shape", shape, "--ftype", ftype, "--out", str(out), "--header-only"],
                    check=True, capture_output=True)  # fmt: skip
     return out

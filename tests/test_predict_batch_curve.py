@@ -1,6 +1,6 @@
 """The batch curve on aiconfigurator-core's measured serving records (held out: nothing in
 predict comes from them). A sample — the first record of each model x system x engine at
-concurrency <= 64 — keeps the test short; bench/validation/predict_batch_curve.py scores all."""
+concurrency <= 64 — keeps the test short; experiments/validation/predict_batch_curve.py scores all."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """predict --engine llamacpp and calibrate --engine llamacpp (no GPU: GGUF headers written by
-bench/gpu/random_gguf.py --header-only, and the recorded H200 test-backend-ops / llama-bench
-runs of bench/results/2026-12-02_h200-llamacpp)."""
+experiments/gpu/random_gguf.py --header-only, and the recorded H200 test-backend-ops / llama-bench
+runs of experiments/results/2026-12-02_h200-llamacpp)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ceiling.predict.gguf import bits_per_weight, read_gguf
 from ceiling.predict.llamacpp import calibrate_cli, predict_gguf, profile_from_sql
 
 FIX = Path(__file__).parent / "fixtures" / "gguf"
-RES = Path(__file__).parent.parent / "bench/results/2026-12-02_h200-llamacpp"
+RES = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp"
 MOE = FIX / "tiny-moe-q4_k_m.header.gguf"
 DENSE = FIX / "tiny-llama-f16.header.gguf"
 
@@ -76,7 +76,7 @@ def test_the_recorded_test_backend_ops_run_is_a_profile(tmp_path: Path) -> None:
 
 
 def test_recorded_accuracy_on_the_h200_never_beats_the_bound() -> None:
-    """bench/validation/llamacpp_h200.py's recorded scores (ratchet: today's figures)."""
+    """experiments/validation/llamacpp_h200.py's recorded scores (ratchet: today's figures)."""
     rows = json.loads((RES / "predict_llamacpp.json").read_text())["rows"]
     scored = [r for r in rows if r["measured_ms"]]
     beside = [r for r in scored if r["role"] == "beside"]

@@ -172,7 +172,7 @@ def test_bound_never_beaten_with_the_tables_installed():  # pragma: no cover - o
 
 
 def test_evidence_check_splits_each_measured_step(priors_only):
-    """The evidence check (bench/validation/predict_accuracy.py): per single-stream row, the measured
+    """The evidence check (experiments/validation/predict_accuracy.py): per single-stream row, the measured
     step's slack beyond the bound against what each source of evidence costs of it. Its
     accounting closes (bound + every op's excess = expected), a source is named as contradicted
     exactly when it alone costs more than the slack, and it tells the two kinds of miss apart:

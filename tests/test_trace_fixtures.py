@@ -1,5 +1,5 @@
 """The split on real traces (tests/fixtures/trace/, recorded on one H200 by
-bench/gpu/trace_decode.py, now tp_decode.py --tp 1 --trace, and by vLLM 0.32 on this CPU;
+experiments/gpu/trace_decode.py, now tp_decode.py --tp 1 --trace, and by vLLM 0.32 on this CPU;
 trimmed by trim.py): the issue's goals, >= 95 % of kernel time classified and classes + idle
 within 5 % of the independently timed step."""
 

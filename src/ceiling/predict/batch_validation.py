@@ -1,6 +1,6 @@
 """The batch curve scored on measured serving records (never fitted to them).
 
-``bench/validation/predict_batch_curve.py`` runs it. The rows are aiconfigurator-core's own
+``experiments/validation/predict_batch_curve.py`` runs it. The rows are aiconfigurator-core's own
 end-to-end measurements (``tables.silicon``: vLLM, SGLang and TensorRT-LLM on H100/H200/B200/
 B300/GB200, concurrency 1-512, TPOT measured); each is mapped onto predict's catalog by
 ``data/predict/silicon_map.yaml`` (model path, system and quant mode only) and predicted at its
@@ -66,7 +66,7 @@ class BatchStats(BaseModel):
 
 class BatchReport(BaseModel):
     """The batch curve scored (``evaluate``); its JSON is the recorded result's
-    (``bench/validation/predict_batch_curve.py --out``)."""
+    (``experiments/validation/predict_batch_curve.py --out``)."""
 
     records: int
     scored: list[BatchRow]

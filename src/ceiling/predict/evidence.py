@@ -241,7 +241,7 @@ class Evidence:
 
     def _generic(self, op: OpSpec) -> OpTime:
         """Plain PyTorch (engine `generic`): cuBLAS GEMVs and unfused kernels, measured on an
-        H200 (bench/validation/predict_kernel_cost.py; constants.yaml)."""
+        H200 (experiments/validation/predict_kernel_cost.py; constants.yaml)."""
         s = self.s
         bw = s.bw_GBps
         if op.kind in ("gemm", "moe"):

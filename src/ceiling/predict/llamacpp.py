@@ -400,7 +400,7 @@ def profile_from_sql(
             continue  # unknown type; else the rate is the type's largest matrix (bandwidth-bound)
         prof.matvec[typ] = MatvecRate(type=typ, bytes=nbytes, time_us=float(row["time_us"]),
                                       shape=f"{rows_}x{cols}")  # fmt: skip
-    if with_fits:  # test-file rows (bench/gpu/ops/matvec-*.txt): t0 + rate fits
+    if with_fits:  # test-file rows (experiments/gpu/ops/matvec-*.txt): t0 + rate fits
         prof.matvec_fit, prof.expert_fit = fit_points(points_from_sql(text))
     if not prof.matvec and not prof.matvec_fit:
         raise CeilingError(
@@ -420,7 +420,7 @@ def run_backend_ops(binary: str | Path, types: list[str], timeout_s: float = 300
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CeilingError(f"test-backend-ops did not run: {exc}",
-                           fix="pass --test-backend-ops PATH (bench/gpu/llamacpp_cuda.sh builds it)") from None  # fmt: skip
+                           fix="pass --test-backend-ops PATH (experiments/gpu/llamacpp_cuda.sh builds it)") from None  # fmt: skip
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise CeilingError(f"test-backend-ops failed: {tail}", fix="check the CUDA device")
@@ -491,7 +491,7 @@ def calibrate_cli(
     else:
         raise CeilingError(
             "calibrate --engine llamacpp needs llama.cpp's test-backend-ops",
-            fix="pass --test-backend-ops PATH (bench/gpu/llamacpp_cuda.sh build makes it), or "
+            fix="pass --test-backend-ops PATH (experiments/gpu/llamacpp_cuda.sh build makes it), or "
             "--from-output FILE with a recorded `--output sql` run",
         )
     if out:

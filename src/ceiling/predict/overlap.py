@@ -14,7 +14,7 @@ only a share of the shorter one:
                main + aux - share x min(main, aux))
 
 ``share`` (``stream_overlap_share`` in ``data/predict/constants.yaml``, 0.61) is measured on an
-H200 with ``bench/gpu/stream_overlap.py`` (28-78 % over four MoE shapes, their median), never
+H200 with ``experiments/gpu/stream_overlap.py`` (28-78 % over four MoE shapes, their median), never
 fitted to end-to-end rows. What hides is the fixed costs of small, latency-bound kernels at
 decode batch sizes, not the bytes. The hidden time comes off the shared expert's
 rows (the op table says so in their notes) and off the step's ``launch`` component; the bound

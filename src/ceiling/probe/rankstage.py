@@ -1,6 +1,6 @@
 """What a rank process says about itself, so that a hung or failed rank leaves a record.
 
-Imported by the rank workers (``commbench_worker``, ``bench/gpu/tp_decode.py``); standard library
+Imported by the rank workers (``commbench_worker``, ``experiments/gpu/tp_decode.py``); standard library
 only, since a worker must start fast and may run under another interpreter than ceiling's.
 
 - :func:`stage` prints ``CEILING_STAGE <name>`` to stderr (the rank's log) before each step that

@@ -1,6 +1,6 @@
 """Read one rank's torch-profiler Chrome trace (``.json`` or ``.json.gz``) into a RankTrace.
 
-Parser choice (bench/validation/trace_parse.py measures it): the whole file decoded by orjson
+Parser choice (experiments/validation/trace_parse.py measures it): the whole file decoded by orjson
 (C, ~1 GB/s) and then one pass over the events in Python beats a streaming reader (ijson's C
 backend still builds a Python object per event, several times slower on the same file) and
 HolisticTraceAnalysis (pandas frames of every event, seconds more and a large dependency).
