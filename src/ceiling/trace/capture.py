@@ -389,7 +389,9 @@ def _capture(
         # the window: the engine's own count where it keeps one, else the streams' tokens
         _wait(lambda: gen.tokens() >= at_start + engine_steps(steps) + 2 or not gen.alive(), 120.0)
         ended_early = not gen.alive() and gen.tokens() < at_start + engine_steps(steps)
-        if setup.bounded_by_engine:
+        if setup.bounded_by_engine and not ended_early:
+            # an engine that stops itself writes its files once its steps are done; streams that
+            # ended early left it no steps to count, so the stop call is made at once
             _wait(lambda: bool(_new_files(setup, folder, since, before)), 10.0, poll_s=0.05)
         if setup.stop_path:
             status, text, res.stop_call_s = _post(url + setup.stop_path, {})
