@@ -42,7 +42,9 @@ def test_doctor_trace_records_real_windows_and_judges_by_them(tiny_model_dir, tm
             telemetry=False,
             measure_cpu=False,
             trace=True,
-            trace_steps=32,
+            # 96 steps: the engine-ITL comparison spans ~45 of them between its two scrapes; over
+            # 32 (~13 in the span) one 2x step falling in or out of the span moved it ~7 %
+            trace_steps=96,
             out_dir=str(tmp_path),
             progress=False,
         ),
@@ -62,28 +64,17 @@ def test_doctor_trace_records_real_windows_and_judges_by_them(tiny_model_dir, tm
         assert t.split.steps >= 20
     single = res.traces[0]
     assert single.split is not None
-    # classes + idle against the engine's own inter-token latency over the same window
-    # the start call came back so late that the engine's scrapes missed the recording: the
-    # box's doing (the capture says so in a note), not a comparison that failed
-    late = [n for n in single.notes if "partly outside" in n]
-    swamped_if(single.engine_itl_ms is None and bool(late), "; ".join(late))
-    assert single.engine_itl_ms is not None and single.engine_itl_count >= 10
-    agree = abs(single.step_vs_engine_pct or 99.0)
-    sp = single.split
-    # the box's own evidence inside one steady window (same batch, same engine): a step 3x the
-    # median, or the steps between the two /metrics scrapes running >= 3 % slower than the
-    # window as a whole (something outside the engine slowed that part of it)
-    in_span = single.trace_step_in_span_ms or sp.step_ms
-    swamped_if(
-        agree > 5.0
-        and (sp.step_ms_max > 3 * sp.step_ms_median or abs(in_span / sp.step_ms - 1) >= 0.03),
-        f"steps between the scrapes {in_span:.3f} ms vs the window's {sp.step_ms:.3f} ms; "
-        f"max step {sp.step_ms_max:.2f} ms vs median {sp.step_ms_median:.2f} ms",
-    )
-    assert agree <= 5.0, (
-        single.split.step_ms,
-        single.engine_itl_ms,
-    )
+    # classes + idle against the engine's own inter-token latency over the same window, in
+    # both windows (one stream, two)
+    _agrees_with_the_engine(single)
+    # two streams: the chunks reach the client later, and the second scrape can fall after the
+    # recording (the capture then leaves the comparison out, with a note); when compared, the
+    # same 5 %
+    pair = res.traces[1]
+    if pair.engine_itl_ms is not None:
+        _agrees_with_the_engine(pair)
+    else:
+        assert any("partly outside" in n for n in pair.notes), pair.notes
     assert single.stream_gaps >= 10  # the streams' view is kept beside it
     total = sum(c.ms for c in single.split.classes) + single.split.idle_ms
     assert total == pytest.approx(single.split.step_ms, rel=1e-3)
@@ -105,3 +96,27 @@ def test_doctor_trace_records_real_windows_and_judges_by_them(tiny_model_dir, tm
     assert "allreduce: none in the measured" in " ".join(v.notes)
     stages = {s.name: s for s in res.stages}
     assert stages["trace single"].status == "ok" and stages["trace concurrency 2"].status == "ok"
+
+
+def _agrees_with_the_engine(t) -> None:
+    """The window's trace step within 5 % of vLLM's own ITL over the same steps, unless the box
+    shows it interfered (then :class:`BoxTooNoisy`: the one rerun)."""
+    sp = t.split
+    # the start call came back so late that the engine's scrapes missed the recording: the
+    # box's doing (the capture says so in a note), not a comparison that failed
+    late = [n for n in t.notes if "partly outside" in n]
+    swamped_if(t.engine_itl_ms is None and bool(late), f"{t.label}: " + "; ".join(late))
+    assert t.engine_itl_ms is not None and t.engine_itl_count >= 10, (t.label, t.notes)
+    agree = abs(t.step_vs_engine_pct or 99.0)
+    # the box's own evidence inside one steady window (same batch, same engine): a step 3x the
+    # median, or the steps between the two /metrics scrapes running >= 3 % slower than the
+    # window as a whole (something outside the engine slowed that part of it)
+    in_span = t.trace_step_in_span_ms or sp.step_ms
+    swamped_if(
+        agree > 5.0
+        and (sp.step_ms_max > 3 * sp.step_ms_median or abs(in_span / sp.step_ms - 1) >= 0.03),
+        f"{t.label}: steps between the scrapes {in_span:.3f} ms vs the window's "
+        f"{sp.step_ms:.3f} ms; max step {sp.step_ms_max:.2f} ms vs median "
+        f"{sp.step_ms_median:.2f} ms",
+    )
+    assert agree <= 5.0, (t.label, sp.step_ms, t.trace_step_in_span_ms, t.engine_itl_ms)

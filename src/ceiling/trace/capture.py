@@ -361,6 +361,8 @@ def _capture(
             return res
         since = time.time() - 1.0  # file times are whole seconds on some filesystems
         before = set(setup.trace_files(folder))  # an earlier window's files are not this one's
+        # the recording begins after this token (the engine starts it while the call travels)
+        pre_start = gen.tokens()
         status, text, res.start_call_s = _post(url + setup.start_path, setup.start_body)
         if status == 409 and setup.stop_path:  # a session left open: close it, then again
             _post(url + setup.stop_path, {})
@@ -377,10 +379,14 @@ def _capture(
         # stop writes the files from the engine loop: another stall)
         _wait(lambda: gen.tokens() >= at_start + 3 or not gen.alive(), 60.0)
         t_first, first = time.time(), _scrape(url)
-        # halfway: the recording may have begun steps before the start call returned (the
-        # engine starts it, then the answer travels back), and the second scrape must fall
-        # inside it, before the engine stops and writes the files
-        _wait(lambda: gen.tokens() >= at_start + max(4, steps // 2) or not gen.alive(), 120.0)
+        # as late as is sure to fall inside the recording: it began after ``pre_start`` tokens
+        # (possibly many steps before the start call's answer came back, on a loaded box) and
+        # runs for the engine's steps; the margin (a quarter of them) covers tokens still on
+        # their way to the client, and chunks that carry several (the count is of chunks: at
+        # concurrency 2 a margin of an eighth was once overrun). A long span between the scrapes is what makes the comparison worth it: over
+        # ~13 steps, one slow step falling in or out of the span moved it ~7 %.
+        second_at = max(at_start + 4, pre_start + engine_steps(steps) - max(4, steps // 4))
+        _wait(lambda: gen.tokens() >= second_at or not gen.alive(), 120.0)
         t_second, second = time.time(), _scrape(url)
         itl = histogram_means_ms(delta(first, second) or {}).get("itl") or {}
         if itl.get("mean_ms") is not None:
