@@ -381,11 +381,12 @@ def _capture(
         t_first, first = time.time(), _scrape(url)
         # as late as is sure to fall inside the recording: it began after ``pre_start`` tokens
         # (possibly many steps before the start call's answer came back, on a loaded box) and
-        # runs for the engine's steps; the margin (a quarter of them) covers tokens still on
-        # their way to the client, and chunks that carry several (the count is of chunks: at
-        # concurrency 2 a margin of an eighth was once overrun). A long span between the scrapes is what makes the comparison worth it: over
-        # ~13 steps, one slow step falling in or out of the span moved it ~7 %.
-        second_at = max(at_start + 4, pre_start + engine_steps(steps) - max(4, steps // 4))
+        # runs for the engine's steps; the margin (a third of them) covers tokens still on their
+        # way to the client and chunks that carry several (the count is of chunks; on a busy
+        # 2-core box margins of an eighth and a quarter were overrun). A long span between the
+        # scrapes is what makes the comparison worth it: over ~13 steps, one slow step falling
+        # in or out of the span moved it ~7 %.
+        second_at = max(at_start + 4, pre_start + engine_steps(steps) - max(4, steps // 3))
         _wait(lambda: gen.tokens() >= second_at or not gen.alive(), 120.0)
         t_second, second = time.time(), _scrape(url)
         itl = histogram_means_ms(delta(first, second) or {}).get("itl") or {}
