@@ -202,6 +202,12 @@ def sweep(
     Ctrl-C stops the running trial (its engine too) and leaves the ledger resumable: rerun with
     --resume. Without a terminal, each launch prints its start-up phases as lines.
     """
+    from ceiling.sweep.plan import load_plan
+
+    # the plan is read before the flow's imports (the bench client, numpy: about a second on a
+    # loaded 2-core box), so a bad plan is refused at once; the flow reads it again
+    load_plan(plan)
+
     from ceiling.console import say
     from ceiling.errors import CeilingError, ExitStatus
     from ceiling.flows import sweep as sweep_flow
