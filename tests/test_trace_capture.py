@@ -306,3 +306,50 @@ def test_streams_that_ended_before_the_profiler_began_are_tried_again(tmp_path, 
         srv.shutdown()
     assert not res.recorded and res.attempts == capture.MAX_ATTEMPTS
     assert res.why_not is not None and "before the profiler began" in res.why_not
+
+
+class _Counting(BaseHTTPRequestHandler):
+    """/metrics whose generated-token counter grows by 10 per scrape (a decoding server)."""
+
+    served: ClassVar[list[int]] = [100]
+
+    def do_GET(self) -> None:
+        self.served[0] += 10
+        body = (
+            "# TYPE vllm:generation_tokens counter\n"
+            f"vllm:generation_tokens_total {self.served[0]}.0\n"
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _LaggingStreams:
+    """Streams whose client has seen no token yet: their count says nothing of the engine."""
+
+    def tokens(self) -> int:
+        return 0
+
+    def alive(self) -> bool:
+        return True
+
+
+def test_the_second_scrape_counts_by_the_servers_own_tokens() -> None:
+    # the recording began after 100 served tokens and runs 33 steps: the scrape comes two
+    # thirds of the way by the server's count (>= 122), however far behind the client is
+    from ceiling.trace.window_io import generated, second_scrape
+
+    _Counting.served = [100]
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        _t, text = second_scrape(url, _LaggingStreams(), 0, 100.0, 33, 1)  # type: ignore[arg-type]
+        assert generated(text) == 130.0  # 110, 120: short of 122; 130: taken
+    finally:
+        srv.shutdown()

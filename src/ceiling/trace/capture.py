@@ -22,19 +22,14 @@ server's bursts bias this one).
 from __future__ import annotations
 
 import gzip
-import http.client
-import json
 import re
-import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ceiling.bench.client import api_key, base_url
+from ceiling.bench.client import base_url
 from ceiling.bench.served import served_models
 from ceiling.bench.server_metrics import delta, histogram_means_ms
 from ceiling.engines.profiling import ProfilerSetup
@@ -42,6 +37,7 @@ from ceiling.errors import CeilingError
 from ceiling.trace.reader import read_trace
 from ceiling.trace.schema import RankTrace, TraceSplit
 from ceiling.trace.split import split
+from ceiling.trace.window_io import Streams, generated, post, scrape, second_scrape, wait
 
 SCHEMA_VERSION = 1
 #: tokens every stream must have received before the window opens (past prefill and the first
@@ -116,100 +112,6 @@ class TraceCapture(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-class _Streams:
-    """``n`` streaming completions in threads, recording each chunk's arrival (epoch s)."""
-
-    def __init__(self, url: str, model: str, n: int, max_tokens: int, extra: dict[str, Any]):
-        self.url, self.model, self.max_tokens, self.extra = url, model, max_tokens, extra
-        self.arrivals: list[list[float]] = [[] for _ in range(n)]
-        self.errors: list[str] = []
-        self.stop = threading.Event()
-        self.threads = [
-            threading.Thread(target=self._run, args=(i,), daemon=True, name=f"capture-{i}")
-            for i in range(n)
-        ]
-
-    def start(self) -> None:
-        for t in self.threads:
-            t.start()
-
-    def _run(self, i: int) -> None:
-        body = {
-            "model": self.model,
-            "prompt": "Tell me a long story about a lighthouse keeper.",
-            "max_tokens": self.max_tokens,
-            "temperature": 0.0,
-            "stream": True,
-            **self.extra,
-        }
-        req = _post_request(self.url + "/v1/completions", body)
-        try:
-            with urllib.request.urlopen(req, timeout=120) as resp:
-                for line in resp:
-                    if self.stop.is_set():
-                        break  # closing the connection aborts the request on the server
-                    if line.startswith(b"data:") and not line.startswith(b"data: [DONE]"):
-                        self.arrivals[i].append(time.time())
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            self.errors.append(f"stream {i}: {exc}")
-
-    def tokens(self) -> int:
-        return min((len(a) for a in self.arrivals), default=0)
-
-    def alive(self) -> bool:
-        return any(t.is_alive() for t in self.threads)
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=10)
-
-
-def _post_request(url: str, body: dict[str, Any]) -> urllib.request.Request:
-    headers = {"Content-Type": "application/json"}
-    key = api_key()
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    return urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
-
-
-def _post(url: str, body: dict[str, Any], timeout: float = 120.0) -> tuple[int, str, float]:
-    """POST ``body``: (status, text, seconds). Connection failures raise CeilingError."""
-    t0 = time.monotonic()
-    try:
-        with urllib.request.urlopen(_post_request(url, body), timeout=timeout) as resp:
-            return resp.status, resp.read(2000).decode(errors="replace"), time.monotonic() - t0
-    except urllib.error.HTTPError as exc:
-        text = exc.read(2000).decode(errors="replace") if exc.fp else ""
-        return exc.code, text, time.monotonic() - t0
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-        raise CeilingError(
-            f"{url} did not answer ({exc})", fix="check that the server is running and the URL"
-        ) from exc
-
-
-def _scrape(url: str) -> str | None:
-    """The server's /metrics text (None: none served)."""
-    req = urllib.request.Request(url + "/metrics")
-    key = api_key()
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return str(resp.read().decode(errors="replace"))
-    except (urllib.error.URLError, OSError, http.client.HTTPException):
-        return None
-
-
-def _wait(cond: Any, timeout_s: float, poll_s: float = 0.01) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(poll_s)
-    return bool(cond())
-
-
 def base_time_s(path: Path) -> float:
     """The trace's clock origin (``baseTimeNanoseconds``) in epoch seconds; 0 when absent
     (then the trace's microseconds are the clock itself)."""
@@ -256,7 +158,7 @@ def _files_settled(
         sizes.update(now)
         return done
 
-    _wait(ready, timeout_s, poll_s=0.25)
+    wait(ready, timeout_s, poll_s=0.25)
     return _new_files(setup, folder, since, before)
 
 
@@ -349,11 +251,11 @@ def _capture(
     # 2-core box ~1 s: a whole short generation), so the budget is the served context where
     # the server says it; the generations are cancelled once the window is read.
     budget = max_tokens or _token_budget(url, model, steps)
-    gen = _Streams(url, model, streams, budget, extra_body or {})
+    gen = Streams(url, model, streams, budget, extra_body or {})
     ended_early = False
     gen.start()
     try:
-        if not _wait(lambda: gen.tokens() >= WARM_TOKENS or not gen.alive(), 60.0):
+        if not wait(lambda: gen.tokens() >= WARM_TOKENS or not gen.alive(), 60.0):
             res.why_not = f"the streams did not reach {WARM_TOKENS} tokens in 60 s"
             return res
         if gen.errors or gen.tokens() < WARM_TOKENS:
@@ -361,12 +263,14 @@ def _capture(
             return res
         since = time.time() - 1.0  # file times are whole seconds on some filesystems
         before = set(setup.trace_files(folder))  # an earlier window's files are not this one's
-        # the recording begins after this token (the engine starts it while the call travels)
+        # the recording begins after these tokens (the engine starts it while the call
+        # travels): the streams' count, and the server's own where it keeps one
         pre_start = gen.tokens()
-        status, text, res.start_call_s = _post(url + setup.start_path, setup.start_body)
+        served_before = generated(scrape(url))
+        status, text, res.start_call_s = post(url + setup.start_path, setup.start_body)
         if status == 409 and setup.stop_path:  # a session left open: close it, then again
-            _post(url + setup.stop_path, {})
-            status, text, res.start_call_s = _post(url + setup.start_path, setup.start_body)
+            post(url + setup.stop_path, {})
+            status, text, res.start_call_s = post(url + setup.start_path, setup.start_body)
         if status != 200:
             res.why_not = (
                 f"{setup.start_path} answered HTTP {status} ({text.strip()[:160]}): "
@@ -377,31 +281,27 @@ def _capture(
         # the engine's own ITL over the window's middle: scraped once the start's stall has
         # been observed (the first tokens after it) and again before the engine stops (its
         # stop writes the files from the engine loop: another stall)
-        _wait(lambda: gen.tokens() >= at_start + 3 or not gen.alive(), 60.0)
-        t_first, first = time.time(), _scrape(url)
-        # as late as is sure to fall inside the recording: it began after ``pre_start`` tokens
-        # (possibly many steps before the start call's answer came back, on a loaded box) and
-        # runs for the engine's steps; the margin (a third of them) covers tokens still on their
-        # way to the client and chunks that carry several (the count is of chunks; on a busy
-        # 2-core box margins of an eighth and a quarter were overrun). A long span between the
-        # scrapes is what makes the comparison worth it: over ~13 steps, one slow step falling
-        # in or out of the span moved it ~7 %.
-        second_at = max(at_start + 4, pre_start + engine_steps(steps) - max(4, steps // 3))
-        _wait(lambda: gen.tokens() >= second_at or not gen.alive(), 120.0)
-        t_second, second = time.time(), _scrape(url)
+        wait(lambda: gen.tokens() >= at_start + 3 or not gen.alive(), 60.0)
+        t_first, first = time.time(), scrape(url)
+        # the second scrape, as late as is sure to fall inside the recording. A long span between
+        # the scrapes is what makes the comparison worth it: over ~13 steps, one slow step
+        # falling in or out of the span moved it ~7 %.
+        t_second, second = second_scrape(
+            url, gen, pre_start, served_before, engine_steps(steps), streams
+        )
         itl = histogram_means_ms(delta(first, second) or {}).get("itl") or {}
         if itl.get("mean_ms") is not None:
             res.engine_itl_ms, res.engine_itl_count = itl["mean_ms"], int(itl["count"])
             res.engine_itl_span_s = [t_first, t_second]
         # the window: the engine's own count where it keeps one, else the streams' tokens
-        _wait(lambda: gen.tokens() >= at_start + engine_steps(steps) + 2 or not gen.alive(), 120.0)
+        wait(lambda: gen.tokens() >= at_start + engine_steps(steps) + 2 or not gen.alive(), 120.0)
         ended_early = not gen.alive() and gen.tokens() < at_start + engine_steps(steps)
         if setup.bounded_by_engine and not ended_early:
             # an engine that stops itself writes its files once its steps are done; streams that
             # ended early left it no steps to count, so the stop call is made at once
-            _wait(lambda: bool(_new_files(setup, folder, since, before)), 10.0, poll_s=0.05)
+            wait(lambda: bool(_new_files(setup, folder, since, before)), 10.0, poll_s=0.05)
         if setup.stop_path:
-            status, text, res.stop_call_s = _post(url + setup.stop_path, {})
+            status, text, res.stop_call_s = post(url + setup.stop_path, {})
             if status != 200 and not setup.bounded_by_engine:
                 res.notes.append(f"{setup.stop_path} answered HTTP {status}: {text[:120]}")
     finally:
