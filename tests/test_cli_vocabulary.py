@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ceiling.choices import KvDtype, values
+from ceiling.choices import KvDtype, SpecMethod, values
 from ceiling.cli import _command, main, option_kind
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
@@ -64,11 +64,12 @@ def test_no_option_name_has_two_meanings_and_the_table_is_the_app():
 
 def test_the_rules_hold():
     app = _app_rows()
+    assert app["--weight-format"][0] == {"choice"}
     assert app["--out"][0] == {"file"} and app["--out-dir"][0] == {"dir"}
     assert app["--model"][0] == {"text"} and "bench" not in app["--model"][1]  # served: not --model
     assert {"bench", "sanity", "trace capture"} <= app["--served-model"][1]
     assert not any(o == "--timeout" for o in app), "a timeout is named by what it bounds"
-    for opt in ("--engine", "--allreduce", "--kv-dtype", "--mode", "--backend"):
+    for opt in ("--engine", "--allreduce", "--kv-dtype", "--mode", "--backend", "--spec"):
         assert app[opt][0] == {"choice"}, opt
     progress = {"bench", "doctor", "sweep", "sanity", "launch", "preflight", "env", "commbench"}
     progress |= {"calibrate"}
@@ -81,6 +82,25 @@ def test_help_lists_the_choices(capsys):
     assert "[vllm|sglang|trtllm|generic|llamacpp]" in out and "[auto|nccl|oneshot]" in out
     assert main(["doctor", "--help"]) == 0
     assert re.search(r"--engine \[[a-z|-]*llamacpp[a-z|-]*vllm\]", capsys.readouterr().out)
+
+
+def test_predict_help_lists_the_spec_methods_and_weight_formats(capsys):
+    """Read from the one place each is defined: ``choices.SpecMethod`` (which PredictRequest
+    validates against) and spec.quant's table of named formats (which predict resolves)."""
+    from ceiling.predict.schema import PredictRequest
+    from ceiling.spec.quant import NAMED_FORMATS
+
+    assert PredictRequest.model_fields["spec"].annotation is SpecMethod
+    assert main(["predict", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "[" + "|".join(values(SpecMethod)) + "]" in out
+    assert "[" + "|".join(NAMED_FORMATS) + "]" in out
+
+
+def test_an_unknown_weight_format_is_refused_while_parsing(capsys):
+    args = ["predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--weight-format", "int3"]
+    assert main(args) == 2
+    assert "int3" in capsys.readouterr().err
 
 
 def test_the_kv_dtype_choices_are_what_the_deployment_sizes():
@@ -118,20 +138,29 @@ def test_sanity_model_is_the_input_and_a_served_name_there_is_read_the_old_way(c
     assert "use --served-model" in capsys.readouterr().err
 
 
-def test_shells_complete_the_choices():
-    """The app has completion on (`ceiling --install-completion`): bash asks it this way."""
+def _complete(words: str) -> list[str]:
+    """What bash's completion asks the app (completion on: `ceiling --install-completion`)."""
     import os
     import subprocess
     import sys
 
     env = {
         **os.environ,
-        "COMP_WORDS": "ceiling predict --kv-dtype ",
-        "COMP_CWORD": "3",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split()) - (not words.endswith(" "))),
         "_CEILING_COMPLETE": "complete_bash",
     }
     script = "import sys; from ceiling.cli import main; sys.exit(main())"
     proc = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
     )
-    assert proc.stdout.split() == list(values(KvDtype))
+    return proc.stdout.split()
+
+
+def test_shells_complete_the_choices():
+    from ceiling.spec.quant import NAMED_FORMATS
+
+    assert _complete("ceiling predict --kv-dtype ") == list(values(KvDtype))
+    assert _complete("ceiling predict --spec ") == list(values(SpecMethod))
+    assert _complete("ceiling predict --weight-format int4") == ["int4-g32", "int4-g128"]
+    assert set(_complete("ceiling predict --weight-format ")) == set(NAMED_FORMATS)

@@ -1,7 +1,8 @@
 """The fixed enumerations of ceiling's inputs, defined once: the libraries validate against these
 ``Literal`` types and the CLI offers them as choices (``--help`` lists them, shells complete
 them). Dependency-free on purpose: the CLI reads it while it starts. Lists that come from data
-or adapters (server engines, GPUs, links) are read from their own source by ``ceiling.cli``.
+or adapters (server engines, weight formats, GPUs, links) are read from their own source by
+``ceiling.cli``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from typing import Literal, get_args
 PredictEngine = Literal["vllm", "sglang", "trtllm", "generic", "llamacpp"]
 # engines whose own kernels `calibrate --engine` times (llama.cpp: test-backend-ops perf)
 CalibrateEngine = Literal["llamacpp"]
+#: The speculative decoding method predict models (``predict --spec``; ``PredictRequest.spec``):
+#: the checkpoint's MTP layers, an EAGLE/EAGLE-3 draft model, or n-gram prompt lookup.
+SpecMethod = Literal["none", "mtp", "eagle", "eagle3", "ngram"]
 #: The allreduce implementation predict assumes (``auto``: the engine's own rule).
 Allreduce = Literal["auto", "nccl", "oneshot"]
 #: The KV-cache dtype predict assumes (``auto``: the model's dtype).

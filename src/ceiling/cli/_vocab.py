@@ -1,5 +1,5 @@
 """The CLI's vocabulary helpers (docs/cli.md is the table): old spellings kept one release, and
-the choices read from the adapters.
+the choices read from the adapters and the data they come from.
 
 An option renamed this release keeps its old spelling as a hidden option; :func:`renamed`
 takes whichever was given and says on stderr that the old one goes away.
@@ -14,10 +14,15 @@ T = TypeVar("T")
 
 if TYPE_CHECKING:
     ServerEngine = str
+    WeightFormatName = str
 else:  # the engines ceiling can launch and read: from the adapters' registry (cheap: lazy)
     from ceiling.engines import engine_names
 
     ServerEngine = Literal[tuple(engine_names())]
+    # the formats a user can name: spec.quant's table is the one list (stdlib-only import)
+    from ceiling.spec.quant import NAMED_FORMATS
+
+    WeightFormatName = Literal[tuple(NAMED_FORMATS)]
 
 
 def deprecated(old: str, new: str) -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from ceiling.choices import Allreduce, KvDtype, PredictEngine
+from ceiling.choices import Allreduce, KvDtype, PredictEngine, SpecMethod
+from ceiling.cli._vocab import WeightFormatName
 from ceiling.errors import CeilingError
 
 
@@ -76,10 +77,8 @@ def register(app: typer.Typer) -> None:
         kv_dtype: KvDtype = typer.Option(
             "auto", "--kv-dtype", help="KV-cache dtype (auto: the model's)"
         ),
-        weight_format: str | None = typer.Option(
-            None,
-            "--weight-format",
-            help="override weight format: bf16, fp8, nvfp4, mxfp4, int4-g32, int4-g128, awq, gptq",
+        weight_format: WeightFormatName | None = typer.Option(
+            None, "--weight-format", help="override the checkpoint's weight format (all linears)"
         ),
         profile: str | None = typer.Option(
             None, "--profile", help="measured hardware profile JSON (calibrate/commbench)"
@@ -106,11 +105,11 @@ def register(app: typer.Typer) -> None:
             "--async-scheduling/--no-async-scheduling",
             help="the engine's async/overlap scheduler (default: the engine's rule)",
         ),
-        spec: str = typer.Option(
+        spec: SpecMethod = typer.Option(
             "none",
             "--spec",
-            help="speculative decoding: none | mtp (the checkpoint's MTP layers) | eagle | "
-            "eagle3 (a draft model) | ngram (prompt lookup)",
+            help="speculative decoding: mtp (the checkpoint's MTP layers), eagle/eagle3 (a draft "
+            "model), ngram (prompt lookup)",
         ),
         spec_tokens: int | None = typer.Option(
             None, "--spec-tokens", help="drafted tokens per step (default 3)"

@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from ceiling.choices import Allreduce, PredictEngine
+from ceiling.choices import Allreduce, PredictEngine, SpecMethod
 from ceiling.spec.deployment import Deployment
 from ceiling.spec.hardware import Hardware
 
@@ -62,9 +62,7 @@ class PredictRequest(BaseModel):
     attention_backend: str | None = Field(None, description="engine's attention backend flag")
     moe_backend: str | None = Field(None, description="engine's MoE runner backend")
     async_scheduling: bool | None = Field(None, description="None: the engine's default")
-    spec: Literal["none", "mtp", "eagle", "eagle3", "ngram"] = Field(
-        "none", description="speculative decoding method (predict.specdec)"
-    )
+    spec: SpecMethod = Field("none", description="speculative decoding method (predict.specdec)")
     spec_tokens: int | None = Field(None, ge=1, le=16, description="drafted tokens per step")
     spec_draft_layers: int | None = Field(None, ge=1, le=8, description="EAGLE draft layers")
     spec_acceptance_rate: float | None = Field(
