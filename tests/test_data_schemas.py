@@ -3,6 +3,7 @@ key fails at load with the file and the key named (instead of silently becoming 
 
 from __future__ import annotations
 
+import ast
 from importlib import resources
 from pathlib import Path
 
@@ -20,13 +21,13 @@ from ceiling.predict.engine_options import TrtllmOptions
 from ceiling.predict.gguf import LlamaCppKernelsFile
 from ceiling.predict.ladder import Ladder
 from ceiling.predict.specdec import SpecData
-from ceiling.predict.validate import Validity
 from ceiling.probe.calibrate import CalibrateFile
 from ceiling.probe.cpu_host import CpuHostFile
 from ceiling.probe.ranks import CommbenchFile
 from ceiling.probe.topology_parse import PcieFile
 from ceiling.sanity.spec import SanitySpec
 from ceiling.spec._data import load_yaml, validate_data
+from ceiling.spec.checks import Validity
 from ceiling.spec.deployment import EnginesFile
 from ceiling.spec.hardware import GpuCatalog, LinkCatalog
 from ceiling.trace.split import ClassesFile
@@ -126,3 +127,30 @@ def test_a_missing_required_key_fails_too():
     del data["compute_efficiency"]
     with pytest.raises(CeilingError, match="compute_efficiency: Field required"):
         validate_data(data, Constants, "data/predict/constants.yaml")
+
+
+def _load_yaml_calls() -> list[tuple[str, int, ast.Call]]:
+    calls = []
+    for path in sorted(ROOT.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+                if name == "load_yaml":
+                    calls.append((str(path.relative_to(ROOT)), node.lineno, node))
+    return calls
+
+
+def test_every_load_yaml_call_passes_its_schema():
+    """A call without ``schema=`` reads the file raw: a misspelled key becomes a silent default
+    again (spec/checks.py read validity.yaml that way). The scan sees every call in the source,
+    including ones no test reaches."""
+    calls = _load_yaml_calls()
+    assert "spec/checks.py" in {rel for rel, _, _ in calls}, "the scan missed a known call"
+    raw = [
+        f"{rel}:{line}"
+        for rel, line, call in calls
+        if not any(kw.arg == "schema" for kw in call.keywords)
+    ]
+    assert not raw, f"load_yaml without schema=: {raw}"

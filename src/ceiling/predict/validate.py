@@ -26,37 +26,13 @@ from typing import get_args
 
 from ceiling.errors import CeilingError
 from ceiling.predict.schema import Prediction, PredictRequest
-from ceiling.spec._data import DataModel, load_yaml
+from ceiling.spec._data import load_yaml
+from ceiling.spec.checks import Rule, Stack, Validity
 from ceiling.spec.deployment import engines_table
 from ceiling.spec.hardware import GPU, Link, load_gpu, load_link
 from ceiling.spec.model import ModelSpec
 
 _NO_LINK = ("self", "none", "")
-
-
-class Rule(DataModel):
-    """A physical range with the reason for it."""
-
-    min: float | None = None
-    max: float
-    why: str
-
-
-class Stack(DataModel):
-    library: str
-    custom_allreduce: str
-
-
-class Validity(DataModel):
-    """``data/predict/validity.yaml``."""
-
-    vendors: dict[str, str]
-    engine_vendors: dict[str, list[str]]
-    words: dict[str, dict[str, str]]
-    collectives: dict[str, Stack]
-    request: dict[str, Rule]
-    gpu: dict[str, Rule]
-    model_max: dict[str, int]
 
 
 def _data() -> Validity:

@@ -13,7 +13,34 @@ from __future__ import annotations
 from typing import Any
 
 from ceiling.errors import CeilingError
-from ceiling.spec._data import load_yaml
+from ceiling.spec._data import DataModel, load_yaml
+
+
+class Rule(DataModel):
+    """A physical range with the reason for it."""
+
+    min: float | None = None
+    max: float
+    why: str
+
+
+class Stack(DataModel):
+    library: str
+    custom_allreduce: str
+
+
+class Validity(DataModel):
+    """``data/predict/validity.yaml``: defined here, below predict, because the config checks
+    read its ``model_max`` too (predict.validate applies the rest)."""
+
+    vendors: dict[str, str]
+    engine_vendors: dict[str, list[str]]
+    words: dict[str, dict[str, str]]
+    collectives: dict[str, Stack]
+    request: dict[str, Rule]
+    gpu: dict[str, Rule]
+    model_max: dict[str, int]
+
 
 #: config.json fields that are counts or sizes (>= 1 when present and not null)
 POSITIVE = (
@@ -73,9 +100,7 @@ def check_config_values(cfg: dict[str, Any], where: str) -> None:
                 )
     # sizes beyond every published model (data/predict/validity.yaml: the largest published
     # value of each field, with headroom): a typo or a hostile file, never a model
-    for key, high in load_yaml("predict/validity.yaml")[
-        "model_max"
-    ].items():  # (raw: below predict)
+    for key, high in load_yaml("predict/validity.yaml", schema=Validity).model_max.items():
         value = cfg.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > high:
             raise CeilingError(
