@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from ceiling.errors import CeilingError
 from ceiling.predict.schema import PredictRequest
@@ -30,7 +30,7 @@ class TrtllmOption(DataModel):
     """One TensorRT-LLM option: the predict knob it sets, value -> knob value."""
 
     knob: Knob
-    values: dict[str, Any]
+    values: dict[str, JsonValue]
     unmodelled: dict[str, str] = Field(default_factory=dict)
     why: str
 
@@ -46,9 +46,9 @@ def trtllm_options() -> TrtllmOptions:
     return load_yaml("predict/trtllm_options.yaml", schema=TrtllmOptions)
 
 
-def parse_options(items: list[str]) -> dict[str, Any]:
+def parse_options(items: list[str]) -> dict[str, JsonValue]:
     """``KEY=VALUE`` strings (the CLI's repeated ``--trtllm-option``) -> {key: YAML value}."""
-    out: dict[str, Any] = {}
+    out: dict[str, JsonValue] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -61,10 +61,10 @@ def parse_options(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _flatten(data: dict[str, Any], known: set[str], prefix: str = "") -> dict[str, Any]:
+def _flatten(data: dict[str, JsonValue], known: set[str], prefix: str = "") -> dict[str, JsonValue]:
     """A config file's nested mapping -> {dotted key: value}; a key predict maps is kept whole
     (``cuda_graph_config: {...}`` is one value), others are walked (``kv_cache_config.dtype``)."""
-    out: dict[str, Any] = {}
+    out: dict[str, JsonValue] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         if name not in known and isinstance(value, dict):
@@ -74,7 +74,7 @@ def _flatten(data: dict[str, Any], known: set[str], prefix: str = "") -> dict[st
     return out
 
 
-def read_config(path: str) -> dict[str, Any]:
+def read_config(path: str) -> dict[str, JsonValue]:
     """The options a TensorRT-LLM config file (``--extra_llm_api_options``) sets, flattened."""
     p = Path(path)
     try:
@@ -92,7 +92,7 @@ def read_config(path: str) -> dict[str, Any]:
     return _flatten(data, set(trtllm_options().options))
 
 
-def _value_key(value: Any) -> str:
+def _value_key(value: JsonValue) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -109,7 +109,7 @@ def apply_trtllm_options(req: PredictRequest) -> tuple[PredictRequest, list[str]
     does not model is a ``CeilingError``. Keys of a config file that do not change the decode
     step (``max_batch_size`` ...) are named in one line, not refused."""
     given = dict(req.trtllm_options or {})
-    from_file: dict[str, Any] = read_config(req.trtllm_config) if req.trtllm_config else {}
+    from_file: dict[str, JsonValue] = read_config(req.trtllm_config) if req.trtllm_config else {}
     if not given and not from_file:
         return req, []
     if req.engine != "trtllm":

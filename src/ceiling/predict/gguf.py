@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 
 from ceiling.errors import CeilingError
 from ceiling.spec._data import load_yaml
@@ -106,15 +106,21 @@ class GgufInfo(BaseModel):
     path: str
     arch: str
     # heterogeneous by the format itself (numbers, strings, arrays): read through key()
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
     tensors: list[GgufTensor] = Field(default_factory=list)
 
-    def key(self, name: str, default: Any = None) -> Any:
+    def key(self, name: str, default: JsonValue = None) -> JsonValue:
         return self.metadata.get(f"{self.arch}.{name}", default)
 
     def int_key(self, name: str) -> int:
         """An integer of the architecture's metadata (0 when absent)."""
-        return int(self.key(name, 0) or 0)
+        value = self.key(name, 0)
+        if isinstance(value, (list, dict)):  # an array (or its long-array count): no integer
+            raise CeilingError(
+                f"GGUF key {self.arch}.{name} is an array, not a number",
+                fix="pass a GGUF file written by llama.cpp's converter",
+            )
+        return int(value or 0)
 
 
 def _read(f: BinaryIO, fmt: str) -> Any:

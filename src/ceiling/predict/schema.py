@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import (
     BaseModel,
     Field,
+    JsonValue,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     model_serializer,
@@ -71,7 +72,7 @@ class PredictRequest(BaseModel):
     spec_acceptance_length: float | None = Field(
         None, ge=1, le=17, description="mean tokens per verify step, the bonus token included"
     )
-    trtllm_options: dict[str, Any] | None = Field(
+    trtllm_options: dict[str, JsonValue] | None = Field(
         None, description="TensorRT-LLM LLM-API options (engine_options, trtllm_options.yaml)"
     )
     trtllm_config: str | None = Field(

@@ -29,15 +29,15 @@ import copy
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from ceiling.errors import CeilingError
 from ceiling.predict.evidence import Evidence
 from ceiling.predict.opspec import OpRow
 from ceiling.predict.resolved import Setup
-from ceiling.predict.schema import Speculative
+from ceiling.predict.schema import PredictRequest, Speculative
 from ceiling.predict.specpath import EnginePath, extra_costs
 from ceiling.predict.step import Step, decode_step
 from ceiling.spec._data import DataModel, load_yaml
@@ -73,14 +73,21 @@ def mtp_layers(spec: ModelSpec) -> int:
     """MTP layers the checkpoint ships (0: none)."""
     cfg = _text_config(_raw(spec))
     for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"):
-        if cfg.get(key):
-            return int(cfg[key])
+        if n := _int(cfg, key):
+            return n
     return 0
 
 
-def _raw(spec: ModelSpec) -> dict[str, Any]:
+def _int(cfg: dict[str, JsonValue], key: str, default: int = 0) -> int:
+    """A config count (``default`` when absent, null or 0); an array or mapping there is not
+    a count (the default too: the config is checked for shape where it is loaded)."""
+    value = cfg.get(key)
+    return int(value) if isinstance(value, (int, float, str)) and value else default
+
+
+def _raw(spec: ModelSpec) -> dict[str, JsonValue]:
     try:
-        raw: dict[str, Any] = json.loads(Path(spec.source).read_text())
+        raw: dict[str, JsonValue] = json.loads(Path(spec.source).read_text())
     except (OSError, ValueError) as exc:
         raise CeilingError(
             f"speculative decoding needs the model's config.json ({spec.source}): {exc}",
@@ -89,15 +96,15 @@ def _raw(spec: ModelSpec) -> dict[str, Any]:
     return raw
 
 
-def _text_config(raw: dict[str, Any]) -> dict[str, Any]:
+def _text_config(raw: dict[str, JsonValue]) -> dict[str, JsonValue]:
     tc = raw.get("text_config")
     return tc if isinstance(tc, dict) else raw
 
 
-def _hf_quant(spec: ModelSpec) -> dict[str, Any] | None:
+def _hf_quant(spec: ModelSpec) -> dict[str, JsonValue] | None:
     hq = Path(spec.source).parent / "hf_quant_config.json"
     if hq.is_file():
-        out: dict[str, Any] = json.loads(hq.read_text())
+        out: dict[str, JsonValue] = json.loads(hq.read_text())
         return out
     return None
 
@@ -139,42 +146,46 @@ def _draft_spec(s: Setup, method: str, draft_layers: int | None) -> ModelSpec | 
         n = 1  # the engines run one MTP layer per drafted token (reused past the first)
         cfg.update(num_hidden_layers=n, first_k_dense_replace=0, mlp_only_layers=[])
         if "layer_types" in cfg or "full_attention_interval" in cfg:
-            cfg["layer_types"] = ["full_attention"] * n  # MTP layers use full attention
+            full: list[JsonValue] = ["full_attention"] * n  # MTP layers use full attention
+            cfg["layer_types"] = full
         hq = _hf_quant(target)
         mtp = build_model(raw, name=f"{target.name}.mtp", source=target.source, hf_quant=hq)
-        if _mtp_left_unquantized(_raw(target), hq, mtp_index=int(_text_config(_raw(target))
-                                 .get("num_hidden_layers", 0))):  # fmt: skip
+        layers = _int(_text_config(_raw(target)), "num_hidden_layers")
+        if _mtp_left_unquantized(_raw(target), hq, mtp_index=layers):
             # the checkpoint keeps its MTP layer out of quantization (as stored)
             mtp = mtp.with_weight_format(named_format("bf16"))
         return mtp
-    heads = int(cfg.get("num_attention_heads") or target.heads)
+    heads = _int(cfg, "num_attention_heads", target.heads)
     draft = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "hidden_size": target.hidden,
         "num_attention_heads": heads,
-        "num_key_value_heads": int(cfg.get("num_key_value_heads") or min(heads, 8)),
-        "head_dim": int(cfg.get("head_dim") or target.hidden // heads),
-        "intermediate_size": int(cfg.get("intermediate_size") or 4 * target.hidden),
+        "num_key_value_heads": _int(cfg, "num_key_value_heads", min(heads, 8)),
+        "head_dim": _int(cfg, "head_dim", target.hidden // heads),
+        "intermediate_size": _int(cfg, "intermediate_size", 4 * target.hidden),
         "num_hidden_layers": draft_layers or 1,
-        "vocab_size": int(cfg.get("vocab_size") or 0) if m.vocab == "target" else int(m.vocab),
-        "max_position_embeddings": int(cfg.get("max_position_embeddings") or 131072),
+        "vocab_size": _int(cfg, "vocab_size") if m.vocab == "target" else int(m.vocab),
+        "max_position_embeddings": _int(cfg, "max_position_embeddings", 131072),
         "rms_norm_eps": 1e-5,
         "torch_dtype": "bfloat16",
     }
     return build_model(draft, name=f"{target.name}.{method}-draft", source="draft")
 
 
-def _mtp_left_unquantized(raw: dict[str, Any], hq: dict[str, Any] | None, mtp_index: int) -> bool:
+def _mtp_left_unquantized(
+    raw: dict[str, JsonValue], hq: dict[str, JsonValue] | None, mtp_index: int
+) -> bool:
     """Whether the checkpoint's quantization leaves the MTP layer out (nvidia's NVFP4 exports:
     Qwen3.5 ignores ``mtp.layers.0*``, DeepSeek excludes ``model.layers.61*``, the layer after
     the last decoder layer; TensorRT-LLM's DeepSeek-R1 recipe keeps MTP in bf16)."""
-    lists: list[Any] = []
+    lists: list[JsonValue] = []
     for qc in (raw.get("quantization_config"), _text_config(raw).get("quantization_config")):
         if isinstance(qc, dict):
             lists += [qc.get("ignore"), qc.get("modules_to_not_convert"), qc.get("exclude_modules")]
-    if hq:
-        lists.append((hq.get("quantization") or {}).get("exclude_modules"))
+    quant = hq.get("quantization") if hq else None
+    if isinstance(quant, dict):
+        lists.append(quant.get("exclude_modules"))
     names = [str(x) for lst in lists if isinstance(lst, list) for x in lst]
     return any("mtp" in n or f"layers.{mtp_index}." in n or n.endswith(f"layers.{mtp_index}*")
                for n in names)  # fmt: skip
@@ -204,7 +215,7 @@ def _scaled(rows: list[OpRow], factor: float, prefix: str = "") -> list[OpRow]:
     return out
 
 
-def spec_step(s: Setup, req: Any) -> Step:
+def spec_step(s: Setup, req: PredictRequest) -> Step:
     """The decode step per token under speculative decoding (``req``: PredictRequest with
     ``spec`` set): components, ops and details are per generated token."""
     method = req.spec
