@@ -65,6 +65,8 @@ def test_no_option_name_has_two_meanings_and_the_table_is_the_app():
 def test_the_rules_hold():
     app = _app_rows()
     assert app["--weight-format"][0] == {"choice"}
+    for opt in ("--profile", "--profile-out", "--report", "--trtllm-config"):  # files, not text
+        assert app[opt][0] == {"file"}, opt
     assert app["--out"][0] == {"file"} and app["--out-dir"][0] == {"dir"}
     assert app["--model"][0] == {"text"} and "bench" not in app["--model"][1]  # served: not --model
     assert {"bench", "sanity", "trace capture"} <= app["--served-model"][1]
@@ -101,6 +103,14 @@ def test_an_unknown_weight_format_is_refused_while_parsing(capsys):
     args = ["predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--weight-format", "int3"]
     assert main(args) == 2
     assert "int3" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["", "{tmp}"])
+def test_a_file_option_refuses_a_directory_while_parsing(value, tmp_path, capsys):
+    """--profile was text: "" was read as no profile (silently) and a directory failed late."""
+    args = ["predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm"]
+    assert main([*args, "--profile", value.format(tmp=tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
 
 
 def test_the_kv_dtype_choices_are_what_the_deployment_sizes():

@@ -56,9 +56,10 @@ def register(app: typer.Typer) -> None:
             "cuda_graph_config, disable_overlap_scheduler, allreduce_strategy, "
             "enable_attention_dp, kv_cache_config.dtype",
         ),
-        trtllm_config: str | None = typer.Option(
+        trtllm_config: Path | None = typer.Option(
             None,
             "--trtllm-config",
+            dir_okay=False,
             help="the YAML file given to trtllm-serve --extra_llm_api_options (--engine trtllm)",
         ),
         allreduce: Allreduce = typer.Option(
@@ -80,8 +81,11 @@ def register(app: typer.Typer) -> None:
         weight_format: WeightFormatName | None = typer.Option(
             None, "--weight-format", help="override the checkpoint's weight format (all linears)"
         ),
-        profile: str | None = typer.Option(
-            None, "--profile", help="measured hardware profile JSON (calibrate/commbench)"
+        profile: Path | None = typer.Option(
+            None,
+            "--profile",
+            dir_okay=False,
+            help="measured hardware profile JSON (calibrate/commbench)",
         ),
         power_limit: float | None = typer.Option(
             None, "--power-limit", min=1, help="board power cap in W (published boxes run them)"
@@ -178,13 +182,13 @@ def register(app: typer.Typer) -> None:
                 model=model, gpu=gpu, gpus=gpus, link=link, tp=tp, ep=ep, pp=pp, dp=dp, dcp=dcp,
                 engine=engine, allreduce=allreduce, cuda_graphs=not no_cuda_graphs, batch=batch,
                 context=context, prompt_len=prompt_len, kv_dtype=kv_dtype,
-                weight_format=weight_format, profile=profile, power_limit=power_limit,
+                weight_format=weight_format, profile=_str(profile), power_limit=power_limit,
                 mem_clock=mem_clock, what_if=what_if, attention_backend=attention_backend,
                 moe_backend=moe_backend, async_scheduling=async_scheduling, spec=spec,
                 spec_tokens=spec_tokens, spec_draft_layers=spec_draft_layers,
                 spec_acceptance_rate=spec_acceptance_rate,
                 spec_acceptance_length=spec_acceptance_length,
-                trtllm_options=parse_options(trtllm_option) or None, trtllm_config=trtllm_config,
+                trtllm_options=parse_options(trtllm_option) or None, trtllm_config=_str(trtllm_config),
             )  # fmt: skip
         except ValidationError as exc:
             err = exc.errors()[0]
@@ -199,3 +203,8 @@ def register(app: typer.Typer) -> None:
             emit_json(pred)
         else:
             render.print_prediction(pred)
+
+
+def _str(path: Path | None) -> str | None:
+    """A file option as the request holds it (a string: requests are JSON)."""
+    return str(path) if path is not None else None

@@ -57,11 +57,17 @@ def trace(
         None, "--context", min=1, help="context per sequence (default: annotation, else 1024)"
     ),
     out: Path = typer.Option(None, "--out", dir_okay=False, help="write the report as JSON here"),
-    profile_out: str = typer.Option(
-        None, "--profile-out", help="write the trace as a profile for `predict --profile`"
+    profile_out: Path | None = typer.Option(
+        None,
+        "--profile-out",
+        dir_okay=False,
+        help="write the trace as a profile for `predict --profile`",
     ),
-    report: str = typer.Option(
-        None, "--report", help="write the report section here (.md, or .html with the bar plot)"
+    report: Path | None = typer.Option(
+        None,
+        "--report",
+        dir_okay=False,
+        help="write the report section here (.md, or .html with the bar plot)",
     ),
     json_out: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
@@ -86,8 +92,8 @@ def trace(
         window=window,
         request=request_for(model, gpu, tp, engine),
         out=str(out) if out is not None else None,
-        profile_out=profile_out,
-        report=report,
+        profile_out=str(profile_out) if profile_out is not None else None,
+        report=str(report) if report is not None else None,
         batch=batch,
         context=context,
     )
