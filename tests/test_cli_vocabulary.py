@@ -64,7 +64,6 @@ def test_no_option_name_has_two_meanings_and_the_table_is_the_app():
 
 def test_the_rules_hold():
     app = _app_rows()
-    assert app["--weight-format"][0] == {"choice"}
     for opt in ("--profile", "--profile-out", "--report", "--trtllm-config"):  # files, not text
         assert app[opt][0] == {"file"}, opt
     assert app["--out"][0] == {"file"} and app["--out-dir"][0] == {"dir"}
@@ -72,6 +71,12 @@ def test_the_rules_hold():
     assert {"bench", "sanity", "trace capture"} <= app["--served-model"][1]
     assert not any(o == "--timeout" for o in app), "a timeout is named by what it bounds"
     for opt in ("--engine", "--allreduce", "--kv-dtype", "--mode", "--backend", "--spec"):
+        assert app[opt][0] == {"choice"}, opt
+    # one meaning each: levels to measure vs streams served; compute dtype vs buffer dtype
+    assert app["--concurrency"][1] == {"bench", "doctor"}
+    assert {"inspect", "trace capture"} <= app["--streams"][1]
+    assert app["--dtype"][1] == {"calibrate", "sanity"}
+    for opt in ("--buffer-dtype", "--weight-format"):
         assert app[opt][0] == {"choice"}, opt
     progress = {"bench", "doctor", "sweep", "sanity", "launch", "preflight", "env", "commbench"}
     progress |= {"calibrate"}
@@ -129,6 +134,8 @@ def test_the_kv_dtype_choices_are_what_the_deployment_sizes():
             "doctor --model-path",
             "--model",
         ),
+        (["inspect", "{missing}", "--concurrency", "4"], "inspect --concurrency", "--streams"),
+        (["commbench", "--dtype", "float99"], "commbench --dtype", "--buffer-dtype"),
     ],
 )
 def test_old_spellings_work_one_release_with_a_deprecation_line(capsys, tmp_path, argv, old, new):

@@ -99,11 +99,19 @@ def inspect_cmd(
     engine: ServerEngine | None = typer.Option(
         None, "--engine", help="The engine that wrote the log (default: detect)."
     ),
-    concurrency: int | None = typer.Option(
+    streams: int | None = typer.Option(
+        None,
+        "--streams",
+        min=1,
+        help="Streams you intend to serve at once (checked against KV capacity).",
+    ),
+    # `--concurrency` is a list of levels to measure elsewhere (bench, doctor): renamed here
+    old_concurrency: int | None = typer.Option(
         None,
         "--concurrency",
         min=1,
-        help="Streams you intend to serve (checked against KV capacity).",
+        hidden=True,
+        help="Old spelling, kept one release (docs/cli.md).",
     ),
     gpu: str | None = typer.Option(
         None, "--gpu", help="Catalog GPU the engine ran on (findings check advice against it)."
@@ -114,11 +122,12 @@ def inspect_cmd(
 
     \b
     Example:
-      ceiling inspect logs/cpu-tiny-20260101T000000-8000.log --concurrency 16
+      ceiling inspect logs/cpu-tiny-20260101T000000-8000.log --streams 16
     """
     from ceiling.diagnose.logs import inspect_with_gpu
     from ceiling.render import engines as show
 
+    concurrency = renamed(streams, old_concurrency, "inspect --concurrency", "--streams")
     show.inspect(inspect_with_gpu(log, engine, concurrency, gpu), json_out)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ceiling.choices import CalibrateEngine, CommBackend
+from ceiling.choices import CalibrateEngine, CommBackend, CommDtype
 from ceiling.cli._vocab import renamed
 
 
@@ -76,8 +76,14 @@ def register(app: typer.Typer) -> None:
         backend: CommBackend = typer.Option(
             "auto", "--backend", help="Collective backend (auto: NCCL on GPUs, else gloo)."
         ),
-        dtype: str | None = typer.Option(
-            None, "--dtype", help="torch dtype (bfloat16 on GPU, float32 on CPU).", metavar="DTYPE"
+        buffer_dtype: CommDtype | None = typer.Option(
+            None,
+            "--buffer-dtype",
+            help="The buffers' element type (default: bfloat16 on GPU, float32 on CPU).",
+        ),
+        # `--dtype` names a compute dtype elsewhere (calibrate, sanity): renamed here
+        old_dtype: str | None = typer.Option(
+            None, "--dtype", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
         ),
         no_graph: bool = typer.Option(False, "--no-graph", help="Skip the CUDA-graph measurement."),
         model: str | None = typer.Option(
@@ -135,6 +141,7 @@ def register(app: typer.Typer) -> None:
             deprecated("commbench --variant", "--preset")
         variant = preset + old_variant
         timeout = renamed(rank_timeout, old_timeout, "commbench --timeout", "--rank-timeout")
+        dtype = renamed(buffer_dtype, old_dtype, "commbench --dtype", "--buffer-dtype")
         options = dict(
             world_sizes=int_list(world_sizes, "--world-sizes") if world_sizes else None,
             sizes=parsed,
@@ -150,6 +157,7 @@ def register(app: typer.Typer) -> None:
             timeout_s=timeout,
         )
         names = {"budget_s": "--budget-ms", "timeout_s": "--rank-timeout", "variants": "--preset"}
+        names["dtype"] = "--dtype" if old_dtype is not None else "--buffer-dtype"
         cfg = model_from_options(CommbenchConfig, options, "commbench", names)
         from ceiling.render import probe as show
 

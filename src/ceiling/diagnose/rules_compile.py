@@ -331,7 +331,7 @@ def partial_cudagraphs(facts: EngineFacts, ctx: FindingContext) -> Finding | Non
             f,
             pre,
             engine_fix(ctx, "partial-cudagraphs.size", "capture graphs up to the batch you serve"),
-            "Pass the intended concurrency (--concurrency).",
+            "Pass the streams you intend to serve (inspect --streams).",
         )
     return None
 

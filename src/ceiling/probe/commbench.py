@@ -19,11 +19,11 @@ import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from ceiling.choices import CommBackend
+from ceiling.choices import CommBackend, CommDtype
 from ceiling.errors import CeilingError
 from ceiling.probe.fit import (
     algbw_GBps,
@@ -76,8 +76,6 @@ def resolve_variants(names: list[str], custom: list[str]) -> list[tuple[str, dic
 #: The largest message commbench sends (8 GiB): a bigger --sizes is a typo that would make
 #: every rank allocate it before the first measurement.
 MAX_SIZE_BYTES = 1 << 33
-#: Element types an allreduce is measured in (torch names).
-Dtype = Literal["float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8"]
 
 
 class CommbenchConfig(BaseModel):
@@ -90,7 +88,7 @@ class CommbenchConfig(BaseModel):
     variants: list[str] = Field(default_factory=list)
     custom_env: list[str] = Field(default_factory=list)
     backend: CommBackend = "auto"
-    dtype: Dtype | None = None  # None: bfloat16 on nccl, float32 on gloo
+    dtype: CommDtype | None = None  # None: bfloat16 on nccl, float32 on gloo
     graph: bool = True
     graph_ops: int = 10
     warmup: int = 5
