@@ -204,6 +204,7 @@ def sweep(
     """
     from ceiling.sweep.plan import load_plan
 
+    out = renamed(out_dir, old_out, "sweep --out", "--out-dir")
     # the plan is read before the flow's imports (the bench client, numpy: about a second on a
     # loaded 2-core box), so a bad plan is refused at once; the flow reads it again
     load_plan(plan)
@@ -213,7 +214,6 @@ def sweep(
     from ceiling.flows import sweep as sweep_flow
     from ceiling.render import doctor as show
 
-    out = renamed(out_dir, old_out, "sweep --out", "--out-dir")
     talk = not (json_out or quiet)
 
     from ceiling.sweep.events import Failed, Repeat, StoppedEarly, TrialEvent
