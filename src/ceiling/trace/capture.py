@@ -37,7 +37,7 @@ from ceiling.errors import CeilingError
 from ceiling.trace.reader import read_trace
 from ceiling.trace.schema import RankTrace, TraceSplit
 from ceiling.trace.split import split
-from ceiling.trace.window_io import Streams, generated, post, scrape, second_scrape, wait
+from ceiling.trace.window_io import Streams, post, scrape, wait
 
 SCHEMA_VERSION = 1
 #: tokens every stream must have received before the window opens (past prefill and the first
@@ -252,21 +252,32 @@ def _capture(
     # the server says it; the generations are cancelled once the window is read.
     budget = max_tokens or _token_budget(url, model, steps)
     gen = Streams(url, model, streams, budget, extra_body or {})
+    recorded = engine_steps(steps)
     ended_early = False
+    if setup.delay_key and setup.bounded_by_engine:
+        return _capture_armed(res, url, setup, folder, gen, recorded, t_begin, ranks, budget)
     gen.start()
     try:
         if not wait(lambda: gen.tokens() >= WARM_TOKENS or not gen.alive(), 60.0):
             res.why_not = f"the streams did not reach {WARM_TOKENS} tokens in 60 s"
             return res
         if gen.errors or gen.tokens() < WARM_TOKENS:
-            res.why_not = "the generation failed: " + "; ".join(gen.errors[:2])
+            res.why_not = "the generation failed: " + "; ".join(gen.errors[:2] or ["no token"])
             return res
         since = time.time() - 1.0  # file times are whole seconds on some filesystems
         before = set(setup.trace_files(folder))  # an earlier window's files are not this one's
-        # the recording begins after these tokens (the engine starts it while the call
-        # travels): the streams' count, and the server's own where it keeps one
+        # the recording begins after this step (the engine starts it while the call travels)
         pre_start = gen.tokens()
-        served_before = generated(scrape(url))
+        if pre_start + recorded + 2 > budget:
+            # the engine is nearly through the streams' budget already: it would stop
+            # generating inside the window (a new set of streams is tried)
+            ended_early = True
+            res.streams_ended_early = True
+            res.why_not = (
+                f"the streams were {pre_start:.0f} of {budget} tokens through before the "
+                f"window of {recorded} steps could begin"
+            )
+            return res
         status, text, res.start_call_s = post(url + setup.start_path, setup.start_body)
         if status == 409 and setup.stop_path:  # a session left open: close it, then again
             post(url + setup.stop_path, {})
@@ -279,23 +290,21 @@ def _capture(
             return res
         at_start = gen.tokens()
         # the engine's own ITL over the window's middle: scraped once the start's stall has
-        # been observed (the first tokens after it) and again before the engine stops (its
-        # stop writes the files from the engine loop: another stall)
+        # been observed (the first steps after it) and again two thirds of the way through the
+        # recording (it began after ``pre_start`` and runs ``recorded`` steps), before the
+        # engine stops (its stop writes the files from the engine loop: another stall). A long
+        # span between the scrapes is what makes the comparison worth it: over ~13 steps, one
+        # slow step falling in or out of the span moved it ~7 %. A third of the steps is the
+        # margin for the streams' count, which trails the engine's.
         wait(lambda: gen.tokens() >= at_start + 3 or not gen.alive(), 60.0)
         t_first, first = time.time(), scrape(url)
-        # the second scrape, as late as is sure to fall inside the recording. A long span between
-        # the scrapes is what makes the comparison worth it: over ~13 steps, one slow step
-        # falling in or out of the span moved it ~7 %.
-        t_second, second = second_scrape(
-            url, gen, pre_start, served_before, engine_steps(steps), streams
-        )
-        itl = histogram_means_ms(delta(first, second) or {}).get("itl") or {}
-        if itl.get("mean_ms") is not None:
-            res.engine_itl_ms, res.engine_itl_count = itl["mean_ms"], int(itl["count"])
-            res.engine_itl_span_s = [t_first, t_second]
-        # the window: the engine's own count where it keeps one, else the streams' tokens
-        wait(lambda: gen.tokens() >= at_start + engine_steps(steps) + 2 or not gen.alive(), 120.0)
-        ended_early = not gen.alive() and gen.tokens() < at_start + engine_steps(steps)
+        second_at = max(pre_start + recorded - max(4, recorded // 3), at_start + 4)
+        wait(lambda: gen.tokens() >= second_at or not gen.alive(), 120.0)
+        t_second, second = time.time(), scrape(url)
+        _engine_itl(res, first, second, t_first, t_second)
+        # the window: until the engine has made its steps (or the streams ended)
+        wait(lambda: gen.tokens() >= at_start + recorded + 2 or not gen.alive(), 120.0)
+        ended_early = not gen.alive() and gen.tokens() < at_start + recorded
         if setup.bounded_by_engine and not ended_early:
             # an engine that stops itself writes its files once its steps are done; streams that
             # ended early left it no steps to count, so the stop call is made at once
@@ -306,6 +315,22 @@ def _capture(
                 res.notes.append(f"{setup.stop_path} answered HTTP {status}: {text[:120]}")
     finally:
         gen.close()
+    return _read_window(res, setup, folder, since, before, ranks, gen, ended_early, budget, t_begin)
+
+
+def _read_window(
+    res: TraceCapture,
+    setup: ProfilerSetup,
+    folder: Path,
+    since: float,
+    before: set[Path],
+    ranks: int,
+    gen: Streams,
+    ended_early: bool,
+    budget: int,
+    t_begin: float,
+) -> TraceCapture:
+    """The window's files found, read and split (``res`` filled in; ``why_not`` if not)."""
     t_files = time.monotonic()
     # streams that ended before the engine's profiler began (it starts inside a step): the
     # engine may write nothing at all, so the wait is short and the window is tried again
@@ -342,6 +367,88 @@ def _capture(
     _compare(res, files[0], gen.arrivals)
     res.wall_s = round(time.monotonic() - t_begin, 2)
     return res
+
+
+def _capture_armed(
+    res: TraceCapture,
+    url: str,
+    setup: ProfilerSetup,
+    folder: Path,
+    gen: Streams,
+    recorded: int,
+    t_begin: float,
+    ranks: int,
+    budget: int,
+) -> TraceCapture:
+    """The window armed before the streams begin: the engine waits :data:`WARM_TOKENS` of its
+    own steps (prefill among them), records ``recorded`` and writes the files itself. Why:
+    the client (and the API server's counters) can trail the engine by a whole generation on a
+    busy box; counted by the engine, the window cannot begin after the streams ended."""
+    assert setup.start_path is not None and setup.delay_key is not None
+    since = time.time() - 1.0  # file times are whole seconds on some filesystems
+    before = set(setup.trace_files(folder))  # an earlier window's files are not this one's
+    body = {**setup.start_body, setup.delay_key: WARM_TOKENS}
+    status, text, res.start_call_s = post(url + setup.start_path, body)
+    if status == 409 and setup.stop_path:  # a session left open: close it, then again
+        post(url + setup.stop_path, {})
+        status, text, res.start_call_s = post(url + setup.start_path, body)
+    if status != 200:
+        res.why_not = (
+            f"{setup.start_path} answered HTTP {status} ({text.strip()[:160]}): {setup.enable_hint}"
+        )
+        return res
+    ended_early = False
+    gen.start()
+    try:
+        # the engine's own ITL over the window's middle: the streams' count trails the
+        # engine's, so a scrape at a count the recording has reached is never before it; the
+        # second leaves a third of the steps as margin (a long span: over ~13 steps one slow
+        # step falling in or out moved the comparison ~7 %). A server whose API process trails
+        # its engine further (seen on 2 cores: by seconds) puts them after the recording, and
+        # _compare leaves that span out with a note. Not the server's own token counter: it
+        # trails as far, and polling /metrics slowed the API server further.
+        wait(lambda: gen.tokens() >= WARM_TOKENS + 3 or not gen.alive(), 60.0)
+        t_first, first = time.time(), scrape(url)
+        second_at = WARM_TOKENS + recorded - max(4, recorded // 3)
+        wait(lambda: gen.tokens() >= second_at or not gen.alive(), 120.0)
+        t_second, second = time.time(), scrape(url)
+        _engine_itl(res, first, second, t_first, t_second)
+        # the engine writes its files once its steps are done; the streams must outlast them
+        wait(lambda: bool(_new_files(setup, folder, since, before)) or not gen.alive(), 120.0)
+        # streams that gave fewer tokens than the window needs ended before the engine could
+        # record it (read once the client has caught up: its count trails the engine's)
+        need = WARM_TOKENS + recorded
+        wait(lambda: gen.tokens() >= need or not gen.alive(), 30.0)
+        ended_early = gen.tokens() < need
+        if setup.stop_path:  # ends a window the engine did not finish (nothing if it did)
+            status, text, res.stop_call_s = post(url + setup.stop_path, {})
+    finally:
+        gen.close()
+    if gen.errors and not _new_files(setup, folder, since, before):
+        res.why_not = "the generation failed: " + "; ".join(gen.errors[:2])
+        return res
+    return _read_window(res, setup, folder, since, before, ranks, gen, ended_early, budget, t_begin)
+
+
+def _engine_itl(
+    res: TraceCapture, first: str | None, second: str | None, t_first: float, t_second: float
+) -> None:
+    """The engine's mean ITL between two /metrics scrapes, kept on ``res``."""
+    if first is None or second is None:
+        return  # no /metrics served: nothing to compare with
+    itl = histogram_means_ms(delta(first, second) or {}).get("itl")
+    if itl is None:
+        return  # an engine that keeps no ITL histogram
+    if itl.get("mean_ms") is None:
+        # the server counted no token between the scrapes although the engine was decoding:
+        # its API process trailed the engine (seen on a busy 2-core box)
+        res.notes.append(
+            f"the server counted no token between the two /metrics scrapes "
+            f"{t_second - t_first:.3f} s apart (its API process trailed the engine): not compared"
+        )
+        return
+    res.engine_itl_ms, res.engine_itl_count = itl["mean_ms"], int(itl["count"])
+    res.engine_itl_span_s = [t_first, t_second]
 
 
 def _compare(res: TraceCapture, path: Path, arrivals: list[list[float]]) -> None:

@@ -13,7 +13,6 @@ import urllib.request
 from typing import Any
 
 from ceiling.bench.client import api_key
-from ceiling.bench.server_metrics import counters, parse_prometheus
 from ceiling.errors import CeilingError
 
 
@@ -100,52 +99,6 @@ def scrape(url: str) -> str | None:
             return str(resp.read().decode(errors="replace"))
     except (urllib.error.URLError, OSError, http.client.HTTPException):
         return None
-
-
-def generated(text: str | None) -> float | None:
-    """The server's count of generated tokens in a /metrics text (None: it keeps none)."""
-    if text is None:
-        return None
-    totals = parse_prometheus(text)
-    return next((totals[n] for n in counters()["generated_tokens"] if n in totals), None)
-
-
-#: the second scrape's poll of the server's token count (seconds): a few steps of a small model
-SCRAPE_POLL_S = 0.02
-
-
-def second_scrape(
-    url: str,
-    gen: Streams,
-    pre_start: int,
-    served_before: float | None,
-    recorded: int,
-    streams: int,
-) -> tuple[float, str | None]:
-    """(wall time, /metrics text) of the window's second scrape.
-
-    The recording began after the tokens counted when the start call was sent (possibly many
-    steps before its answer came back) and runs for ``recorded`` steps; the scrape is taken
-    two thirds of the way, counted by the server's own generated-token counter where it keeps
-    one. Why that counter: the histogram a scrape reads holds exactly the tokens the server
-    counted, whereas the streams' chunk count can lag the engine by tens of steps on a busy
-    box (seen: 30-58 steps on 2 cores; a scrape after the recording's end takes in the stop's
-    stall and untraced steps). Without the counter, the streams' count with a third of the
-    steps as margin."""
-    if served_before is None:
-        target = pre_start + recorded - max(4, recorded // 3)
-        wait(lambda: gen.tokens() >= target or not gen.alive(), 120.0)
-        return time.time(), scrape(url)
-    target_served = served_before + (recorded * 2 // 3) * streams
-    end = time.monotonic() + 120.0
-    while True:
-        t, text = time.time(), scrape(url)
-        served = generated(text)
-        if served is None or served >= target_served or not gen.alive():
-            return t, text
-        if time.monotonic() > end:
-            return t, text
-        time.sleep(SCRAPE_POLL_S)
 
 
 def wait(cond: Any, timeout_s: float, poll_s: float = 0.01) -> bool:
