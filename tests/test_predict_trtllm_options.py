@@ -95,7 +95,7 @@ def test_a_trtllm_serve_config_file_is_read_and_unread_keys_are_named(priors_onl
     bad.write_text("- a list\n")
     with pytest.raises(CeilingError, match="not a YAML mapping"):
         predict(PredictRequest(**DS, trtllm_config=str(bad)))
-    with pytest.raises(CeilingError, match="cannot read it"):
+    with pytest.raises(CeilingError, match="--trtllm-config not found"):
         predict(PredictRequest(**DS, trtllm_config=str(tmp_path / "missing.yaml")))
 
 

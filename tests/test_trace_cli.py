@@ -62,7 +62,7 @@ def test_human_output_names_the_step_and_unmatched(trace_file, capsys):
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["trace", "/nonexistent/t.json"], "does not exist"),
+        (["trace", "/nonexistent/t.json"], "trace not found"),
         (["trace", "{f}", "--window", "9:3"], "START < END"),
         (["trace", "{f}", "--model", "llama-3.1-8b"], "--model needs --gpu"),
     ],

@@ -10,12 +10,14 @@ second, not a 36-minute model load followed by a traceback and nothing saved.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
@@ -33,13 +35,15 @@ _SNIFF = 8192
 MAX_INPUT_BYTES = 256 << 20
 
 
-def read_bytes(path: str | Path, what: str, fix: str, limit: int | None = None) -> bytes:
-    """The bytes of ``path``: a regular file of at most ``limit`` bytes. A directory, a device
+@contextlib.contextmanager
+def open_regular(
+    path: str | Path, what: str, fix: str, max_size: int | None = None
+) -> Iterator[BinaryIO]:
+    """``path`` opened for reading, proved a regular file: a directory, a device
     (``/dev/zero``), a FIFO (which would block for ever) or a socket is refused before a byte is
-    read; the file is opened non-blocking and checked again through its descriptor, so a path
-    swapped for a FIFO meanwhile cannot hang us either. ``limit`` defaults to
-    :data:`MAX_INPUT_BYTES`."""
-    limit = MAX_INPUT_BYTES if limit is None else limit
+    read. The file is opened non-blocking and checked through its descriptor, so a path swapped
+    for a FIFO meanwhile cannot hang us either. A file larger than ``max_size`` (None: any size,
+    for a caller that bounds what it reads itself) is refused by its size, unread."""
     p = Path(path)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -52,23 +56,48 @@ def read_bytes(path: str | Path, what: str, fix: str, limit: int | None = None) 
     except OSError as exc:
         raise CeilingError(f"cannot read {what} {p}: {exc.strerror or exc}", fix=fix) from None
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
             raise CeilingError(f"{what} {p} is a directory, not a file", fix=fix)
-        if not stat.S_ISREG(mode):
-            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        if not stat.S_ISREG(st.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
             raise CeilingError(f"{what} {p} is {kind}, not a regular file", fix=fix)
+        if max_size is not None and st.st_size > max_size:
+            raise too_large(p, what, fix, max_size)
         os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)
-    except OSError as exc:
-        raise CeilingError(f"cannot read {what} {p}: {exc.strerror or exc}", fix=fix) from None
-    finally:
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
+        raise
+    with fh:
+        yield fh
+
+
+def too_large(p: str | Path, what: str, fix: str, limit: int) -> CeilingError:
+    """The error of an input over its size limit (the limit said in MiB, or bytes if less)."""
+    return CeilingError(
+        f"{what} {p} is larger than {size_text(limit)}: not a file ceiling reads", fix=fix
+    )
+
+
+def size_text(n: int) -> str:
+    """``256 MiB``; a size under 1 MiB in bytes."""
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def read_bytes(path: str | Path, what: str, fix: str, limit: int | None = None) -> bytes:
+    """The bytes of ``path``: a regular file (see :func:`open_regular`) of at most ``limit``
+    bytes, refused by its size before it is read and bounded while it is read (a file that
+    grows meanwhile). ``limit`` defaults to :data:`MAX_INPUT_BYTES`."""
+    limit = MAX_INPUT_BYTES if limit is None else limit
+    p = Path(path)
+    with open_regular(p, what, fix, max_size=limit) as fh:
+        try:
+            data = fh.read(limit + 1)
+        except OSError as exc:
+            raise CeilingError(f"cannot read {what} {p}: {exc.strerror or exc}", fix=fix) from None
     if len(data) > limit:
-        raise CeilingError(
-            f"{what} {p} is larger than {limit >> 20} MiB: not a file ceiling reads", fix=fix
-        )
+        raise too_large(p, what, fix, limit)
     return data
 
 

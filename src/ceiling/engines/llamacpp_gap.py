@@ -21,13 +21,13 @@ stays. Slots do not change a one-stream step (they raise total throughput); that
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_json
 from ceiling.predict.gguf import GgufInfo, kernel_data
 from ceiling.predict.llamacpp import LlamaCppProfile, predict_gguf
 from ceiling.predict.schema import LlamaCppDetails, Prediction
@@ -87,11 +87,7 @@ class BandwidthGap(BaseModel):
 def read_llama_bench(path: str | Path) -> list[dict[str, Any]]:
     """The rows of ``llama-bench -o json``."""
     p = Path(path)
-    try:
-        rows = json.loads(p.read_text())
-    except (OSError, ValueError) as exc:
-        raise CeilingError(f"cannot read llama-bench JSON {p}: {exc}",
-                           fix="pass the output of `llama-bench -o json`") from None  # fmt: skip
+    rows = read_json(p, "--llama-bench", fix="pass the output of `llama-bench -o json`")
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise CeilingError(f"{p} is not llama-bench JSON (a list of rows)",
                            fix="pass the output of `llama-bench -o json`")  # fmt: skip

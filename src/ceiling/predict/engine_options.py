@@ -13,13 +13,13 @@ for them.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import Field, JsonValue
 
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_text
 from ceiling.predict.schema import PredictRequest
 from ceiling.spec._data import DataModel, load_yaml
 
@@ -76,13 +76,13 @@ def _flatten(data: dict[str, JsonValue], known: set[str], prefix: str = "") -> d
 
 def read_config(path: str) -> dict[str, JsonValue]:
     """The options a TensorRT-LLM config file (``--extra_llm_api_options``) sets, flattened."""
-    p = Path(path)
+    fix = "pass the YAML file given to trtllm-serve --extra_llm_api_options"
+    text = read_text(path, "--trtllm-config", fix=fix)
     try:
-        data = yaml.safe_load(p.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise CeilingError(
-            f"--trtllm-config {path}: cannot read it ({type(exc).__name__})",
-            fix="pass the YAML file given to trtllm-serve --extra_llm_api_options",
+            f"--trtllm-config {path}: not valid YAML ({type(exc).__name__})", fix=fix
         ) from None
     if not isinstance(data, dict):
         raise CeilingError(

@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 from pydantic import BaseModel, Field, JsonValue
 
 from ceiling.errors import CeilingError
+from ceiling.inputs import open_regular, size_text
 from ceiling.spec._data import load_yaml
 
 _GGUF_MAGIC = b"GGUF"
@@ -123,59 +124,93 @@ class GgufInfo(BaseModel):
         return int(value or 0)
 
 
-def _read(f: BinaryIO, fmt: str) -> Any:
-    size = struct.calcsize("<" + fmt)
-    raw = f.read(size)
-    if len(raw) != size:
-        raise CeilingError("the GGUF file ends inside its header", fix="pass a complete .gguf file")
-    return struct.unpack("<" + fmt, raw)[0]
+#: The most of a GGUF file read as its header. Real headers hold a vocabulary and the tensor
+#: table: a few MB (a 256k-token vocabulary with its merges is ~10 MB); the file itself is
+#: gigabytes of tensor data that predict never reads.
+MAX_HEADER_BYTES = 64 << 20
+_FIX = "pass a .gguf file written by llama.cpp's converter"
 
 
-def _string(f: BinaryIO) -> str:
-    n = _read(f, "Q")
-    if n > 1 << 24:
-        raise CeilingError("a GGUF header string is implausibly long", fix="pass a .gguf file")
-    return f.read(n).decode("utf-8", "replace")
+class _Header:
+    """The start of a GGUF file, read through a budget: a header that claims more than
+    :data:`MAX_HEADER_BYTES` (a corrupt count, a hostile file) is refused before it is read."""
+
+    def __init__(self, f: BinaryIO, path: Path) -> None:
+        self.f, self.path, self.left = f, path, MAX_HEADER_BYTES
+
+    def need(self, n: int) -> None:
+        """Refuse, unread, a count whose items cannot fit in what is left of the budget."""
+        if n > self.left:
+            raise CeilingError(
+                f"{self.path}: the GGUF header is larger than {size_text(MAX_HEADER_BYTES)} "
+                "(a count in it is corrupt)",
+                fix=_FIX,
+            )
+
+    def take(self, n: int) -> bytes:
+        self.need(n)
+        raw = self.f.read(n)
+        if len(raw) != n:
+            raise CeilingError(
+                f"{self.path}: the GGUF file ends inside its header",
+                fix="pass a complete .gguf file",
+            )
+        self.left -= n
+        return raw
 
 
-def _value(f: BinaryIO, vtype: int) -> Any:
+def _read(h: _Header, fmt: str) -> Any:
+    return struct.unpack("<" + fmt, h.take(struct.calcsize("<" + fmt)))[0]
+
+
+def _string(h: _Header) -> str:
+    return h.take(_read(h, "Q")).decode("utf-8", "replace")
+
+
+def _value(h: _Header, vtype: int) -> Any:
     if vtype in _SCALARS:
-        return _read(f, _SCALARS[vtype])
+        return _read(h, _SCALARS[vtype])
     if vtype == 8:
-        return _string(f)
+        return _string(h)
     if vtype == 9:
-        etype, n = _read(f, "I"), _read(f, "Q")
-        items = [_value(f, etype) for _ in range(n)]
+        etype, n = _read(h, "I"), _read(h, "Q")
+        if etype in _SCALARS:  # one read for the whole array, however long
+            raw = h.take(n * struct.calcsize("<" + _SCALARS[etype]))
+            items = list(struct.unpack(f"<{n}{_SCALARS[etype]}", raw)) if n <= 64 else []
+        else:
+            h.need(n * 8)  # a string or an array is at least its 8-byte length
+            items = [_value(h, etype) for _ in range(n)]
         # vocabularies are long and say nothing about kernels: keep a count only
         return items if n <= 64 else {"array_len": n}
     raise CeilingError(f"unknown GGUF metadata type {vtype}", fix="pass a GGUF v2/v3 file")
 
 
 def read_gguf(path: str | Path) -> GgufInfo:
-    """The header of a GGUF file (no tensor data is read)."""
+    """The header of a GGUF file (no tensor data is read): a regular file (a FIFO or a device
+    is refused, not opened for a blocking read), at most :data:`MAX_HEADER_BYTES` of it."""
     p = Path(path)
     ids = {v.id: k for k, v in kernel_data().types.items()}
-    try:
-        f = p.open("rb")
-    except OSError as exc:
-        raise CeilingError(f"cannot read {p}: {exc.strerror}", fix="pass a .gguf file") from None
-    with f:
+    with open_regular(p, "GGUF file", fix=_FIX) as f:
+        h = _Header(f, p)
         if f.read(4) != _GGUF_MAGIC:
             raise CeilingError(f"{p} is not a GGUF file (no GGUF magic)", fix="pass a .gguf file")
-        version = _read(f, "I")
+        version = _read(h, "I")
         if version < 2:
             raise CeilingError(f"{p}: GGUF version {version} is too old", fix="convert it anew")
-        n_tensors, n_kv = _read(f, "Q"), _read(f, "Q")
+        n_tensors, n_kv = _read(h, "Q"), _read(h, "Q")
+        h.need(n_kv * 12 + n_tensors * 24)  # the smallest record of each
         meta: dict[str, Any] = {}
         for _ in range(n_kv):
-            k = _string(f)
-            meta[k] = _value(f, _read(f, "I"))
+            k = _string(h)
+            meta[k] = _value(h, _read(h, "I"))
         tensors = []
         for _ in range(n_tensors):
-            name = _string(f)
-            dims = [_read(f, "Q") for _ in range(_read(f, "I"))]
-            tid = _read(f, "I")
-            _read(f, "Q")  # offset
+            name = _string(h)
+            n_dims = _read(h, "I")
+            h.need(n_dims * 8)
+            dims = [_read(h, "Q") for _ in range(n_dims)]
+            tid = _read(h, "I")
+            _read(h, "Q")  # offset
             if tid not in ids:
                 raise CeilingError(f"{p}: tensor {name} has ggml type {tid}, not in ceiling's "
                                    "table", fix="update engines/data/llamacpp_kernels.yaml")  # fmt: skip
@@ -185,9 +220,10 @@ def read_gguf(path: str | Path) -> GgufInfo:
 
 
 def is_gguf(path: str | Path) -> bool:
-    """Whether ``path`` is a readable file that starts with the GGUF magic."""
+    """Whether ``path`` is a readable regular file that starts with the GGUF magic (a FIFO is
+    not opened for a read that would block)."""
     try:
-        with Path(path).open("rb") as f:
+        with open_regular(path, "GGUF file", fix=_FIX) as f:
             return f.read(4) == _GGUF_MAGIC
-    except OSError:
+    except (CeilingError, OSError):
         return False

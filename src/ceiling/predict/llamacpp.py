@@ -29,6 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_text
 from ceiling.outputs import write_atomic
 from ceiling.predict.gguf import GgufInfo, GgufTensor, bits_per_weight, kernel_data, read_gguf
 from ceiling.predict.ladder import ladder
@@ -430,12 +431,13 @@ def run_backend_ops(binary: str | Path, types: list[str], timeout_s: float = 300
 def load_profile(path: str | Path) -> LlamaCppProfile:
     """A profile written by ``ceiling calibrate --engine llamacpp``."""
     p = Path(path)
+    fix = "write one with `ceiling calibrate --engine llamacpp --out FILE`"
+    text = read_text(p, "llama.cpp profile", fix=fix)
     try:
-        return LlamaCppProfile.model_validate_json(p.read_text())
-    except (OSError, ValueError) as exc:
+        return LlamaCppProfile.model_validate_json(text)
+    except ValueError as exc:
         raise CeilingError(
-            f"{p} is not a llama.cpp kernel profile ({type(exc).__name__})",
-            fix="write one with `ceiling calibrate --engine llamacpp --out FILE`",
+            f"{p} is not a llama.cpp kernel profile ({type(exc).__name__})", fix=fix
         ) from None
 
 
@@ -479,12 +481,7 @@ def calibrate_cli(
         types = sorted({t.type for t, _ in weights_read(read_gguf(gguf))} - {"F32"}) or types
     if recorded:
         p = Path(recorded)
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise CeilingError(
-                f"cannot read {p}: {exc.strerror}", fix="pass the SQL file"
-            ) from None
+        text = read_text(p, "--from-output", fix="pass the SQL file of `test-backend-ops perf`")
         prof = profile_from_sql(text, source=str(p))
     elif binary:
         prof = profile_from_sql(run_backend_ops(binary, types), source=f"{binary} perf")

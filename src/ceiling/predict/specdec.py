@@ -26,7 +26,6 @@ accepted (tau = k + 1) with the draft and verify passes at their physical floors
 from __future__ import annotations
 
 import copy
-import json
 import math
 from pathlib import Path
 from typing import Literal
@@ -34,6 +33,7 @@ from typing import Literal
 from pydantic import Field, JsonValue
 
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_json
 from ceiling.predict.evidence import Evidence
 from ceiling.predict.opspec import OpRow
 from ceiling.predict.resolved import Setup
@@ -86,13 +86,10 @@ def _int(cfg: dict[str, JsonValue], key: str, default: int = 0) -> int:
 
 
 def _raw(spec: ModelSpec) -> dict[str, JsonValue]:
-    try:
-        raw: dict[str, JsonValue] = json.loads(Path(spec.source).read_text())
-    except (OSError, ValueError) as exc:
-        raise CeilingError(
-            f"speculative decoding needs the model's config.json ({spec.source}): {exc}",
-            fix="pass --model as a catalog name, a config.json or a model directory",
-        ) from None
+    fix = "pass --model as a catalog name, a config.json or a model directory"
+    raw = read_json(spec.source, "the model's config.json (speculative decoding reads it)", fix)
+    if not isinstance(raw, dict):
+        raise CeilingError(f"{spec.source} is not a JSON object of model settings", fix=fix)
     return raw
 
 
@@ -103,10 +100,10 @@ def _text_config(raw: dict[str, JsonValue]) -> dict[str, JsonValue]:
 
 def _hf_quant(spec: ModelSpec) -> dict[str, JsonValue] | None:
     hq = Path(spec.source).parent / "hf_quant_config.json"
-    if hq.is_file():
-        out: dict[str, JsonValue] = json.loads(hq.read_text())
-        return out
-    return None
+    if not hq.is_file():
+        return None
+    out = read_json(hq, "hf_quant_config.json", "pass a model directory whose files are intact")
+    return out if isinstance(out, dict) else None
 
 
 def acceptance(method: str, k: int, rate: float | None, length: float | None) -> tuple[float, str]:

@@ -152,7 +152,7 @@ def _reference(spec: SanitySpec, lp: Any, model_dir: str | None, dtype: str | No
         why = "the server gave no token ids with its log-probabilities"
     if why is not None:
         return Check(name=name, status="skipped", summary=why)
-    ref = reference.forward(str(model_dir), lp.token_ids)
+    ref = reference.forward(str(model_dir), lp.token_ids, spec.reference.max_weight_bytes)
     pairs = [
         (s, r) for s, r in zip(lp.logprobs[1:], ref.logprobs[1:], strict=False) if s is not None
     ]

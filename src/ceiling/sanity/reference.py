@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_bytes, read_json
 
 ARCHITECTURES = (
     "LlamaForCausalLM",
@@ -52,9 +53,9 @@ def why_not(model_dir: str | None, max_weight_bytes: int) -> str | None:
     if not model_dir or not Path(model_dir).is_dir():
         return "no local model directory (pass --model-path)"
     try:
-        cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return f"no readable config.json in {model_dir}"
+        cfg = _config(Path(model_dir))
+    except CeilingError as err:
+        return err.message
     arch = (cfg.get("architectures") or ["?"])[0]
     if arch not in ARCHITECTURES:
         return (
@@ -71,6 +72,9 @@ def why_not(model_dir: str | None, max_weight_bytes: int) -> str | None:
     files = _weight_files(Path(model_dir))
     if not files:
         return f"no *.safetensors in {model_dir}"
+    odd = next((f for f in files if not f.is_file()), None)
+    if odd is not None:  # a FIFO or a device would block or never end when read
+        return f"{odd} is not a regular file"
     size = sum(f.stat().st_size for f in files)
     if size > max_weight_bytes:
         return f"weights {size / 2**30:.3g} GiB > {max_weight_bytes / 2**30:.3g} GiB (too large to run here)"
@@ -81,12 +85,22 @@ def _weight_files(model_dir: Path) -> list[Path]:
     return sorted(model_dir.glob("*.safetensors"))
 
 
-def _read_safetensors(path: Path) -> dict[str, Any]:
+def _config(model_dir: Path) -> dict[str, Any]:
+    """The model's config.json (read through ``ceiling.inputs``: a regular UTF-8 file)."""
+    path = model_dir / "config.json"
+    cfg = read_json(path, "config.json", fix="pass --model-path a model directory")
+    if not isinstance(cfg, dict):
+        raise CeilingError(f"{path} is not a JSON object", fix="pass a model's config.json")
+    return cfg
+
+
+def _read_safetensors(path: Path, limit: int) -> dict[str, Any]:
     """name -> float32 array. The format is an 8-byte header length, a JSON header and the raw
-    little-endian data (read directly: the ``safetensors`` package is not a dependency)."""
+    little-endian data (read directly: the ``safetensors`` package is not a dependency).
+    ``limit``: the most bytes read (the spec's ``max_weight_bytes``)."""
     import numpy as np
 
-    data = path.read_bytes()
+    data = read_bytes(path, "weights file", fix="pass --model-path a model directory", limit=limit)
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + n])
     base = 8 + n
@@ -109,7 +123,7 @@ def _read_safetensors(path: Path) -> dict[str, Any]:
     return out
 
 
-def forward(model_dir: str, token_ids: list[int]) -> Reference:
+def forward(model_dir: str, token_ids: list[int], max_weight_bytes: int = 1 << 30) -> Reference:
     """Run the model over ``token_ids`` once (float32, CPU, no cache)."""
     import time
 
@@ -117,11 +131,11 @@ def forward(model_dir: str, token_ids: list[int]) -> Reference:
 
     t0 = time.monotonic()
     root = Path(model_dir)
-    cfg = json.loads((root / "config.json").read_text())
+    cfg = _config(root)
     w: dict[str, Any] = {}
     files = _weight_files(root)
     for f in files:
-        w.update(_read_safetensors(f))
+        w.update(_read_safetensors(f, max_weight_bytes))
     hidden = cfg["hidden_size"]
     heads = cfg["num_attention_heads"]
     kv_heads = cfg.get("num_key_value_heads") or heads

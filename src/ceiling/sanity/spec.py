@@ -7,13 +7,14 @@ far better than "any competent model"); the family is recognised from the model 
 
 from __future__ import annotations
 
-import json
 import re
 from functools import cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ceiling.errors import CeilingError
+from ceiling.inputs import read_json, read_text
 from ceiling.spec._data import load_yaml
 
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "sanity.yaml"
@@ -121,9 +122,9 @@ class SanitySpec(_Strict):
 def _config(model_dir: str | None) -> dict[str, object]:
     if not model_dir:
         return {}
-    try:
-        data = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError):
+    try:  # a config that cannot be read only means no family rule matches by it
+        data = read_json(Path(model_dir) / "config.json", "config.json", fix="-")
+    except CeilingError:
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -135,5 +136,12 @@ def load_spec(path: str | None = None) -> SanitySpec:
         return load_yaml("sanity.yaml", schema=SanitySpec)
     import yaml
 
-    text = Path(path).read_text(encoding="utf-8")
-    return SanitySpec.model_validate(yaml.safe_load(text))
+    fix = "pass a file of the shape of ceiling's data/sanity.yaml"
+    try:
+        return SanitySpec.model_validate(yaml.safe_load(read_text(path, "sanity spec", fix=fix)))
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise CeilingError(
+            f"sanity spec {path} is not a sanity spec ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0]})",
+            fix=fix,
+        ) from None

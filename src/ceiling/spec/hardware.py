@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, model_validator
 
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_text
 from ceiling.spec._data import load_yaml
 
 
@@ -201,10 +202,9 @@ def load_gpu(name: str) -> GPU:
 
 def _gpu_file(path: str) -> GPU:
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise CeilingError(f"GPU file not found: {p}", fix="pass a YAML file with the GPU's fields")
+    text = read_text(p, "GPU file", fix="pass a YAML file with the GPU's fields")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise CeilingError(f"{p} is not valid YAML: {exc}", fix="fix the file") from exc
     if not isinstance(data, dict):

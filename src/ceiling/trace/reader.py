@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import gzip
 import re
+import zlib
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ceiling.errors import CeilingError
+from ceiling.inputs import open_regular, size_text, too_large
 from ceiling.trace.schema import Annotation, EventKind, KernelEvent, RankTrace
 
 try:  # orjson is a dependency; the stdlib parser keeps a broken install working, slower
@@ -44,19 +46,54 @@ _RANK_IN_NAME = re.compile(r"(?:rank|TP-|tp|-r)[_-]?(\d+)", re.IGNORECASE)
 _FIX = "pass a trace written by the torch profiler (export_chrome_trace, .json or .json.gz)"
 
 
+#: The most ceiling reads of one trace file, and the most a gzip trace may expand to. Traces are
+#: legitimately large (a few hundred MB of JSON for a long window on 8 ranks), well over the
+#: 256 MiB every other input gets, but a path to /dev/zero or a gzip bomb must not grow the
+#: process until the kernel kills it.
+MAX_TRACE_BYTES = 2 << 30
+#: The first bytes a trace can start with: gzip's magic, or JSON's object or array.
+_GZIP = b"\x1f\x8b"
+_JSON_START = (b"{", b"[")
+
+
 def _read_bytes(p: Path) -> bytes:
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError as exc:
-        raise CeilingError(f"trace {p} does not exist", fix=_FIX) from exc
-    except OSError as exc:
-        raise CeilingError(f"trace {p} cannot be read: {exc.strerror}", fix=_FIX) from exc
-    if raw[:2] == b"\x1f\x8b":
+    """The trace's JSON bytes: a regular file (inputs.open_regular), gzip or plain, neither
+    the file nor what it expands to over :data:`MAX_TRACE_BYTES`. A file that starts like
+    neither gzip nor JSON is refused on its first bytes, not read whole."""
+    limit = MAX_TRACE_BYTES
+    with open_regular(p, "trace", _FIX, max_size=limit) as fh:
         try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise CeilingError(f"trace {p} is not a complete gzip file ({exc})", fix=_FIX) from exc
+            head = fh.read(64)
+            if head[:2] == _GZIP:
+                fh.seek(0)
+                return _gunzip(p, fh, limit)
+            start = head.lstrip()[:1]
+            if start and start not in _JSON_START:
+                raise CeilingError(
+                    f"trace {p} is not a torch-profiler trace (neither gzip nor JSON: "
+                    f"starts with {head[:8]!r})",
+                    fix=_FIX,
+                )
+            raw = head + fh.read(limit + 1 - len(head))
+        except OSError as exc:
+            raise CeilingError(f"trace {p} cannot be read: {exc.strerror}", fix=_FIX) from None
+    if len(raw) > limit:  # it grew while it was read
+        raise too_large(p, "trace", _FIX, limit)
     return raw
+
+
+def _gunzip(p: Path, fh: BinaryIO, limit: int) -> bytes:
+    try:
+        data = gzip.GzipFile(fileobj=fh, mode="rb").read(limit + 1)
+    except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+        raise CeilingError(f"trace {p} is not a complete gzip file ({exc})", fix=_FIX) from None
+    if len(data) > limit:
+        raise CeilingError(
+            f"trace {p} expands to more than {size_text(limit)} of JSON: not a trace ceiling "
+            "reads (a gzip bomb, or a window far longer than needed)",
+            fix="record a shorter window (trace capture --steps) or " + _FIX,
+        )
+    return data
 
 
 def read_trace(path: str | Path) -> RankTrace:
