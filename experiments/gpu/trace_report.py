@@ -286,7 +286,11 @@ def render(doc: dict) -> str:
     out.append(f"commbench: {doc['commbench'] or 'none (the allreduce class is not compared)'}")
     for c in doc["configs"]:
         for m in c["modes"]:
-            title = f"{c['model']} TP={c['tp']} {c['parallel']} {c['variant']}, {m['mode']}"
+            b = c.get("batch")  # batches side by side under one root stay apart in the headings
+            title = f"{c['model']} TP={c['tp']} {c['parallel']} {c['variant']}" + (
+                f" batch {b}" if b not in (None, 1) else ""
+            )
+            title += f", {m['mode']}"
             out += ["", f"## {title}", ""]
             if "error" in m:
                 out.append(f"error: {m['error']}")
