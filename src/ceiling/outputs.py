@@ -130,6 +130,18 @@ def write_atomic(
     return p
 
 
+def write_cache(path: str | Path, data: str | bytes, what: str = "cache") -> Path | None:
+    """A file ceiling can always regenerate (a flag table, a load result), written as
+    :func:`write_atomic` writes (replaced without a kept copy). A failure to write it (a full
+    disk, a read-only home) is a note on stderr and ``None``, never the command's failure: the
+    work is done, it is only not remembered."""
+    try:
+        return write_atomic(path, data, what=what, keep_previous=False)
+    except CeilingError as err:
+        say(f"note: {err.message}; going on without it")
+        return None
+
+
 def _default_mode(st: os.stat_result | None) -> int:
     """A replaced file keeps its mode; a new one gets 0666 less the umask (what open() gives)."""
     if st is not None:

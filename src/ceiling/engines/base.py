@@ -46,6 +46,8 @@ from ceiling.engines.sampling import PromptLogprobs, read_openai_echo
 from ceiling.engines.tables import RemovedFlag, RemovedFlagsFile
 from ceiling.engines.variant import Arg, Variant
 from ceiling.errors import CeilingError
+from ceiling.inputs import read_text
+from ceiling.outputs import write_cache
 from ceiling.spec._data import M, load_yaml
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -286,18 +288,15 @@ class Engine:
                 if path is None or not path.exists():
                     continue
                 try:
-                    table = FlagTable.model_validate_json(path.read_text())
-                except ValueError:
+                    table = FlagTable.model_validate_json(read_text(path, "flag cache", fix="-"))
+                except (CeilingError, ValueError):
                     continue  # corrupt cache: rebuild it
                 table.cache_path, table.cache_hit = str(path), True
                 return table
         table = self.dump_flags(install)
         path = by_parser if table.source == "parser" and by_parser is not None else by_command
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(table.model_dump_json())
-        tmp.replace(path)
-        table.cache_path, table.cache_hit = str(path), False
+        kept = write_cache(path, table.model_dump_json(), what="flag cache")
+        table.cache_path, table.cache_hit = (str(kept) if kept else None), False
         return table
 
     def _removed(self) -> RemovedFlagsFile:

@@ -30,6 +30,9 @@ from ceiling.envcheck.binaries import init_function
 from ceiling.envcheck.envdata import LoadErrorRule, LoadErrorsFile
 from ceiling.envcheck.models import EnvProblem, Inventory, LoadResult, TorchRuntime
 from ceiling.envcheck.requirements import pip_cmd, rebuild_cmd
+from ceiling.errors import CeilingError
+from ceiling.inputs import read_json
+from ceiling.outputs import write_cache
 from ceiling.spec._data import load_yaml
 
 PROBE = Path(__file__).parent / "data" / "probe_env.py"
@@ -84,14 +87,14 @@ def load_binaries(
         cache_path = cache_dir / "env" / f"load-{_cache_key(python, items, inv)}.json"
         if cache_path.exists():
             try:
-                data = json.loads(cache_path.read_text())
+                data = read_json(cache_path, "load cache", fix="-")
                 return (
                     TorchRuntime.model_validate(data["torch"]),
                     [LoadResult.model_validate(r) for r in data["results"]],
                     True,
                 )
-            except (ValueError, KeyError):
-                pass
+            except (CeilingError, ValueError, KeyError, TypeError):
+                pass  # a cache that cannot be read is loaded again
     if inv.torch is None and not items:
         return TorchRuntime(), [], False
     args = []
@@ -108,17 +111,11 @@ def load_binaries(
         _, alone = _run_load(python, [arg], timeout_s)
         results = [r for r in results if r.path != arg.partition("::")[2]] + alone
     if cache_path is not None:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(
-            json.dumps(
-                {
-                    "torch": runtime.model_dump(mode="json"),
-                    "results": [r.model_dump(mode="json") for r in results],
-                }
-            )
-        )
-        tmp.replace(cache_path)
+        doc = {
+            "torch": runtime.model_dump(mode="json"),
+            "results": [r.model_dump(mode="json") for r in results],
+        }
+        write_cache(cache_path, json.dumps(doc), what="load cache")
     return runtime, results, False
 
 

@@ -16,6 +16,7 @@ from ceiling.console import dumps
 from ceiling.engines import get_engine
 from ceiling.errors import CeilingError
 from ceiling.flows.target import served_models
+from ceiling.outputs import write_atomic
 from ceiling.trace.capture import TraceCapture, capture_window, engine_steps
 
 
@@ -63,5 +64,5 @@ def capture(
         url, served, setup, steps, streams=streams, ranks=ranks, label="capture",
         extra_body=extra,
     )  # fmt: skip
-    (out / "capture.json").write_text(dumps(res) + "\n", encoding="utf-8")
+    write_atomic(out / "capture.json", dumps(res) + "\n", what="trace capture")
     return res

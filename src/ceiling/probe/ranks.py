@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +28,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from ceiling.console import say
+from ceiling.errors import CeilingError
+from ceiling.outputs import write_atomic
 from ceiling.probe.rankstage import DUMP_SIGNAL, PREFIX
 from ceiling.run.guard import spawn_watchdog
 from ceiling.spec._data import DataModel, load_yaml
@@ -152,6 +154,20 @@ def rank_env(rank: int, world: int, port: int, variant_env: dict[str, str]) -> d
     return env
 
 
+def _keep(paths: list[Path], folder: Path) -> str | None:
+    """Copy the ranks' logs into ``folder`` (each complete or absent, an older log of the same
+    name kept beside it). A copy that cannot be written is a note: the outcome, which the
+    caller is waiting for, is not lost over a log."""
+    try:
+        for path in paths:
+            if path.exists():
+                write_atomic(folder / path.name, path.read_bytes(), what="rank log")
+    except (CeilingError, OSError) as err:
+        say(f"note: the rank logs were not all kept in {folder}: {err}")
+        return None
+    return str(folder)
+
+
 def run_ranks(
     argv: list[str],
     world: int,
@@ -235,11 +251,7 @@ def run_ranks(
             records.append(_record(rank, code, text, rank in stopped))
         kept = None
         if keep_logs is not None:
-            keep_logs.mkdir(parents=True, exist_ok=True)
-            for path in paths:
-                if path.exists():
-                    shutil.copy(path, keep_logs / path.name)
-            kept = str(keep_logs)
+            kept = _keep(paths, keep_logs)
     outcome = RanksOutcome(
         ranks=records,
         timed_out=timed_out,
