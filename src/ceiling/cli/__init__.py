@@ -203,14 +203,15 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning expected failures into one-line errors.
 
     Every exception is mapped to its exit code by :func:`ceiling.errors.exit_status` (one
-    place): a :class:`CeilingError` becomes ``error: ...`` plus ``fix: ...`` on stderr, a Click
-    usage error its usage lines (exit 2), an interrupt (Ctrl-C, SIGTERM, SIGHUP) unwinds every
-    ``finally`` and exits 130. With ``--json`` the error is also one JSON object on stdout
-    (:func:`ceiling.errors.error_payload`), unless the command already printed its result
-    there. Messages pass through the secret redactor.
+    place; an ``OSError`` nothing handled, such as a full disk, is a CeilingError made by
+    :func:`ceiling.errors.from_os_error`): a :class:`CeilingError` becomes ``error: ...``
+    plus ``fix: ...`` on stderr, a Click usage error its usage lines (exit 2), an interrupt
+    (Ctrl-C, SIGTERM, SIGHUP) unwinds every ``finally`` and exits 130. With ``--json`` the
+    error is also one JSON object on stdout (:func:`ceiling.errors.error_payload`), unless the
+    command already printed its result there. Messages pass through the secret redactor.
     """
     from ceiling import console, interrupts
-    from ceiling.errors import exit_status, path_too_long
+    from ceiling.errors import exit_status, from_os_error
     from ceiling.redact import redact
 
     args = sys.argv[1:] if argv is None else list(argv)
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as ended:  # sys.exit() inside a command: its code, as Click would
         return ended.code if isinstance(ended.code, int) else (0 if ended.code is None else 1)
     except BaseException as raised:
-        exc = path_too_long(raised) or raised
+        exc = from_os_error(raised) or raised
         status = exit_status(exc)
         if status is None:
             raise  # a bug: keep its traceback
