@@ -75,6 +75,7 @@ class SSEServer:
         metrics: bool = True,
         port: int = 0,
         metrics_flaky: bool = False,
+        version: str | None = None,
     ) -> None:
         if scenario is None:
             scenario = Plan()
@@ -92,6 +93,7 @@ class SSEServer:
         self._metrics = metrics
         self.metrics_flaky = metrics_flaky  # every other /metrics GET (1st, 3rd, ...) gets a 503
         self.metrics_requests = 0
+        self.version = version  # GET /version answers {"version": ...} as vLLM's (None: 404)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -105,6 +107,8 @@ class SSEServer:
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
+        if self.version is not None:
+            app.router.add_get("/version", self._version)
         if self._tokenize:
             app.router.add_post("/tokenize", self._tokenize_h)
         if self._metrics:
@@ -115,6 +119,9 @@ class SSEServer:
 
     async def _health(self, _req: web.Request) -> web.Response:
         return web.Response(text="")
+
+    async def _version(self, _req: web.Request) -> web.Response:
+        return web.json_response({"version": self.version})
 
     async def _models(self, _req: web.Request) -> web.Response:
         return web.json_response(

@@ -194,3 +194,27 @@ def test_a_cpu_target_gets_the_profile_and_keeps_its_floors(tmp_path: Path) -> N
     assert res.prediction is pred
     ev = res.trace_evidence
     assert ev is not None and not ev.from_trace and "cpu-floors" in ev.notes[0]
+
+
+@pytest.mark.parametrize(
+    ("answer", "says", "not_says"),
+    [
+        ("0.12.0", "vLLM 0.12.0: start the server with VLLM_TORCH_PROFILER_DIR", "--profiler"),
+        ("0.14.0", "--profiler-config '{", "version unknown"),  # both forms at 0.13..0.16
+        ("0.32.0+cpu", "vLLM 0.32.0+cpu: start the server with --profiler-config", "VLLM_TORCH"),
+        (None, "(version unknown)", "VLLM_TORCH_PROFILER_DIR"),  # no /version: the newest form
+        ("not a version", "(version unknown)", "VLLM_TORCH_PROFILER_DIR"),
+    ],
+)
+def test_an_unlaunched_server_gets_the_hint_for_its_version(
+    tmp_path: Path, answer: str | None, says: str, not_says: str
+) -> None:
+    """For a server ceiling did not launch, the flag or variable that turns vLLM's profiler on
+    is the one of the version the server reports (GET /version), not always the newest form."""
+    from tests.sse_server import SSEServer
+
+    cfg = DoctorConfig(url="http://x", trace=True)
+    with SSEServer(version=answer) as srv:
+        setup = doctor_trace.unlaunched_setup("vllm", cfg, tmp_path, srv.url)
+    assert says in setup.enable_hint and not_says not in setup.enable_hint
+    assert setup.version == (answer if answer != "not a version" else None)

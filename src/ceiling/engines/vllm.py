@@ -143,6 +143,9 @@ class VllmEngine(Engine):
         "(benchmarks/kernels/benchmark_moe.py) or pick another MoE backend",
     }
     ignore_eos_field = "ignore_eos"
+    # a running server's version (vllm/entrypoints/openai/api_server.py: GET /version ->
+    # {"version": VLLM_VERSION}): the profiler's form for a server ceiling did not launch
+    version_path = "/version"
     ready_line = "Application startup complete."
     api_key_env = ("VLLM_API_KEY",)  # read by vLLM's API server when --api-key is absent
     env_prefixes = ("VLLM_",)

@@ -237,7 +237,7 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
         models = served_models(url)
         served = _target(res, cfg, variant, server, url, log_path, models)
         if cfg.trace and setup is None:
-            setup = doctor_trace.unlaunched_setup(res.target.engine, cfg, out)
+            setup = doctor_trace.unlaunched_setup(res.target.engine, cfg, out, url)
         if variant is None:
             _flag_stage(rec, res, cfg, None, res.target.engine)
         readable_log = log_path if log_path is not None and log_path.exists() else None

@@ -8,8 +8,8 @@ eager step: 1.4x), so no measured repeat may overlap a window: the bench figures
 the split is traced, and the report says which is which.
 
 A server ceiling did not launch: the engine's adapter names the flag or variable that turns
-its profiler on (``ProfilerSetup.enable_hint``); the first
-window's refusal is recorded once and the doctor carries on without a trace.
+its profiler on (``ProfilerSetup.enable_hint``) in the form for the version the server
+reports (vLLM: ``GET /version``); the first window's refusal is recorded once and the doctor carries on without a trace.
 
 The single-stream window then feeds predict (``feed_predict``): its split becomes a profile
 (``trace-profile.json``, evidence source ``trace``) and the prediction is made again with it, so
@@ -27,6 +27,7 @@ from ceiling.engines import get_engine
 from ceiling.engines.profiling import ProfilerSetup
 from ceiling.engines.variant import Variant
 from ceiling.errors import CeilingError
+from ceiling.flows.target import server_version
 from ceiling.predict.api import predict
 from ceiling.predict.schema import Prediction
 from ceiling.spec.profile import save_profile
@@ -68,8 +69,11 @@ def ranks_of(variant: Variant | None) -> int:
     return 1
 
 
-def unlaunched_setup(engine_name: str | None, cfg: DoctorConfig, out: Path) -> ProfilerSetup:
-    """The profiler of a server ceiling did not launch (version unknown: the newest form)."""
+def unlaunched_setup(
+    engine_name: str | None, cfg: DoctorConfig, out: Path, url: str | None = None
+) -> ProfilerSetup:
+    """The profiler of a server ceiling did not launch, in the form for the version the server
+    reports where its engine says one (vLLM: ``GET /version``); else the newest form."""
     try:
         engine = get_engine(engine_name or "")
     except CeilingError:
@@ -79,7 +83,10 @@ def unlaunched_setup(engine_name: str | None, cfg: DoctorConfig, out: Path) -> P
             enable_hint=f"engine {engine_name or 'unknown'!r}: ceiling knows no profiler of it "
             "(pass --engine vllm|sglang)",
         )
-    return engine.profiler(None, out / TRACE_DIR, engine_steps(cfg.trace_steps), prefix="doctor")
+    # the engine adapter names the endpoint (data, not diagnose's): None where it has none
+    path = getattr(engine, "version_path", None)
+    version = server_version(url, path) if url and path else None
+    return engine.profiler(version, out / TRACE_DIR, engine_steps(cfg.trace_steps), prefix="doctor")
 
 
 def trace_windows(

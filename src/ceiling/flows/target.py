@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ceiling.bench.served import UNREACHABLE, ServedModel, authorized_request, opener_for
@@ -53,6 +54,25 @@ def server_props(url: str) -> LlamaServerProps | None:
             return LlamaServerProps.model_validate(json.loads(resp.read().decode()))
     except (*UNREACHABLE, ValidationError):
         return None
+
+
+def server_version(url: str, path: str, key: str = "version") -> str | None:
+    """The version a running server reports (``GET path`` -> ``{key: "0.32.0"}``); None when it
+    does not answer or the answer is not a version (the caller then assumes the newest form)."""
+    try:
+        req = authorized_request(url.rstrip("/") + path)
+        with opener_for(url).open(req, timeout=5.0) as resp:
+            body = json.loads(resp.read().decode())
+    except UNREACHABLE:  # ValueError included: a body that is not JSON
+        return None
+    got = body.get(key) if isinstance(body, dict) else None
+    if not isinstance(got, str):
+        return None
+    try:
+        Version(got)  # an unparsable string would read as version 0 (no profiler at all)
+    except InvalidVersion:
+        return None
+    return got
 
 
 def engine_of(entry: ServedModel) -> str | None:
