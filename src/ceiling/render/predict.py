@@ -10,21 +10,23 @@ from ceiling.predict.schema import LlamaCppDetails
 
 
 def print_prediction(p: Prediction) -> None:
-    """Headline, component breakdown, batch curve, prefill, what-if table and assumptions."""
+    """Headline, component breakdown, batch curve, prefill, what-if table and assumptions.
+    Names and notes are escaped: a model or GPU file named ``[x]`` is printed as it is."""
+    from rich.markup import escape as esc
     from rich.table import Table
 
     con = out()
     m, h, d = p.model, p.hardware, p.deployment
     where = (
-        f"{h.gpus} x {h.gpu}" + (f" over {h.link}" if h.link else "")
+        f"{h.gpus} x {esc(str(h.gpu))}" + (f" over {esc(h.link)}" if h.link else "")
         if h.kind == "gpu"
-        else f"CPU {h.cpu}"
+        else f"CPU {esc(str(h.cpu))}"
     )
     con.print(
-        f"[bold]{m.name}[/bold] on {where} "
+        f"[bold]{esc(m.name)}[/bold] on {where} "
         f"(tp={d.tp} pp={d.pp} ep={d.ep} dp={d.dp}{f' dcp={d.dcp}' if d.dcp > 1 else ''}, "
-        f"{d.engine}, "
-        f"allreduce {d.allreduce_impl}, graphs {'on' if d.cuda_graphs else 'off'})"
+        f"{esc(d.engine)}, "
+        f"allreduce {esc(d.allreduce_impl)}, graphs {'on' if d.cuda_graphs else 'off'})"
     )
     b = p.bound
     con.print(
@@ -50,11 +52,11 @@ def print_prediction(p: Prediction) -> None:
     bc = b.components_ms if b else {}
     for name, ms in sorted(p.components_ms.items(), key=lambda kv: -kv[1]):
         t.add_row(
-            name,
+            esc(name),
             f"{ms:.3f}",
             f"{p.component_share[name] * 100:.0f} %",
             f"{bc.get(name, 0.0):.3f}",
-            p.component_kind.get(name, ""),
+            esc(p.component_kind.get(name, "")),
         )
     t.add_row(
         "[bold]total[/bold]",
@@ -101,32 +103,34 @@ def print_prediction(p: Prediction) -> None:
         wt.add_column("note")
         for w in p.what_if:
             if w.decode_tok_s_per_stream <= 0:
-                wt.add_row(w.change, "-", "-", "-", "", w.note)
+                wt.add_row(esc(w.change), "-", "-", "-", "", esc(w.note))
                 continue
             style = "green" if w.delta_pct > 0.5 else ("red" if w.delta_pct < -0.5 else "")
             wt.add_row(
-                w.change,
+                esc(w.change),
                 f"{w.decode_tok_s_per_stream:.1f}",
                 f"[{style}]{w.delta_pct:+.1f} %[/{style}]" if style else f"{w.delta_pct:+.1f} %",
                 f"{w.bound_tok_s_per_stream:.1f}",
-                w.moved,
-                w.note,
+                esc(w.moved),
+                esc(w.note),
             )
         con.print(wt)
     con.print("[dim]assumptions:[/dim]")
     for a in p.assumptions:
-        con.print(f"[dim]  - {a}[/dim]")
+        con.print(f"[dim]  - {esc(a)}[/dim]")
 
 
 def _llamacpp_line(lc: LlamaCppDetails) -> None:
     """The GGUF file read and its weight types, by bytes per token."""
+    from rich.markup import escape
+
     types = ", ".join(
         f"{w.type} {w.bytes / 1e9:.3g} GB" for w in sorted(lc.weights, key=lambda w: -w.bytes)
     )
     out().print(
-        f"GGUF {Path(lc.gguf).name} ({lc.arch}), flash attention "
+        f"GGUF {escape(Path(lc.gguf).name)} ({escape(lc.arch)}), flash attention "
         f"{'on' if lc.flash_attention else 'off'}: {lc.bytes_per_token / 1e9:.3g} GB read per "
-        f"token ({types}; KV {lc.kv_bytes / 1e9:.3g} GB)"
+        f"token ({escape(types)}; KV {lc.kv_bytes / 1e9:.3g} GB)"
     )
 
 
@@ -159,8 +163,8 @@ def _op_table(p: Prediction) -> None:
             continue
         bms = bound.get(name, 0.0)
         t.add_row(
-            name, f"{count:g}", f"{ms:.3f}", f"{bms:.3f}", f"{ms - bms:.3f}", src, f"{conf:.1f}",
-            kernel,
+            escape(name), f"{count:g}", f"{ms:.3f}", f"{bms:.3f}", f"{ms - bms:.3f}", escape(src),
+            f"{conf:.1f}", escape(kernel),
         )  # fmt: skip
     out().print(t)
     ev = p.evidence
@@ -171,7 +175,7 @@ def _op_table(p: Prediction) -> None:
                 f"{k} {v * 100:.0f} %" for k, v in (ev.share_of_expected_by_source or {}).items()
             )
             + (
-                f"; low confidence: {', '.join(ev.low_confidence_ops)}"
+                f"; low confidence: {escape(', '.join(ev.low_confidence_ops))}"
                 if ev.low_confidence_ops
                 else ""
             )
@@ -202,6 +206,7 @@ def print_catalog(gpus: bool, links: bool, models: bool, as_json: bool) -> None:
     if as_json:
         emit_json(data)
         return
+    from rich.markup import escape
     from rich.table import Table
 
     con = out()
@@ -212,7 +217,7 @@ def print_catalog(gpus: bool, links: bool, models: bool, as_json: bool) -> None:
         for c in cols:
             t.add_column(c)
         for r in rows:  # type: ignore[attr-defined]
-            t.add_row(*(_cell(r[c]) for c in cols))
+            t.add_row(*(escape(_cell(r[c])) for c in cols))
         con.print(t)
 
 

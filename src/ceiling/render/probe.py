@@ -25,20 +25,20 @@ def topology(topo: Topology, json_out: bool = False) -> None:
     cpu = topo.cpu
     numa = ", ".join(f"node{n.node}: {n.cpus}" for n in cpu.numa_nodes) or "-"
     c.print(
-        f"host {topo.host}: CPU {cpu.model or '?'}, {cpu.sockets or '?'} socket(s), "
+        f"host {esc(topo.host)}: CPU {esc(cpu.model or '?')}, {cpu.sockets or '?'} socket(s), "
         f"{cpu.logical_cpus or '?'} logical CPUs, NUMA {numa}"
     )
     if not topo.gpus:
-        c.print(f"{topo.reason}. CPU-only machine: nothing to probe on the GPU side.")
+        c.print(f"{esc(topo.reason)}. CPU-only machine: nothing to probe on the GPU side.")
         return
     c.print(
-        f"source: {topo.source}; driver {topo.driver_version or '?'}"
-        + (f", CUDA {topo.cuda_driver_version}" if topo.cuda_driver_version else "")
+        f"source: {esc(topo.source)}; driver {esc(topo.driver_version or '?')}"
+        + (f", CUDA {esc(topo.cuda_driver_version)}" if topo.cuda_driver_version else "")
     )
     rows = [
         [
             str(g.index),
-            g.name + (f" ({g.catalog_name})" if g.catalog_name else ""),
+            esc(g.name + (f" ({g.catalog_name})" if g.catalog_name else "")),
             _f(g.memory_total_GiB, "{:.1f}"),
             f"{_f(g.sm_clock_max_MHz)}/{_f(g.mem_clock_max_MHz)}",
             f"Gen{_f(g.pcie_gen_current)}/{_f(g.pcie_gen_max)} x{_f(g.pcie_width_current)}/{_f(g.pcie_width_max)}",
@@ -66,7 +66,7 @@ def topology(topo: Topology, json_out: bool = False) -> None:
     )
     if topo.pairs:
         prow = [
-            [f"{p.a}-{p.b}", p.connection, _yn(p.p2p), p.p2p_status or "-", p.link]
+            [f"{p.a}-{p.b}", esc(p.connection), _yn(p.p2p), esc(p.p2p_status or "-"), esc(p.link)]
             for p in topo.pairs
         ]
         c.print(table("GPU pairs", ["pair", "connection", "P2P", "P2P status", "link kind"], prow))
@@ -114,7 +114,7 @@ def telemetry(run: TelemetryRun, json_out: bool = False) -> None:
             rows,
         )
     )
-    c.print(summary["verdict"])
+    c.print(esc(summary["verdict"]))
 
 
 def commbench(res: CommbenchResult, json_out: bool = False) -> None:
@@ -128,9 +128,10 @@ def commbench(res: CommbenchResult, json_out: bool = False) -> None:
         if run.link:
             title += f" link={run.link}"
         if run.error:
-            c.print(f"{title}: FAILED: {run.error}")
+            c.print(f"{esc(title)}: FAILED: {esc(run.error)}")
             continue
-        c.print(table(title, *run_table(run)))
+        header, rows = run_table(run)
+        c.print(table(esc(title), header, [[esc(cell) for cell in r] for r in rows]))
         for f in run.fits:
             mode = "graph" if f.in_cuda_graph else "eager"
             c.print(f"  fit ({mode}): alpha {f.alpha_us:.2f} us, beta {f.beta_GBps:.3g} GB/s")
@@ -138,7 +139,7 @@ def commbench(res: CommbenchResult, json_out: bool = False) -> None:
     if mc is not None:
         rows = [
             [
-                r.variant,
+                esc(r.variant),
                 str(r.world_size),
                 "graph" if r.in_cuda_graph else "eager",
                 str(r.batch),
@@ -151,7 +152,7 @@ def commbench(res: CommbenchResult, json_out: bool = False) -> None:
         ]
         c.print(
             table(
-                f"per-token allreduce cost of {mc.model} (hidden {mc.hidden}, {mc.layers} layers "
+                f"per-token allreduce cost of {esc(mc.model)} (hidden {mc.hidden}, {mc.layers} layers "
                 f"x 2 = {mc.allreduces_per_token} allreduces per token, TP = world size)",
                 ["variant", "TP", "mode", "B", "bytes", "us each", "ms/token", "vs default %"],
                 rows,
@@ -173,7 +174,7 @@ def calibrate(run: CalibrateRun, json_out: bool = False) -> None:
 
 def _calibrate(res: CalibrateResult, datasheet_GBps: float | None) -> None:
     c = out()
-    c.print(f"{res.device_name} ({res.device}), torch {res.torch_version}")
+    c.print(f"{esc(res.device_name)} ({esc(res.device)}), torch {esc(res.torch_version)}")
     share = (
         f" = {100 * res.mem_read_GBps / datasheet_GBps:.0f} % of datasheet {datasheet_GBps:g}"
         if datasheet_GBps
@@ -182,7 +183,7 @@ def _calibrate(res: CalibrateResult, datasheet_GBps: float | None) -> None:
     c.print(f"read bandwidth {res.mem_read_GBps:g} GB/s{share}; copy {res.copy_GBps:g} GB/s (r+w)")
     rows = [
         [
-            p.dtype,
+            esc(p.dtype),
             str(p.batch),
             str(p.padded_batch),
             f"{p.weight_bytes / 1e9:.2f}",
@@ -200,12 +201,12 @@ def _calibrate(res: CalibrateResult, datasheet_GBps: float | None) -> None:
         )
     )
     for k, v in res.skipped.items():
-        c.print(f"{k}: not measured: {v}")
+        c.print(f"{esc(k)}: not measured: {esc(v)}")
     if res.gemv_fit is not None:
         f = res.gemv_fit
         pts = ", ".join(f"{b / 1e6:.0f} MB {t:g} us" for b, t in f.points)
         c.print(
-            f"one {f.dtype} GEMV at batch {f.batch}: {f.fixed_us:g} us fixed + bytes / "
+            f"one {esc(f.dtype)} GEMV at batch {f.batch}: {f.fixed_us:g} us fixed + bytes / "
             f"{f.bw_GBps:g} GB/s ({pts})"
         )
     c.print(
@@ -224,7 +225,7 @@ def _calibrate_ops(res: OpsResult) -> None:
         t.add_column(col, justify="right" if col not in ("family", "kernel") else "left")
     for f in res.fits:
         t.add_row(
-            f.family,
+            esc(f.family),
             f"{f.t0_us:.2f}",
             f"{f.bw_GBps:.0f}" if f.bw_GBps else "-",
             str(len(f.points)),
@@ -235,8 +236,8 @@ def _calibrate_ops(res: OpsResult) -> None:
     for col in ("family", "shape", "batch", "MB", "us", "GB/s"):
         pts.add_column(col, justify="left" if col in ("family", "shape") else "right")
     for p in res.points:
-        pts.add_row(p.family, p.label, str(p.batch), f"{p.nbytes / 1e6:.2f}", f"{p.us:.2f}",
+        pts.add_row(esc(p.family), esc(p.label), str(p.batch), f"{p.nbytes / 1e6:.2f}", f"{p.us:.2f}",
                     f"{p.nbytes / p.us / 1e3:.0f}" if p.us > 0 else "-")  # fmt: skip
     c.print(pts)
     for k, v in res.skipped.items():
-        c.print(f"[dim]{k} not measured: {v}[/dim]")
+        c.print(f"[dim]{esc(k)} not measured: {esc(v)}[/dim]")
