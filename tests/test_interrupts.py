@@ -210,3 +210,27 @@ def test_signals_during_a_teardown_hurry_it_instead_of_aborting_it():
         interrupts.handle(signal.SIGINT, None)
     assert interrupts.hurry()
     interrupts.reset()
+
+
+@pytest.mark.parametrize(
+    ("sig", "said"),
+    [(signal.SIGINT, "interrupted (Ctrl-C)"), (signal.SIGTERM, "terminated (SIGTERM)"),
+     (signal.SIGHUP, "terminated (SIGHUP)")],
+)  # fmt: skip
+def test_a_bench_names_the_signal_that_stopped_it(sig, said):
+    """The result's partial_reason says which signal ended the bench (a closed terminal is
+    SIGHUP, not SIGTERM)."""
+    import asyncio
+
+    from ceiling.bench.load import LoadState
+    from ceiling.bench.runner import _on_sigint
+
+    loop = asyncio.new_event_loop()
+    state = LoadState(client=None)  # type: ignore[arg-type]  # stopping needs no client
+    interrupts.reset()
+    try:
+        _on_sigint(state, loop, sig, {})
+    finally:
+        loop.close()
+        interrupts.reset()
+    assert state.interrupted and state.reason == said

@@ -65,11 +65,13 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # a closed termi
 def _on_sigint(
     state: LoadState, loop: asyncio.AbstractEventLoop, signum: int, previous: dict[int, Any]
 ) -> None:
-    """First Ctrl-C (or SIGTERM): stop and keep what was measured (said at once; a caller such
-    as doctor learns of it through ``ceiling.interrupts``). A second one interrupts for real."""
+    """First Ctrl-C (or SIGTERM, SIGHUP): stop and keep what was measured (said at once; a
+    caller such as doctor learns of it through ``ceiling.interrupts``). A second one interrupts
+    for real. The reason names the signal that came."""
     interrupts.note(signum, "stopping the bench, keeping what was measured")
     state.interrupted = True
-    state.stop("interrupted (Ctrl-C)" if signum == signal.SIGINT else "terminated (SIGTERM)")
+    name = signal.Signals(signum).name
+    state.stop("interrupted (Ctrl-C)" if signum == signal.SIGINT else f"terminated ({name})")
     _restore_handlers(loop, previous)
 
 
