@@ -306,3 +306,17 @@ def test_streams_that_ended_before_the_profiler_began_are_tried_again(tmp_path, 
         srv.shutdown()
     assert not res.recorded and res.attempts == capture.MAX_ATTEMPTS
     assert res.why_not is not None and "before the profiler began" in res.why_not
+
+
+def test_trace_capture_asks_the_server_its_version(tmp_path: Path) -> None:
+    """Without --engine-version the window is asked for in the form of the version the server
+    reports (GET /version): vLLM 0.12 has no --profiler-config, only VLLM_TORCH_PROFILER_DIR."""
+    from tests.sse_server import SSEServer
+
+    from ceiling.flows.trace_capture import capture
+
+    with SSEServer(version="0.12.0") as srv:
+        res = capture(srv.url, tmp_path, steps=4, engine="vllm", trace_dir=tmp_path / "t")
+    assert not res.recorded and res.why_not is not None
+    assert "vLLM 0.12.0" in res.why_not and "VLLM_TORCH_PROFILER_DIR" in res.why_not
+    assert "--profiler-config" not in res.why_not

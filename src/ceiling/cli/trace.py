@@ -109,7 +109,9 @@ def capture(
         None, "--engine", help="The server's engine: vllm or sglang (default: the server's)."
     ),
     engine_version: str = typer.Option(
-        None, "--engine-version", help="The server's engine version (default: newest form)."
+        None,
+        "--engine-version",
+        help="The server's engine version (default: what its /version says, else newest form).",
     ),
     served_model: str = typer.Option(
         None, "--served-model", help="Served model name (default: the first)."

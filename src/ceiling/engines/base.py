@@ -161,6 +161,9 @@ class Engine:
     # what to do when the engine does not return prompt log-probabilities
     ignore_eos_field: str | None = None
     prompt_logprobs_hint: str = ""
+    # where a running server says its version (GET path -> {"version": ...}; None: nowhere):
+    # the profiler's form for a server ceiling did not launch (``doctor --url --trace``)
+    version_path: str | None = None
 
     # ---- install -------------------------------------------------------------------------
     def locate(self, variant: Variant) -> EngineInstall:

@@ -83,8 +83,8 @@ def unlaunched_setup(
             enable_hint=f"engine {engine_name or 'unknown'!r}: ceiling knows no profiler of it "
             "(pass --engine vllm|sglang)",
         )
-    # the engine adapter names the endpoint (data, not diagnose's): None where it has none
-    path = getattr(engine, "version_path", None)
+    # the engine adapter names the endpoint (not diagnose): None where the engine has none
+    path = engine.version_path
     version = server_version(url, path) if url and path else None
     return engine.profiler(version, out / TRACE_DIR, engine_steps(cfg.trace_steps), prefix="doctor")
 

@@ -15,7 +15,7 @@ from ceiling.bench.client import base_url
 from ceiling.console import dumps
 from ceiling.engines import get_engine
 from ceiling.errors import CeilingError
-from ceiling.flows.target import served_models
+from ceiling.flows.target import served_models, server_version
 from ceiling.outputs import write_atomic
 from ceiling.trace.capture import TraceCapture, capture_window, engine_steps
 
@@ -49,6 +49,8 @@ def capture(
     adapter = get_engine(str(name))
     served = model or (models[0].id if models else "")
     folder = Path(trace_dir) if trace_dir else out / "traces"
+    if engine_version is None and adapter.version_path:  # the form for the server's version
+        engine_version = server_version(url, adapter.version_path)
     setup = adapter.profiler(engine_version, folder, engine_steps(steps), prefix="capture")
     if setup.supported and not setup.works_unlaunched and trace_dir is None:
         raise CeilingError(
