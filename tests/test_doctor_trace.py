@@ -218,3 +218,19 @@ def test_an_unlaunched_server_gets_the_hint_for_its_version(
         setup = doctor_trace.unlaunched_setup("vllm", cfg, tmp_path, srv.url)
     assert says in setup.enable_hint and not_says not in setup.enable_hint
     assert setup.version == (answer if answer != "not a version" else None)
+
+
+def test_the_profilers_cost_stays_out_of_the_host_op(tmp_path: Path, monkeypatch) -> None:
+    """The traced step (0.92 ms: 0.72 kernels + 0.2 idle) is longer than the untraced bench
+    step (0.80 ms): the profiler's cost is the host's, so predict's host op gets 0.80 - 0.72."""
+    from ceiling.diagnose.schema import Measured
+
+    res, win = _traced_result(tmp_path)
+    res.traces.append(win)
+    assert win.split.busy_ms == pytest.approx(0.724, rel=1e-3)
+    bench = Measured(step_ms=0.8, tok_s=1250.0, source="test")
+    monkeypatch.setattr(doctor_trace, "measured_step", lambda run: bench)
+    doctor_trace.feed_predict(_Rec(), res, tmp_path)
+    host = next(o for o in res.prediction.expected.ops if o.name == "host")
+    assert host.source == "trace" and host.ms == pytest.approx(0.8 - 0.724, rel=1e-2)
+    assert any("the untraced bench step 0.8 ms" in a for a in res.assumptions)
