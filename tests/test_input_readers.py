@@ -258,3 +258,33 @@ def test_sanity_family_rules_ignore_a_config_that_is_not_a_file(tmp_path):
 
     _make("fifo", tmp_path / "config.json")
     assert _config(str(tmp_path)) == {}
+
+
+def test_predict_names_what_is_wrong_with_a_gguf_path(tmp_path, capsys):
+    from ceiling.cli import main
+
+    fifo = _make("fifo", tmp_path / "m.gguf")
+    (tmp_path / "x.gguf").write_text("not a gguf")
+    for path, said in (
+        (fifo, "FIFO"),
+        (tmp_path / "x.gguf", "no GGUF magic"),
+        (tmp_path, "directory"),
+    ):
+        rc = main(["predict", "--engine", "llamacpp", "--gguf", str(path), "--gpu", "h200"])
+        assert rc == ExitStatus.INPUT and said in capsys.readouterr().err
+    rc = main(["predict", "--engine", "llamacpp", "--model", "llama-3.1-8b", "--gpu", "h200"])
+    assert rc == ExitStatus.INPUT and "--gguf FILE.gguf" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('{"matvec": {}, "x": NaN}', "NaN"),
+        ('{"kind": "bench", "schema_version": 1}', "kernel profile"),
+    ],
+)
+def test_a_llamacpp_profile_with_nan_or_of_another_kind_is_refused(text, said, tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(CeilingError, match=said):
+        _llamacpp_profile(path)

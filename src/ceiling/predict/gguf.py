@@ -11,6 +11,7 @@ here too and every reader gets it typed.
 
 from __future__ import annotations
 
+import os
 import struct
 from functools import cache
 from pathlib import Path
@@ -219,11 +220,23 @@ def read_gguf(path: str | Path) -> GgufInfo:
     return GgufInfo(path=str(p), arch=arch, metadata=meta, tensors=tensors)
 
 
-def is_gguf(path: str | Path) -> bool:
-    """Whether ``path`` is a readable regular file that starts with the GGUF magic (a FIFO is
-    not opened for a read that would block)."""
+def gguf_error(path: str | Path) -> CeilingError | None:
+    """Why ``path`` is not a GGUF file ceiling can read (a FIFO, a directory, a device, a file
+    without the GGUF magic), or None: a GGUF file, or nothing there at all (a catalog name: the
+    caller says what it needs). A FIFO is never opened for a read that would block."""
+    if not os.path.lexists(path):
+        return None
     try:
         with open_regular(path, "GGUF file", fix=_FIX) as f:
-            return f.read(4) == _GGUF_MAGIC
-    except (CeilingError, OSError):
-        return False
+            if f.read(4) == _GGUF_MAGIC:
+                return None
+    except OSError as exc:
+        return CeilingError(f"cannot read GGUF file {path}: {exc.strerror}", fix=_FIX)
+    except CeilingError as err:
+        return err
+    return CeilingError(f"{path} is not a GGUF file (no GGUF magic)", fix=_FIX)
+
+
+def is_gguf(path: str | Path) -> bool:
+    """Whether ``path`` is a regular file that starts with the GGUF magic."""
+    return os.path.lexists(path) and gguf_error(path) is None

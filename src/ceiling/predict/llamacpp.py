@@ -25,11 +25,12 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
-from ceiling.inputs import read_text
+from ceiling.inputs import read_json, read_text
 from ceiling.outputs import write_atomic
 from ceiling.predict.gguf import GgufInfo, GgufTensor, bits_per_weight, kernel_data, read_gguf
 from ceiling.predict.ladder import ladder
@@ -76,7 +77,7 @@ class LlamaCppProfile(BaseModel):
     per type fitted at the models' decode shapes (``predict.llamacpp_fit``), used first."""
 
     schema_version: int = SCHEMA_VERSION
-    kind: str = "llamacpp-kernels"
+    kind: Literal["llamacpp-kernels"] = "llamacpp-kernels"  # another kind of file is refused
     gpu: str | None = None
     source: str = ""
     matvec: dict[str, MatvecRate] = Field(default_factory=dict)
@@ -432,9 +433,9 @@ def load_profile(path: str | Path) -> LlamaCppProfile:
     """A profile written by ``ceiling calibrate --engine llamacpp``."""
     p = Path(path)
     fix = "write one with `ceiling calibrate --engine llamacpp --out FILE`"
-    text = read_text(p, "llama.cpp profile", fix=fix)
+    data = read_json(p, "llama.cpp profile", fix=fix)  # NaN and Infinity refused
     try:
-        return LlamaCppProfile.model_validate_json(text)
+        return LlamaCppProfile.model_validate(data)
     except ValueError as exc:
         raise CeilingError(
             f"{p} is not a llama.cpp kernel profile ({type(exc).__name__})", fix=fix
@@ -453,11 +454,11 @@ def predict_llamacpp(req: PredictRequest) -> Prediction:
     """``predict()`` for ``engine: llamacpp``: ``req.model`` is the GGUF file; one stream on
     one GPU of the catalog (``req.profile``: a calibrate --engine llamacpp profile). A CPU is
     ``predict.llamacpp_cpu``'s (floors: no model of llama.cpp's CPU kernels)."""
-    from ceiling.predict.gguf import is_gguf
+    from ceiling.predict.gguf import gguf_error, is_gguf
     from ceiling.spec.hardware import load_gpu
 
     if not is_gguf(req.model):
-        raise needs_gguf()
+        raise gguf_error(req.model) or needs_gguf()
     if req.batch > 1 or req.tp * req.pp > 1:
         raise CeilingError(
             "predict --engine llamacpp predicts one stream on one GPU",

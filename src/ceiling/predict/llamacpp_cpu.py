@@ -11,7 +11,7 @@ Those floors at the CPU's measured rates are the bound (``predict.cpu``); there 
 from __future__ import annotations
 
 from ceiling.predict.cpu import Footprint, floors_prediction
-from ceiling.predict.gguf import GgufInfo, is_gguf, read_gguf
+from ceiling.predict.gguf import GgufInfo, gguf_error, is_gguf, read_gguf
 from ceiling.predict.llamacpp import (
     active_params,
     kv_bytes_per_token,
@@ -49,7 +49,7 @@ def gguf_footprint(info: GgufInfo, batch: int) -> Footprint:
 def predict_llamacpp_cpu(req: PredictRequest, cpu: CpuHardware) -> Prediction:
     """The floors of the GGUF ``req.model`` on ``cpu`` at ``req.batch`` x ``req.context``."""
     if not is_gguf(req.model):
-        raise needs_gguf()
+        raise gguf_error(req.model) or needs_gguf()
     pred = floors_prediction(req, cpu, gguf_footprint(read_gguf(req.model), req.batch))
     pred.assumptions.insert(0, NO_CPU_MODEL)
     return pred
