@@ -156,6 +156,18 @@ def test_the_single_stream_window_feeds_the_doctors_prediction(tmp_path: Path) -
     assert ev.step_ms_before != ev.step_ms
     assert rec.stages[-1].name == "predict (the trace's ops)"
     assert any("ops timed by the engine's own trace" in a for a in res.assumptions)
+    # the measured split is set against the model's own figures, not the trace-fed ones
+    from ceiling.diagnose.judge import traced_split
+    from ceiling.trace.measured import measured_split
+
+    assert res.model_prediction is not None
+    assert res.model_prediction.expected.decode_ms_per_token == pytest.approx(ev.step_ms_before)
+    ms = traced_split(res)
+    assert ms is not None
+    fed = measured_split(win.split, res.prediction)  # against the trace-fed prediction
+    model_rows = {r.op_class: r.expected_ms for r in ms.rows}
+    fed_rows = {r.op_class: r.expected_ms for r in fed.rows}
+    assert model_rows != fed_rows
     # the result document round-trips (doctor.json is read back strictly) and the report says it
     from ceiling.report.markdown import render_markdown
 

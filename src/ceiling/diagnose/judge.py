@@ -91,9 +91,11 @@ def traced_split(res: DoctorResult) -> MeasuredSplit | None:
     if win is None or win.split is None:
         return None
     sp = win.split
-    if res.prediction is not None:  # GEMMs by layer role where the positions match predict's
-        sp = assign_gemm_roles(sp, res.prediction)
-    ms = measured_split(sp, res.prediction, win.label, win.files)
+    # against the model's own evidence where the trace fed the prediction (not itself)
+    pred = res.model_prediction or res.prediction
+    if pred is not None:  # GEMMs by layer role where the positions match predict's
+        sp = assign_gemm_roles(sp, pred)
+    ms = measured_split(sp, pred, win.label, win.files)
     single = measured_step(res.bench.get("single"))
     if single is not None and single.step_ms > 0:
         ms.notes.append(

@@ -231,6 +231,11 @@ class DoctorResult(BaseModel):
     trace_evidence: TraceEvidence | None = Field(
         None, description="--trace: the single-stream window fed to predict (its what-ifs)"
     )
+    model_prediction: Prediction | None = Field(
+        None,
+        description="--trace: the prediction from predict's own evidence, before the trace fed "
+        "it: the measured split's expected column (``prediction`` then holds the trace-fed one)",
+    )
     verdict: Verdict | None = None
     stages: list[Stage] = Field(default_factory=list)
     server_died: bool = False

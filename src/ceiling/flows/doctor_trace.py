@@ -177,7 +177,9 @@ def feed_predict(rec: _Recorder, res: DoctorResult, out: Path) -> None:
             st.message = f"{TRACE_PROFILE} written; {res.trace_evidence.notes[0]}"
             return
         after = predict(req.model_copy(update={"profile": str(path)}))
-        res.prediction = after
+        # the measured split sets the trace against the model's own figures, not against
+        # themselves: the model's prediction is kept for it; what-ifs use the trace-fed one
+        res.model_prediction, res.prediction = before, after
         ev = _evidence(before, after, str(path))
         res.trace_evidence = ev
         st.message = (
