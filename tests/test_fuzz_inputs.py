@@ -51,6 +51,7 @@ settings.register_profile(
 settings.load_profile("long" if os.environ.get("CEILING_FUZZ") == "long" else "default")
 
 REPO = Path(__file__).resolve().parents[1]
+TRACE = REPO / "tests" / "fixtures" / "trace" / "vllm-cpu-0.32-tiny-rank0.pt.trace.json.gz"
 LOGS = sorted((REPO / "tests" / "fixtures" / "logs").glob("*.log"))
 DOCTOR_JSON = REPO / "tests" / "data" / "report" / "doctor-cpu.json"
 CATALOG = REPO / "src" / "ceiling" / "data" / "models"
@@ -527,7 +528,8 @@ def test_url_credentials_never_printed(user, key, host):
 # ---- issue 25: every command, values at the edges, hostile strings and files ------------------
 #
 # Each invocation runs in a fresh working directory that holds only an ``out`` folder; after it,
-# nothing may exist outside ``out`` (nothing written outside --out), the exit code is one of
+# nothing may exist outside ``out`` (nothing written outside --out: the directory's whole tree,
+# the two folders above it and the temporary root above those), the exit code is one of
 # the documented ones with an ``error:`` line, and with --json a failure is one JSON object on
 # stdout. Slow work is never reached: servers are a closed port, commbench stops where torch
 # would be imported (a sentinel), env checks a missing interpreter, deploy renders dry.
@@ -558,7 +560,14 @@ def _argv_for(command: str, opt: str, value: str, variant: Path) -> tuple[list[s
         "deploy": (["deploy", str(variant), "--dry-run", "--image", "x:1"], {0, 2}),
         "launch": (["launch", str(variant), "--skip-preflight"], {2}),
         "compare": (["compare", "out/a.json", "out/b.json"], {2}),
+        "trace": (["trace", str(TRACE)], {0, 2}),
+        "trace capture": (["trace", "capture", "--url", CLOSED, "--out-dir", "out/tc"], {2, 4}),
+        "stop": (["stop"], {0, 1}),
     }[command]
+    # a value that starts with a dash (-inf, --help) is given as --opt=VALUE, as is any value
+    # of a flag: each is then a value, never taken for an option of its own
+    if value.startswith("-") or opt in FLAGS:
+        return [*base[0], f"{opt}={value}"], base[1]
     return [*base[0], opt, value], base[1]
 
 
@@ -579,43 +588,79 @@ OPTIONS = {
     "deploy": ["--gpus", "--ready-timeout", "--env-file", "--image"],
     "launch": ["--port", "--ready-timeout"],
     "compare": ["--metric"],
+    "trace": ["--engine", "--window", "--model", "--gpu", "--tp", "--batch", "--context", "--out",
+              "--profile-out", "--report"],
+    "trace capture": ["--steps", "--streams", "--ranks", "--engine", "--engine-version",
+                      "--served-model", "--trace-dir", "--out-dir"],
+    "stop": ["--all"],
 }  # fmt: skip
 CALLS = [(c, o) for c, opts in OPTIONS.items() for o in opts]
+#: options that take no value (given a value as --opt=VALUE: a usage error)
+FLAGS = {"--all"}
+#: options whose value is where the command writes: there it may write, whatever the value
+WRITES_TO = {"--out", "--out-dir", "--results", "--profile-out", "--report"}
 
 
 @pytest.fixture
 def sandbox(tmp_path_factory, monkeypatch):
-    """A fresh working directory with an ``out`` folder; commbench stops before torch."""
+    """A fresh working directory with an ``out`` folder, two private folders deep (``../x``
+    and ``a/../../b`` land where :func:`_tree` sees them); commbench stops before torch."""
     from ceiling.probe import commbench
 
     def reached(*_a: Any, **_k: Any) -> Any:
         raise CeilingError("valid: torch would start here", fix="-", exit_code=1)
 
     monkeypatch.setattr(commbench, "_torch_facts", reached)
-    d = tmp_path_factory.mktemp("sandbox")
-    (d / "out").mkdir()
+    d = tmp_path_factory.mktemp("sandbox") / "a" / "cwd"
+    (d / "out").mkdir(parents=True)
     (d / "variant.yaml").write_text(f"engine: vllm\nmodel: {d / 'no-model'}\n")
     monkeypatch.chdir(d)
     monkeypatch.setenv("CEILING_STATE_DIR", str(d / "out" / "state"))
     return d
 
 
+def _tree(d: Path) -> set[str]:
+    """Every path around the working directory ``d`` but its ``out``: the whole tree of the
+    sandbox (``d``'s grandparent, ``d`` included) and the names in the folder above that."""
+    root, out = d.parent.parent, d / "out"
+    seen = {f"../{p.name}" for p in root.parent.iterdir()}
+    for top, dirs, files in os.walk(root):
+        if Path(top) == d:
+            dirs[:] = [x for x in dirs if d / x != out]
+        seen.update(os.path.join(top, n) for n in dirs + files)
+    return seen
+
+
 def _nothing_outside(d: Path, before: set[str]) -> None:
-    after = {str(p.relative_to(d)) for p in d.iterdir()}
+    after = _tree(d)
     assert after <= before, f"written outside --out: {sorted(after - before)}"
 
 
-@settings(max_examples=max(150, settings.default.max_examples * 6))
+@pytest.mark.parametrize("where", ["../x", "../../x", "../../../x", "sub/x", "out/../y"])
+def test_a_write_anywhere_but_out_is_seen(sandbox, where):
+    """The check itself: a file beside the working directory, above it or in a folder of it
+    is found (the old check listed the working directory's top level only)."""
+    (sandbox / "sub").mkdir(exist_ok=True)
+    before = _tree(sandbox)
+    target = sandbox / where
+    target.write_text("x")
+    try:
+        with pytest.raises(AssertionError, match="written outside --out"):
+            _nothing_outside(sandbox, before)
+    finally:
+        target.unlink()
+
+
+@settings(max_examples=max(190, settings.default.max_examples * 7))
 @given(call=st.sampled_from(CALLS), value=edges | hostile, as_json=st.booleans())
 def test_every_command_at_the_edges(sandbox, call, value, as_json):
     command, opt = call
-    assume(not value.startswith("-") or value.lstrip("-")[:1].isdigit() or value == "-")
     argv, codes = _argv_for(command, opt, value, sandbox / "variant.yaml")
     if as_json and command not in ("launch",):
         argv.append("--json")
-    before = {str(p.relative_to(sandbox)) for p in sandbox.iterdir()}
+    before = _tree(sandbox)
     rc, out, _ = check(argv, codes | {2})
-    if opt not in ("--out", "--out-dir", "--results"):  # else the value IS where it writes
+    if opt not in WRITES_TO:  # else the value IS where it writes
         _nothing_outside(sandbox, before)
     if as_json and rc not in (0, 130) and "--json" in argv:
         doc = json.loads(out)  # one document: the error object
@@ -624,16 +669,20 @@ def test_every_command_at_the_edges(sandbox, call, value, as_json):
         )
 
 
-def _special(kind: str, d: Path) -> str:
-    """A path of ``kind``: a directory, a FIFO, a device, an empty, a binary or a big file."""
-    p = d / f"in-{kind}"
+def _special(kind: str, d: Path, suffix: str = "") -> str:
+    """A path of ``kind``: a directory, a FIFO, a device, an empty, a binary or a big file;
+    ``suffix``: its name ends so (a device is then a link of that name to it)."""
+    p = d / f"in-{kind}{suffix}"
     if kind == "dir":
         p.mkdir(exist_ok=True)
     elif kind == "fifo":
         if not p.exists():
             os.mkfifo(p)
     elif kind in ("zero", "null", "urandom"):
-        return f"/dev/{kind}"
+        if not suffix:
+            return f"/dev/{kind}"
+        if not p.is_symlink():
+            p.symlink_to(f"/dev/{kind}")
     elif kind == "empty":
         p.write_bytes(b"")
     elif kind == "binary":
@@ -654,10 +703,20 @@ FILE_INPUTS = [
     ["doctor", "--url", CLOSED, "--log", "{f}", "--out-dir", "out"],
     ["commbench", "--merge", "{f}", "--out", "out/p.json"],
     ["sanity", "--variant", "{f}"],
+    ["trace", "{f}"],
+    ["predict", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "trtllm", "--trtllm-config", "{f}"],
+    ["predict", "--engine", "llamacpp", "--gguf", "{f}", "--gpu", "h200"],
+    ["predict", "--model", "llama-3.1-8b", "--gpu", "{f}.yaml"],
+    ["predict", "--model", "llama-3.1-8b", "--gpu", "h200", "--profile", "{f}"],
+    ["doctor", "--url", CLOSED, "--llama-bench", "{f}", "--out-dir", "out"],
+    ["doctor", "--url", CLOSED, "--llamacpp-profile", "{f}", "--out-dir", "out"],
+    ["calibrate", "--engine", "llamacpp", "--from-output", "{f}"],
 ]  # fmt: skip
+#: (option, kind) a generated file may be valid for: the NaN file is a YAML mapping of strings
+MAY_BE_VALID = {("--trtllm-config", "nan")}
 
 
-@settings(max_examples=max(100, settings.default.max_examples * 4))
+@settings(max_examples=max(130, settings.default.max_examples * 5))
 @given(
     argv=st.sampled_from(FILE_INPUTS),
     kind=st.sampled_from(["dir", "fifo", "zero", "null", "urandom", "empty", "binary", "big", "nan"]),
@@ -666,12 +725,13 @@ FILE_INPUTS = [
 def test_every_input_file_is_regular_and_bounded(sandbox, argv, kind, as_json):
     """A FIFO would hang, /dev/zero would grow the process without bound, a big file would be
     read whole: each is one line, at once."""
-    f = _special(kind, sandbox)
-    full = [a.replace("{f}", f) for a in argv] + (
+    f = _special(kind, sandbox, ".yaml" if "{f}.yaml" in argv else "")
+    full = [f if a in ("{f}", "{f}.yaml") else a for a in argv] + (
         ["--json"] if as_json and argv[0] != "launch" else []
     )
-    before = {str(p.relative_to(sandbox)) for p in sandbox.iterdir()}
-    rc, _, err = check(full, {2, 4})
+    before = _tree(sandbox)
+    valid = {0} if any((a, kind) in MAY_BE_VALID for a in argv) else set()
+    rc, _, err = check(full, {2, 4} | valid)
     _nothing_outside(sandbox, before)
     if kind in ("dir", "fifo", "zero", "urandom", "big") and rc == 2:
         assert any(
