@@ -288,3 +288,15 @@ def test_a_llamacpp_profile_with_nan_or_of_another_kind_is_refused(text, said, t
     path.write_text(text)
     with pytest.raises(CeilingError, match=said):
         _llamacpp_profile(path)
+
+
+def test_trace_capture_reads_a_traces_clock_through_the_same_reader(tmp_path, monkeypatch):
+    from ceiling.trace import reader
+    from ceiling.trace.capture import base_time_s
+
+    assert base_time_s(TRACE) > 0
+    with pytest.raises(CeilingError, match="FIFO"):
+        base_time_s(_make("fifo", tmp_path / "t.json"))
+    monkeypatch.setattr(reader, "MAX_TRACE_BYTES", 1024)
+    with pytest.raises(CeilingError, match="larger than"):
+        base_time_s(TRACE)

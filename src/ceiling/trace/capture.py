@@ -21,7 +21,6 @@ server's bursts bias this one).
 
 from __future__ import annotations
 
-import gzip
 import re
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from ceiling.bench.served import served_models
 from ceiling.bench.server_metrics import delta, histogram_means_ms
 from ceiling.engines.profiling import ProfilerSetup
 from ceiling.errors import CeilingError
-from ceiling.trace.reader import read_trace
+from ceiling.trace.reader import read_trace, trace_bytes
 from ceiling.trace.schema import RankTrace, TraceSplit
 from ceiling.trace.split import split
 from ceiling.trace.window_io import Streams, post, scrape, wait
@@ -115,9 +114,7 @@ class TraceCapture(BaseModel):
 def base_time_s(path: Path) -> float:
     """The trace's clock origin (``baseTimeNanoseconds``) in epoch seconds; 0 when absent
     (then the trace's microseconds are the clock itself)."""
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
+    raw = trace_bytes(path)  # bounded, regular files only, gunzipped
     m = _BASE_NS.search(raw[:65536]) or _BASE_NS.search(raw)
     return int(m.group(1)) / 1e9 if m else 0.0
 

@@ -56,7 +56,7 @@ _GZIP = b"\x1f\x8b"
 _JSON_START = (b"{", b"[")
 
 
-def _read_bytes(p: Path) -> bytes:
+def trace_bytes(p: Path) -> bytes:
     """The trace's JSON bytes: a regular file (inputs.open_regular), gzip or plain, neither
     the file nor what it expands to over :data:`MAX_TRACE_BYTES`. A file that starts like
     neither gzip nor JSON is refused on its first bytes, not read whole."""
@@ -100,7 +100,7 @@ def read_trace(path: str | Path) -> RankTrace:
     """One rank's trace: GPU kernels/copies/fills with their launch times, or (no GPU
     activity) the top-level CPU operators of every thread; the profiler's annotations."""
     p = Path(path)
-    data = _read_bytes(p)
+    data = trace_bytes(p)
     try:
         doc = _loads(data)
     except ValueError as exc:
