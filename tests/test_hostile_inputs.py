@@ -14,6 +14,7 @@ import pytest
 from ceiling import interrupts
 from ceiling.cli import main
 from sse_server import Plan, SSEServer
+from sweep_helpers import write_plan
 
 
 def test_url_credentials_never_reach_the_result_or_the_terminal(tmp_path, capsys):
@@ -353,8 +354,8 @@ def test_a_sweep_whose_every_variant_failed_exits_1(tmp_path, capsys, monkeypatc
         )
 
     monkeypatch.setattr(sweep_flow, "run", all_failed)
-    plan = tmp_path / "plan.yaml"
-    plan.write_text("variants: []\n")
+    # a valid plan (the CLI reads it before the flow): its variants fail in the flow above
+    plan = write_plan(tmp_path, ["a", "b"])
     err = _one_line_error(capsys, main(["sweep", str(plan), "--out-dir", str(tmp_path / "o")]), 1)
     assert "no variant of the sweep was measured" in err
 
