@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from ceiling.choices import KvDtype, SpecMethod, values
-from ceiling.cli import _command, main, option_kind
+from ceiling.choices import EngineName, KvDtype, SpecMethod, values
+from ceiling.cli import _choices, _command, main, option_kind
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
 
-def _app_rows() -> dict[str, tuple[set[str], set[str]]]:
-    """option -> (kinds it takes, commands that have it), read from the Typer app."""
-    rows: dict[str, tuple[set[str], set[str]]] = defaultdict(lambda: (set(), set()))
+def _app_options():
+    """(option, command, Click parameter) for every visible option of every command."""
     for name, cmd in _command().commands.items():
         subs = (
             [(f"{name} {k}", s) for k, s in cmd.commands.items()]
@@ -31,9 +30,25 @@ def _app_rows() -> dict[str, tuple[set[str], set[str]]]:
                     continue
                 for opt in [*p.opts, *(getattr(p, "secondary_opts", None) or [])]:
                     if opt.startswith("--"):
-                        rows[opt][0].add(option_kind(p))
-                        rows[opt][1].add(full)
+                        yield opt, full, p
+
+
+def _app_rows() -> dict[str, tuple[set[str], set[str]]]:
+    """option -> (kinds it takes, commands that have it), read from the Typer app."""
+    rows: dict[str, tuple[set[str], set[str]]] = defaultdict(lambda: (set(), set()))
+    for opt, full, p in _app_options():
+        rows[opt][0].add(option_kind(p))
+        rows[opt][1].add(full)
     return rows
+
+
+def _app_choices() -> dict[str, dict[str, frozenset[str]]]:
+    """choice option -> {command: the values it offers there}."""
+    out: dict[str, dict[str, frozenset[str]]] = defaultdict(dict)
+    for opt, full, p in _app_options():
+        if option_kind(p) == "choice":
+            out[opt][full] = frozenset(_choices(p))
+    return out
 
 
 def _doc_rows() -> dict[str, tuple[str, set[str]]]:
@@ -81,6 +96,32 @@ def test_the_rules_hold():
     progress = {"bench", "doctor", "sweep", "sanity", "launch", "preflight", "env", "commbench"}
     progress |= {"calibrate"}
     assert progress <= app["--quiet"][1]
+
+
+def test_a_choice_value_means_one_thing_in_every_command():
+    """An option offers the same values wherever it appears, or its row names every value (one
+    namespace: each command offers the part it supports, a value never means two things)."""
+    doc = _doc_rows()
+    text = DOC.read_text(encoding="utf-8")
+    for opt, per_command in _app_choices().items():
+        if len(set(per_command.values())) == 1:
+            continue
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{opt}` |"))
+        named = set(re.findall(r"`([^`]+)`", row.split("|")[3]))
+        every = set().union(*per_command.values())
+        assert every <= named, f"{opt}: values {sorted(every - named)} not named in its row"
+        assert doc[opt][0] == "choice"
+
+
+def test_every_engine_option_speaks_one_set_of_engine_names():
+    """--engine is the inference engine in every command: predict's engines, the adapters'
+    and calibrate's are parts of one set of names (choices.EngineName), not three."""
+    from ceiling.engines import engine_names
+
+    per_command = _app_choices()["--engine"]
+    assert set(per_command) == _app_rows()["--engine"][1]  # a choice wherever it appears
+    assert set().union(*per_command.values()) == set(values(EngineName))
+    assert set(engine_names()) <= set(values(EngineName))
 
 
 def test_help_lists_the_choices(capsys):

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+#: Every engine name a command's ``--engine`` takes: one name, one engine, in every command
+#: (docs/cli.md). Each command offers the ones it supports: predict the engines it models
+#: (``generic``: plain PyTorch + NCCL, no engine's own rules), the adapters the engines they
+#: launch and read (``ceiling.engines``), calibrate the engines whose kernels it times.
+EngineName = Literal["vllm", "sglang", "trtllm", "llamacpp", "llamacpp-python", "generic"]
 #: The engines predict models (``predict --engine``; ``PredictRequest.engine``).
 PredictEngine = Literal["vllm", "sglang", "trtllm", "generic", "llamacpp"]
 # engines whose own kernels `calibrate --engine` times (llama.cpp: test-backend-ops perf)
