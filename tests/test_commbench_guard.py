@@ -33,7 +33,7 @@ def no_torch(monkeypatch):
     [
         ["--preset", "nope"],
         ["--backend", "mpi"],
-        ["--dtype", "complex128"],
+        ["--buffer-dtype", "complex128"],
         ["--world-sizes", "4096"],
         ["--world-sizes", str((os.cpu_count() or 1) + 3)],
         ["--sizes", "1K..1P"],

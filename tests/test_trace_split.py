@@ -194,7 +194,7 @@ def test_a_missing_rank_is_said(tmp_path):
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path):
-    with pytest.raises(CeilingError, match="does not exist"):
+    with pytest.raises(CeilingError, match="not found"):
         read_trace(tmp_path / "nope.json")
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(CeilingError, match="not JSON"):
