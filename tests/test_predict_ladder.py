@@ -69,3 +69,60 @@ def test_the_ladder_file_cannot_rank_trace_below_another_source():
         ladder_mod.Ladder.model_validate(raw)
     raw["ladder"] = ["trace", "profile", "table", "prior"]
     assert ladder_mod.Ladder.model_validate(raw).ladder[0] == "trace"
+
+
+COMM_PROFILE = {
+    "schema_version": 1,
+    "gpu": "h200",
+    "kernel_launch_us_graph": 1.1,
+    "ops": [{"family": "elementwise", "t0_us": 1.5}],
+    "collectives": [
+        {"world_size": 2, "alpha_us": 9.0, "beta_GBps": 100.0, "in_cuda_graph": True},
+    ],
+}
+
+
+def test_allreduce_and_elementwise_ops_climb_the_same_ladder(tmp_path, priors_only, monkeypatch):
+    """comm and elementwise ops take the data's order too (no chain of their own)."""
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(COMM_PROFILE))
+    req = PredictRequest(
+        model="llama-3.1-8b", gpu="h200", tp=2, link="nvlink4", allreduce="nccl", profile=str(path)
+    )
+    kinds = ("elementwise", "allreduce/nccl")
+    conf = ladder_mod.ladder().confidence
+    ops = [o for o in predict(req).expected.ops if o.kernel in kinds]
+    assert {o.kernel for o in ops} == set(kinds)
+    assert {(o.kernel, o.source, o.confidence) for o in ops} == {
+        ("elementwise", "profile", conf.profile.elementwise),
+        ("allreduce/nccl", "profile", conf.profile.collective),
+    }
+    moved = ladder_mod.ladder().model_copy(update={"ladder": ["trace", "prior", "profile"]})
+    monkeypatch.setattr(ladder_mod, "ladder", lambda: moved)
+    assert _sources(predict(req), kinds) == {"prior"}
+
+
+def test_the_elementwise_and_collective_fractions_are_data(priors_only, monkeypatch):
+    """elementwise_bw_fraction and bound_comm_other_fraction (constants.yaml), not literals."""
+    from ceiling.predict import core
+
+    req = PredictRequest(model="llama-3.1-8b", gpu="h200", tp=8, link="nvlink4", batch=64)
+
+    def run():
+        p = predict(req)
+        assert p.bound is not None
+        exp = {o.name: o for o in p.expected.ops}
+        gathers = [(exp[o.name].ms, o.ms) for o in p.bound.ops if o.kernel == "gather/nccl"]
+        elementwise = sum(o.ms for o in p.expected.ops if o.kernel == "elementwise")
+        return gathers, elementwise
+
+    gathers, elementwise = run()
+    frac = core.constants().bound_comm_other_fraction
+    assert gathers and all(b == pytest.approx(e * frac, abs=1e-4) for e, b in gathers)
+    changed = core.constants().model_copy(
+        update={"bound_comm_other_fraction": frac / 2, "elementwise_bw_fraction": 0.1}
+    )
+    monkeypatch.setattr(core, "constants", lambda: changed)
+    gathers2, elementwise2 = run()
+    assert all(b == pytest.approx(e * frac / 2, abs=1e-4) for e, b in gathers2)
+    assert elementwise2 > elementwise

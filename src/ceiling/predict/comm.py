@@ -18,7 +18,7 @@ ring otherwise, or a faster measured fit), never the engine's choice.
 from __future__ import annotations
 
 from ceiling.predict.collectives import allreduce_us, alltoall_us, ring_us, send_us
-from ceiling.predict.ladder import ladder
+from ceiling.predict.ladder import climb, ladder
 from ceiling.predict.opspec import CommShape, OpSpec, OpTime
 from ceiling.predict.resolved import Setup
 
@@ -89,52 +89,58 @@ def best_allreduce_us(s: Setup, n: int, nbytes: float) -> float:
 
 
 def comm_time(s: Setup, op: OpSpec) -> OpTime:
-    """Expected and bound latency (us per call) of one collective op."""
+    """Expected and bound latency (us per call) of one collective op, up the evidence ladder
+    (``predict.ladder``): an allreduce from a commbench fit, aiconfigurator's table or the
+    link's constants; the other collectives from the link's constants (their only rung)."""
     sh = op.shape
     assert isinstance(sh, CommShape)  # every comm op carries one (ops._comm_ops)
     n = int(sh.ranks)
     nbytes = float(sh.bytes)
     coll = sh.collective
-    link = s.link
-    c = ladder().confidence
     if coll == "allreduce":
-        impl, why = _algorithm(s, nbytes)
-        bound = best_allreduce_us(s, n, nbytes) * s.consts.bound_comm_fraction
-        base_impl = "nccl" if impl == "twoshot" and link.oneshot is None else impl
-        fit_impl = "oneshot" if impl == "twoshot" else base_impl
-        if s.profile is not None and any(
-            c.collective == "allreduce" and c.implementation == fit_impl
-            for c in s.profile.collectives
-        ):
-            us = allreduce_us(link, fit_impl, n, nbytes, s.profile, in_cuda_graph=s.dep.cuda_graphs)
-            src, conf, note = "profile", c.profile.collective, f"{impl} (commbench fit)"
-        else:
-            tab = _table_us(s, impl, n, nbytes)
-            if tab is not None:
-                us, note = tab
-                src, conf = "table", c.table.collective
-            else:
-                us = _link_us(s, base_impl, n, nbytes)
-                src, conf, note = "prior", c.prior.link_allreduce, f"{impl} ({link.name} constants)"
-        if why:
-            note = f"{note}; {why}"
-        return OpTime(max(us, bound), bound, src, conf, f"allreduce/{impl}", note)
+        return _allreduce_time(s, n, nbytes)
+    link = s.link
     if coll in ("allgather", "reducescatter"):
         # vLLM's GroupCoordinator runs both through NCCL (PyNccl), never its custom allreduce
         total = nbytes * n if coll == "allgather" else nbytes
-        us = ring_us(link, n, total)
-        return OpTime(
-            us, us * 0.5, "prior", c.prior.link_other, f"{coll}/nccl", f"{link.name} constants"
-        )
-    if coll == "gather":
-        us = alltoall_us(link, n, nbytes)
-        return OpTime(
-            us, us * 0.5, "prior", c.prior.link_other, "gather/nccl", f"{link.name} constants"
-        )
-    if coll == "alltoall":
-        us = alltoall_us(link, n, nbytes)
-        return OpTime(
-            us, us * 0.5, "prior", c.prior.link_other, "alltoall/nccl", f"{link.name} constants"
-        )
-    us = send_us(link, nbytes)
-    return OpTime(us, us * 0.5, "prior", c.prior.link_other, "send", f"{link.name} constants")
+        us, kernel = ring_us(link, n, total), f"{coll}/nccl"
+    elif coll in ("gather", "alltoall"):
+        us, kernel = alltoall_us(link, n, nbytes), f"{coll}/nccl"
+    else:
+        us, kernel = send_us(link, nbytes), "send"
+    conf = ladder().confidence.prior.link_other
+    bound = us * s.consts.bound_comm_other_fraction
+    note = f"{link.name} constants"
+    return climb({"prior": lambda: OpTime(us, bound, "prior", conf, kernel, note)})
+
+
+def _allreduce_time(s: Setup, n: int, nbytes: float) -> OpTime:
+    link = s.link
+    c = ladder().confidence
+    impl, why = _algorithm(s, nbytes)
+    bound = best_allreduce_us(s, n, nbytes) * s.consts.bound_comm_fraction
+    base_impl = "nccl" if impl == "twoshot" and link.oneshot is None else impl
+    fit_impl = "oneshot" if impl == "twoshot" else base_impl
+
+    def timed(us: float, src: str, conf: float, note: str) -> OpTime:
+        note = f"{note}; {why}" if why else note
+        return OpTime(max(us, bound), bound, src, conf, f"allreduce/{impl}", note)
+
+    def from_profile() -> OpTime | None:
+        p = s.profile
+        if p is None or not any(
+            f.collective == "allreduce" and f.implementation == fit_impl for f in p.collectives
+        ):
+            return None
+        us = allreduce_us(link, fit_impl, n, nbytes, p, in_cuda_graph=s.dep.cuda_graphs)
+        return timed(us, "profile", c.profile.collective, f"{impl} (commbench fit)")
+
+    def from_table() -> OpTime | None:
+        tab = _table_us(s, impl, n, nbytes)
+        return None if tab is None else timed(tab[0], "table", c.table.collective, tab[1])
+
+    def from_prior() -> OpTime:
+        us = _link_us(s, base_impl, n, nbytes)
+        return timed(us, "prior", c.prior.link_allreduce, f"{impl} ({link.name} constants)")
+
+    return climb({"profile": from_profile, "table": from_table, "prior": from_prior})

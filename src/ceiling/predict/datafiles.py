@@ -53,9 +53,12 @@ class Constants(DataModel):
     kernels: dict[str, KernelBlocks]
     table_cold_us: float
     elementwise_us: float
+    elementwise_launch_extra_us: float
+    elementwise_bw_fraction: float
     bound_bw_fraction: float
     bound_op_us: float
     bound_comm_fraction: float
+    bound_comm_other_fraction: float
 
 
 @cache

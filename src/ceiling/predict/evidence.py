@@ -222,22 +222,30 @@ class Evidence:
         return any(f.family == family for f in self.profile.ops)
 
     def _elementwise(self, op: OpSpec) -> OpTime:
-        p = self.profile
-        fit = self._profile_fit("elementwise")
-        if fit is not None:
-            us = op.kernels * fit.t0_us / self.clock + op.act_bytes / (0.8 * self.bw_ds * 1e3)
-            conf = self.conf.profile.elementwise
-            return OpTime(us, self._bound(op, fixed=False), "profile", conf, "elementwise")
-        if p is not None and p.kernel_launch_us_graph:
-            t0, src, conf = (
-                p.kernel_launch_us_graph + 1.0,
-                "profile",
-                self.conf.profile.launch_figure,
-            )
-        else:
-            t0, src, conf = self.consts.elementwise_us, "prior", self.conf.prior.elementwise
-        us = op.kernels * t0 / self.clock + op.act_bytes / (0.8 * self.bw_ds * 1e3)
-        return OpTime(us, self._bound(op, fixed=False), src, conf, "elementwise")
+        """An elementwise op up the evidence ladder: its kernels' fixed cost from the profile's
+        elementwise fit, else from the profile's launch figure, else the prior; its activation
+        bytes stream at ``elementwise_bw_fraction`` of the datasheet bandwidth."""
+        consts, conf = self.consts, self.conf
+        bound = self._bound(op, fixed=False)
+
+        def timed(t0: float, src: str, c: float) -> OpTime:
+            stream = op.act_bytes / (consts.elementwise_bw_fraction * self.bw_ds * 1e3)
+            return OpTime(op.kernels * t0 / self.clock + stream, bound, src, c, "elementwise")
+
+        def from_profile() -> OpTime | None:
+            fit = self._profile_fit("elementwise")
+            if fit is not None:
+                return timed(fit.t0_us, "profile", conf.profile.elementwise)
+            p = self.profile
+            if p is not None and p.kernel_launch_us_graph:
+                t0 = p.kernel_launch_us_graph + consts.elementwise_launch_extra_us
+                return timed(t0, "profile", conf.profile.launch_figure)
+            return None
+
+        def from_prior() -> OpTime:
+            return timed(consts.elementwise_us, "prior", conf.prior.elementwise)
+
+        return climb({"profile": from_profile, "prior": from_prior})
 
     def _generic(self, op: OpSpec) -> OpTime:
         """Plain PyTorch (engine `generic`): cuBLAS GEMVs and unfused kernels, measured on an
