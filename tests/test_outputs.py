@@ -163,20 +163,9 @@ def test_json_inputs_refuse_nan_and_infinity(tmp_path):
 
 
 @pytest.fixture
-def small_tmpfs(tmp_path):
-    """A real 64 KiB tmpfs (root only; skipped elsewhere): ENOSPC from the kernel itself."""
-    import subprocess
-
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                          capture_output=True)  # fmt: skip
-    if done.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
+def small_tmpfs(mount_tmpfs):
+    """A real 64kiB tmpfs (root only; skipped elsewhere): ENOSPC from the kernel itself."""
+    return mount_tmpfs("64k")
 
 
 def test_a_real_full_disk_keeps_the_previous_file(small_tmpfs):

@@ -106,20 +106,9 @@ def test_a_ledger_locked_by_another_sweep_is_one_line(tmp_path):
 
 
 @pytest.fixture
-def small_tmpfs(tmp_path):
-    """A real 128 KiB tmpfs (root only; skipped elsewhere): SQLite's SQLITE_FULL for real."""
-    import subprocess
-
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mnt)],
-                          capture_output=True)  # fmt: skip
-    if done.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
+def small_tmpfs(mount_tmpfs):
+    """A real 128kiB tmpfs (root only; skipped elsewhere): SQLite's SQLITE_FULL for real."""
+    return mount_tmpfs("128k")
 
 
 def test_a_full_disk_under_the_ledger_is_one_line(small_tmpfs):
