@@ -82,6 +82,13 @@ def test_the_rules_hold():
     for opt in ("--profile", "--profile-out", "--report", "--trtllm-config"):  # files, not text
         assert app[opt][0] == {"file"}, opt
     assert app["--out"][0] == {"file"} and app["--out-dir"][0] == {"dir"}
+    # a filesystem option says which it takes: a file or a directory, never "a path"
+    paths = {o for o, (kinds, _) in app.items() if "path" in kinds}
+    assert not paths, f"options that take 'a path' (say file or dir): {sorted(paths)}"
+    for opt in ("--variant", "--log", "--dataset", "--env-file", "--python"):
+        assert app[opt][0] == {"file"}, opt
+    for opt in ("--root", "--trace-dir", "--shm-root"):
+        assert app[opt][0] == {"dir"}, opt
     assert app["--model"][0] == {"text"} and "bench" not in app["--model"][1]  # served: not --model
     assert {"bench", "sanity", "trace capture"} <= app["--served-model"][1]
     assert not any(o == "--timeout" for o in app), "a timeout is named by what it bounds"

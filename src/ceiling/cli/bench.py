@@ -56,7 +56,9 @@ def register(app: typer.Typer) -> None:
         input_len: int = typer.Option(
             128, "--input-len", help="Synthetic prompt length in tokens."
         ),
-        dataset: Path = typer.Option(None, "--dataset", help="JSONL prompts instead of synthetic."),
+        dataset: Path = typer.Option(
+            None, "--dataset", dir_okay=False, help="JSONL prompts instead of synthetic."
+        ),
         concurrency: str = typer.Option(
             "1,2,4,8", "--concurrency", help="Levels for --mode concurrency."
         ),

@@ -24,7 +24,9 @@ def deploy_cmd(
         None, "--gpus", help="GPUs to reserve (default: from the variant: TP, 0 for a CPU variant)."
     ),
     ready_timeout: int = typer.Option(1800, "--ready-timeout", help="Seconds to become ready."),
-    env_file: Path = typer.Option(None, "--env-file", help="Secrets file (default: in --out)."),
+    env_file: Path = typer.Option(
+        None, "--env-file", dir_okay=False, help="Secrets file (default: in --out)."
+    ),
     no_validate: bool = typer.Option(False, "--no-validate", help="Skip the validators."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:

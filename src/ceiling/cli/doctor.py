@@ -25,8 +25,12 @@ def _ints(text: str) -> list[int]:
 
 def doctor(
     url: str = typer.Option(None, "--url", help="A running OpenAI-compatible server to examine."),
-    variant: Path = typer.Option(None, "--variant", help="A variant file: doctor launches it."),
-    log: Path = typer.Option(None, "--log", help="The running server's log file (with --url)."),
+    variant: Path = typer.Option(
+        None, "--variant", dir_okay=False, help="A variant file: doctor launches it."
+    ),
+    log: Path = typer.Option(
+        None, "--log", dir_okay=False, help="The running server's log file (with --url)."
+    ),
     model: str = typer.Option(
         None, "--model", help="Model directory / config.json / catalog name (default: auto)."
     ),

@@ -133,7 +133,14 @@ def inspect_cmd(
 
 def shm_cmd(
     apply: bool = typer.Option(False, "--apply", help="Delete the stale segments (default: list)."),
-    root: str = typer.Option("/dev/shm", "--root", help="Directory to scan (--apply: tmpfs only)."),
+    # path_type=str: `--root ""` must reach the library's "empty" error, not become "."
+    root: Path = typer.Option(
+        "/dev/shm",
+        "--root",
+        file_okay=False,
+        path_type=str,
+        help="Directory to scan (--apply: tmpfs only).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the listing as JSON."),
 ) -> None:
     """List /dev/shm segments engines/NCCL leave behind; --apply removes those nobody uses.

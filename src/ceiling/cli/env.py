@@ -11,14 +11,21 @@ from ceiling.errors import ExitStatus
 
 
 def env_cmd(
-    python: str = typer.Option(
-        None, "--python", help="Interpreter of the environment to check (default: this one)."
+    # path_type=str: a bare name (`python3`) is looked up on PATH like any command
+    python: Path = typer.Option(
+        None,
+        "--python",
+        dir_okay=False,
+        path_type=str,
+        help="Interpreter of the environment to check (default: this one).",
     ),
     engine: ServerEngine | None = typer.Option(
         None, "--engine", help="Check this engine's environment (as launch finds it)."
     ),
     tp: int = typer.Option(1, "--tp", help="Planned tensor-parallel size (sizes /dev/shm)."),
-    shm_root: Path = typer.Option(Path("/dev/shm"), "--shm-root", help="Shared-memory mount."),
+    shm_root: Path = typer.Option(
+        Path("/dev/shm"), "--shm-root", file_okay=False, help="Shared-memory mount."
+    ),
     refresh: bool = typer.Option(False, "--refresh", help="Load every binary again (no cache)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress line."),
@@ -35,7 +42,12 @@ def env_cmd(
     from ceiling.render.env import env
 
     report = env_report(
-        python, tp, shm_root, refresh, engine=engine, progress=not (json_out or quiet)
+        str(python) if python else None,
+        tp,
+        shm_root,
+        refresh,
+        engine=engine,
+        progress=not (json_out or quiet),
     )
     env(report, json_out)
     raise typer.Exit(ExitStatus.OK if report.ok else ExitStatus.FAILED)

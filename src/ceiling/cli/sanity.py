@@ -20,7 +20,9 @@ def register(app: typer.Typer) -> None:
 
 def sanity(
     url: str = typer.Option(None, "--url", help="A running OpenAI-compatible server to ask."),
-    variant: Path = typer.Option(None, "--variant", help="A variant file: launch it, ask, stop."),
+    variant: Path = typer.Option(
+        None, "--variant", dir_okay=False, help="A variant file: launch it, ask, stop."
+    ),
     served_model: str = typer.Option(
         None, "--served-model", help="Served model name (default: the first)."
     ),

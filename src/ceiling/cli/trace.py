@@ -120,7 +120,10 @@ def capture(
         None, "--model", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
     ),
     trace_dir: Path = typer.Option(
-        None, "--trace-dir", help="Where the server writes traces (vLLM: its torch_profiler_dir)."
+        None,
+        "--trace-dir",
+        file_okay=False,
+        help="Where the server writes traces (vLLM: its torch_profiler_dir).",
     ),
     out_dir: Path = typer.Option(
         Path("ceiling-out/trace"), "--out-dir", file_okay=False, help="Output directory."
