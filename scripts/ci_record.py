@@ -29,7 +29,7 @@ from pathlib import Path
 KEEP = 20
 #: The words pytest's last line uses for each outcome ("718 passed, 2 skipped, 1 rerun in 600s").
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "rerun")
-TEST_PHASES = ("venv", "system", "vllm", "llamacpp", "lint", "types", "tests")
+TEST_PHASES = ("venv", "system", "vllm", "lint", "types", "tests", "llamacpp", "engine")
 DEMO_PHASES = ("venv", "vllm", "model", "doctor")
 
 
@@ -134,19 +134,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--page", type=Path, required=True)
     ap.add_argument("--phases", type=Path, required=True)
     ap.add_argument("--rc", type=int, required=True)
-    ap.add_argument("--pytest-log", type=Path)
+    # repeatable: test.sh runs two pytest sessions (no engine in parallel, then the engines)
+    ap.add_argument("--pytest-log", type=Path, action="append", default=[])
     ap.add_argument("--args", default="")
     ap.add_argument("--doctor", type=Path)
     a = ap.parse_args(argv)
     phases = read_phases(a.phases)
     if a.kind == "test":
         # no log when a phase before the tests failed: the row then says "no summary"
-        log = (
-            a.pytest_log.read_text(errors="replace")
-            if a.pytest_log and a.pytest_log.is_file()
-            else ""
-        )
-        row = test_row(phases, pytest_counts(log), a.rc, a.args)
+        counts: dict[str, int] = {}
+        for path in a.pytest_log:
+            if path.is_file():
+                for word, n in pytest_counts(path.read_text(errors="replace")).items():
+                    counts[word] = counts.get(word, 0) + n
+        row = test_row(phases, counts, a.rc, a.args)
     else:
         row = demo_row(phases, a.doctor or Path("-"), a.rc)
     try:

@@ -87,9 +87,13 @@ def test_test_sh_writes_its_row(tmp_path):
     page = tmp_path / "ci.md"
     page.write_text((REPO / "docs" / "ci.md").read_text())
     phases = tmp_path / "phases.tsv"
-    phases.write_text("venv\t61.6\nvllm\t2.0\nllamacpp\t540\nlint\t3\ntypes\t30\ntests\t600\n")
+    phases.write_text(
+        "venv\t61.6\nvllm\t2.0\nlint\t3\ntypes\t30\ntests\t200\nllamacpp\t340\nengine\t400\n"
+    )
     log = tmp_path / "pytest.log"
-    log.write_text("==== 718 passed, 2 skipped in 600.0s ====\n")
+    log.write_text("==== 718 passed, 2 skipped in 200.0s ====\n")
+    engine_log = tmp_path / "pytest-engine.log"  # the second session: its counts are added
+    engine_log.write_text("==== 40 passed, 1 rerun in 400.0s ====\n")
     proc = subprocess.run(
         [
             sys.executable,
@@ -103,6 +107,8 @@ def test_test_sh_writes_its_row(tmp_path):
             "1",
             "--pytest-log",
             str(log),
+            "--pytest-log",
+            str(engine_log),
             "--args=-x",  # as test.sh passes it: pytest's options start with a dash
         ],
         capture_output=True,
@@ -113,9 +119,13 @@ def test_test_sh_writes_its_row(tmp_path):
     assert proc.returncode == 0, proc.stderr
     row = page.read_text().split("<!-- ci:test:begin -->\n")[1].splitlines()[2]
     cells = [c.strip() for c in row.strip("|").split("|")]
-    # date, commit, machine, venv, system, vllm, llamacpp, lint, types, tests, total, tests, status
-    assert cells[3:11] == ["1:02", "-", "0:02", "9:00", "0:03", "0:30", "10:00", "**20:37**"]
-    assert cells[11] == "718 passed, 2 skipped" and cells[12] == "rc 1 `-x`"
+    # date, commit, machine, venv, system, vllm, lint, types, tests, llamacpp, engine, total,
+    # outcome counts, status
+    assert cells[3:12] == [
+        *("1:02", "-", "0:02", "0:03", "0:30", "3:20", "5:40", "6:40"),
+        "**17:17**",
+    ]
+    assert cells[12] == "758 passed, 2 skipped, 1 rerun" and cells[13] == "rc 1 `-x`"
     assert "cores" in cells[2] and "load" in cells[2]
 
 
@@ -135,7 +145,7 @@ def test_a_run_that_failed_before_the_tests_is_recorded(tmp_path):
     page = tmp_path / "ci.md"
     page.write_text((REPO / "docs" / "ci.md").read_text())
     phases = tmp_path / "phases.tsv"
-    phases.write_text("venv\t600\nvllm\t20\nllamacpp\t700\nlint\t10\n")
+    phases.write_text("venv\t600\nvllm\t20\nlint\t10\n")
     rc = ci_record.main(
         ["test", "--page", str(page), "--phases", str(phases), "--rc", "1",
          "--pytest-log", str(tmp_path / "absent.log"), "--args="]
@@ -143,5 +153,5 @@ def test_a_run_that_failed_before_the_tests_is_recorded(tmp_path):
     assert rc == 0
     row = page.read_text().split("<!-- ci:test:begin -->\n")[1].splitlines()[2]
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[3:13] == ["10:00", "-", "0:20", "11:40", "0:10", "-", "-", "**22:10**",
+    assert cells[3:14] == ["10:00", "-", "0:20", "0:10", "-", "-", "-", "-", "**10:30**",
                            "no summary", "rc 1"]  # fmt: skip

@@ -222,7 +222,7 @@ def run_ranks(
                 if now > deadline or (failed_at is not None and now > failed_at + peer_grace_s):
                     timed_out = now > deadline
                     stopped = {i for i, c in enumerate(codes) if c is None}
-                    _stop(procs, stopped, dump_wait_s)
+                    _stop(procs, stopped, dump_wait_s, paths)
                     break
                 time.sleep(0.05)
         except KeyboardInterrupt as exc:
@@ -231,12 +231,12 @@ def run_ranks(
             interrupted = exc
             left = {i for i, p in enumerate(procs) if p.poll() is None}
             stopped |= left
-            _stop(procs, left, min(dump_wait_s, 2.0))
+            _stop(procs, left, min(dump_wait_s, 2.0), paths)
         finally:
             left = {i for i, p in enumerate(procs) if p.poll() is None}
             if left:  # an unexpected error: no rank outlives us
                 stopped |= left
-                _stop(procs, left, 0.0)
+                _stop(procs, left, 0.0, paths)
             if reader is not None:
                 reader.join(timeout=2.0)
             if watchdog is not None:
@@ -275,20 +275,58 @@ def _pump(stream, on_line: Callable[[str], None] | None) -> None:
                 on_line(line.rstrip("\n"))
 
 
-def _stop(procs: list[subprocess.Popen], which: set[int], dump_wait_s: float) -> None:
-    """Ask each rank for its stacks (SIGUSR1 -> faulthandler), give the dumps a moment to land
-    in the logs, then kill the rank's whole process group (it started its own session)."""
+DUMP_SETTLE_S = 0.3  # a stack dump is written in one go: a log quiet this long after it grew
+
+
+def _stop(
+    procs: list[subprocess.Popen], which: set[int], dump_wait_s: float, logs: list[Path]
+) -> None:
+    """Ask each rank for its stacks (SIGUSR1 -> faulthandler), wait until every dump has
+    landed in its log (the log grew, then stayed quiet), at most ``dump_wait_s``, then kill
+    the rank's whole process group (it started its own session)."""
     if dump_wait_s > 0:
+        size = {i: _size(logs[i]) for i in which}
         for i in which:
             _signal_group(procs[i], DUMP_SIGNAL)
         end = time.monotonic() + dump_wait_s
-        while time.monotonic() < end and any(procs[i].poll() is None for i in which):
-            time.sleep(0.1)
+        quiet_since = {i: time.monotonic() for i in which}
+        while time.monotonic() < end:
+            now = time.monotonic()
+            waiting = False
+            for i in which:
+                if procs[i].poll() is not None:
+                    continue
+                grown = _size(logs[i])
+                if grown != size[i]:
+                    size[i], quiet_since[i] = grown, now
+                    waiting = True
+                elif grown == 0 or now - quiet_since[i] < DUMP_SETTLE_S or not _dumped(logs[i]):
+                    waiting = True
+            if not waiting:
+                break
+            time.sleep(0.05)
     for i in which:
         _signal_group(procs[i], signal.SIGKILL)
     for i in which:
         with contextlib.suppress(subprocess.TimeoutExpired):
             procs[i].wait(timeout=10)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _dumped(path: Path) -> bool:
+    """Whether the log holds a stack dump (faulthandler's header) after the last stage line."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return False
+    tail = text.rsplit(PREFIX, 1)[-1]
+    return "(most recent call first)" in tail
 
 
 def _signal_group(p: subprocess.Popen, sig: int) -> None:
