@@ -11,7 +11,6 @@
 # of past runs, phase by phase (the vLLM install is seconds once built on the machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
 OUT=${1:-ceiling-out}
 MODEL_DIR=.cache/tiny-model   # where examples/variants/cpu-tiny.yaml expects it
 # This run's figures (time per phase, the decode step measured) go to the CI page at exit
@@ -32,12 +31,8 @@ record() {
 trap record EXIT
 
 begin venv
-if [ ! -x .venv/bin/python ]; then
-  echo "== creating .venv"
-  "$PY" -m venv .venv
-fi
 echo "== installing ceiling into .venv"
-.venv/bin/pip install -q --disable-pip-version-check -e . 2>&1 | { grep -v "^WARNING: Location" || true; }
+bash scripts/install-venv.sh .venv .
 end
 
 echo "== the engine (vLLM CPU build): .engines/vllm, from the engine cache when built before"

@@ -4,7 +4,6 @@
 # collected") is turned into a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
 # The figures of this run (wall time per phase, test counts) go to the CI page, not the README:
 # scripts/ci_record.py rewrites its table at exit, also when a phase failed.
 CI_PAGE=${CEILING_CI_PAGE:-docs/ci.md}
@@ -41,9 +40,8 @@ setsid bash scripts/install-llamacpp.sh .engines/llamacpp >logs/install-llamacpp
 LLAMA_PID=$!
 
 begin venv
-if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 echo "== installing ceiling and its test tools into .venv"
-.venv/bin/pip install -q --disable-pip-version-check -e '.[dev,torch,tables]' 2>&1 | { grep -v "^WARNING: Location" || true; }
+bash scripts/install-venv.sh .venv '.[dev,torch,tables]'
 end
 begin system
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
