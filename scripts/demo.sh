@@ -32,7 +32,7 @@ trap record EXIT
 
 begin venv
 echo "== installing ceiling into .venv"
-bash scripts/install-venv.sh .venv .
+bash scripts/install-venv.sh .venv -e .
 end
 
 echo "== the engine (vLLM CPU build): .engines/vllm, from the engine cache when built before"

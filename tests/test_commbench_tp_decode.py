@@ -67,7 +67,9 @@ def _tp_decode(*extra: str) -> list[str]:
 
 def test_a_hung_rank_leaves_its_configuration_stage_and_stack_and_earlier_rows(tmp_path):
     out = tmp_path / "r.json"
-    cmd = _tp_decode("--tp", "1,2", "--timeout", "10", "--debug-hang", "1:eager timing")
+    # the limit covers the configuration's start-up too (two ranks importing torch, gloo's
+    # rendezvous): 10 s let a rank time out before it reached the hang on a loaded box
+    cmd = _tp_decode("--tp", "1,2", "--timeout", "20", "--debug-hang", "1:eager timing")
     proc = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
@@ -83,7 +85,7 @@ def test_a_hung_rank_leaves_its_configuration_stage_and_stack_and_earlier_rows(t
 
 def test_numbers_measured_before_a_teardown_hang_are_kept(tmp_path):
     out = tmp_path / "r.json"
-    cmd = _tp_decode("--tp", "2", "--timeout", "10", "--debug-hang", "1:destroy_process_group")
+    cmd = _tp_decode("--tp", "2", "--timeout", "20", "--debug-hang", "1:destroy_process_group")
     subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True, timeout=180)
     (row,) = json.loads(out.read_text())["rows"]
     assert row["eager_ms"] > 0 and "error" not in row

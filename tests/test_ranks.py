@@ -42,7 +42,7 @@ WORKER = textwrap.dedent(
 def test_a_hung_rank_and_its_blocked_peer_are_reported_with_stage_and_stack():
     # the dumps are awaited (each log grew, then went quiet), not slept for: a generous bound
     # on the wait costs nothing when they land at once
-    out = run_ranks([sys.executable, "-c", WORKER, "hang"], 2, {}, timeout_s=12, dump_wait_s=20)
+    out = run_ranks([sys.executable, "-c", WORKER, "hang"], 2, {}, timeout_s=20, dump_wait_s=20)
     assert out.timed_out and not out.ok
     r0, r1 = out.ranks
     assert r0.stopped and r0.code is None and r0.stage == "allreduce"
@@ -53,7 +53,7 @@ def test_a_hung_rank_and_its_blocked_peer_are_reported_with_stage_and_stack():
     text = out.describe()
     assert "timed out" in text and "rank1" in text and "before allreduce" in text
     # the time limit held although rank 0 printed nothing, and the stacks took no 20 s to land
-    assert out.waited_s < 12 + 10, out.waited_s
+    assert out.waited_s < 20 + 10, out.waited_s
 
 
 def test_a_dead_rank_ends_the_run_after_the_grace_period_not_the_time_limit():
