@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def test_a_fitted_profile_adds_each_matrix_fixed_cost(tmp_path: Path) -> None:
     prof = profile_from_sql(text, with_fits=True)
     assert set(prof.matvec_fit) == {"Q4_K", "Q6_K", "Q8_0", "F16"} and not prof.expert_fit
     gg = tmp_path / "m.gguf"
-    subprocess.run([str(ROOT / ".engines/llamacpp/bin/python"), str(ROOT / "experiments/gpu/random_gguf.py"),
+    subprocess.run([sys.executable, str(ROOT / "experiments/gpu/random_gguf.py"),
                     "--shape", "llama3.1-8b", "--ftype", "q4_k_m", "--out", str(gg),
                     "--header-only"], check=True, capture_output=True)  # fmt: skip
     bw = load_gpu("h200").mem_bw_GBps

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,7 @@ def _rows() -> dict[str, dict]:
 def _header(name: str, tmp: Path) -> Path:
     shape, ftype = name.rsplit("-", 1)
     out = tmp / f"{name}.gguf"
-    subprocess.run([str(ROOT / ".engines/llamacpp/bin/python"), str(ROOT / "experiments/gpu/random_gguf.py"),
+    subprocess.run([sys.executable, str(ROOT / "experiments/gpu/random_gguf.py"),
                     "--shape", shape, "--ftype", ftype, "--out", str(out), "--header-only"],
                    check=True, capture_output=True)  # fmt: skip
     return out
