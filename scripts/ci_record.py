@@ -29,7 +29,7 @@ from pathlib import Path
 KEEP = 20
 #: The words pytest's last line uses for each outcome ("718 passed, 2 skipped, 1 rerun in 600s").
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "rerun")
-TEST_PHASES = ("venv", "system", "vllm", "lint", "types", "tests", "engine", "llamacpp")
+TEST_PHASES = ("venv", "system", "vllm", "lint", "types", "tests", "llamacpp", "engine")
 DEMO_PHASES = ("venv", "vllm", "model", "doctor")
 
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--page", type=Path, required=True)
     ap.add_argument("--phases", type=Path, required=True)
     ap.add_argument("--rc", type=int, required=True)
-    # repeatable: test.sh runs three pytest sessions (no engine, vLLM, llama.cpp)
+    # repeatable: test.sh runs two pytest sessions (no engine, in parallel; then the engines)
     ap.add_argument("--pytest-log", type=Path, action="append", default=[])
     ap.add_argument("--args", default="")
     ap.add_argument("--doctor", type=Path)

@@ -10,10 +10,9 @@ CI_PAGE=${CEILING_CI_PAGE:-docs/ci.md}
 ARGS="$*"
 PHASES=$(mktemp)
 mkdir -p logs
-PYLOG=logs/test-pytest.log               # the tests that start no engine, in parallel
-ENGLOG=logs/test-pytest-engine.log       # the real-engine tests on vLLM, one at a time
-LLAMALOG=logs/test-pytest-llamacpp.log   # the real-engine tests on llama.cpp, one at a time
-rm -f "$PYLOG" "$ENGLOG" "$LLAMALOG"
+PYLOG=logs/test-pytest.log          # the tests that start no engine, in parallel
+ENGLOG=logs/test-pytest-engine.log  # the real-engine tests, one at a time
+rm -f "$PYLOG" "$ENGLOG"
 begin() { PHASE=$1; T0=$(date +%s%N); }
 end() { printf '%s\t%s\n' "$PHASE" "$(( ($(date +%s%N) - T0) / 1000000 ))e-3" >>"$PHASES"; }
 record() {
@@ -21,8 +20,7 @@ record() {
   stop_llama
   if [ "$CI_PAGE" != off ] && [ -x .venv/bin/python ] && [ -s "$PHASES" ]; then
     .venv/bin/python scripts/ci_record.py test --page "$CI_PAGE" --phases "$PHASES" --rc "$rc" \
-      --pytest-log "$PYLOG" --pytest-log "$ENGLOG" \
-      --pytest-log "$LLAMALOG" --args="$ARGS" || true
+      --pytest-log "$PYLOG" --pytest-log "$ENGLOG" --args="$ARGS" || true
   fi
   rm -f "$PHASES"
   return "$rc"
@@ -34,8 +32,8 @@ trap record EXIT
 
 # llama.cpp's compile is the longest install on a new machine (minutes on 2 cores) and needs
 # nothing the phases below install: it runs in the background from the start, at the lowest
-# CPU priority, beside the venv, vLLM, lint, types and the tests that do not need llama.cpp; the
-# llamacpp phase is the wait for it that is left before the tests that do. A compile killed
+# CPU priority, beside the venv, vLLM, lint, types and the tests that start no engine; the
+# llamacpp phase is the wait for it that is left before the real-engine tests. A compile killed
 # half-way leaves no completion marker in the engine cache: the next run rebuilds.
 echo "== llama.cpp (llama-server + llama-cpp-python's server; one compile, ~7-10 min the first time on a machine): .engines/llamacpp, in the background (log: logs/install-llamacpp.log)"
 setsid nice -n 19 bash scripts/install-llamacpp.sh .engines/llamacpp >logs/install-llamacpp.log 2>&1 &
@@ -77,12 +75,13 @@ begin types
 # files are the same.
 MYPY_CACHE_DIR=${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ceiling/mypy} .venv/bin/mypy
 end
-# Three pytest sessions. The tests that start no engine run first, on every core (pytest-xdist:
-# most of their time is spent waiting on subprocesses, timeouts and sockets). The real-engine
-# tests run after, one at a time: they read the engine's timings, and a neighbour's load would
-# swamp the effects they measure. On a new machine llama.cpp's compile goes on meanwhile at the
-# lowest CPU priority (nice 19: it takes only the CPU the tests leave idle); the tests that need
-# llama.cpp run last, after the wait for it.
+# Two pytest sessions. The tests that start no engine run first, on every core (pytest-xdist:
+# most of their time is spent waiting on subprocesses, timeouts and sockets), while llama.cpp's
+# compile may still go on at the lowest CPU priority on a new machine (none of them needs it:
+# tests/test_suite_layout.py). The real-engine tests run after the wait for it, one at a time
+# on a box nothing else loads: they read the engine's timings, and a neighbour's load swamps
+# the effects they measure (measured: even the compile at nice 19 beside the vLLM tests made
+# the trace test's API server trail its engine, twice, and a bench test fail).
 COLOR=(); [ -t 1 ] && COLOR=(--color=yes)  # the log below must not cost the terminal its colours
 WORKERS=${CEILING_TEST_WORKERS:-auto}
 session() {  # session LOG PYTEST-ARGS...: one pytest session, its exit code in $rc
@@ -98,11 +97,6 @@ begin tests
 session "$PYLOG" -m "not engine" -n "$WORKERS" --dist worksteal "$@"
 rc_unit=$rc
 end
-echo "== real-engine tests on vLLM (one at a time)"
-begin engine
-session "$ENGLOG" -m "engine and not llamacpp" "$@"
-rc_vllm=$rc
-end
 echo "== llama.cpp: waiting for the background install"
 begin llamacpp
 llama_rc=0
@@ -111,17 +105,17 @@ LLAMA_PID=
 cat logs/install-llamacpp.log
 [ "$llama_rc" -eq 0 ] || { echo "llama.cpp's install failed (exit $llama_rc): see above" >&2; exit 1; }
 end
-echo "== real-engine tests on llama.cpp (one at a time)"
+echo "== real-engine tests (vLLM, llama.cpp; one at a time)"
 begin engine
-session "$LLAMALOG" -m "engine and llamacpp" "$@"
-rc_llama=$rc
+session "$ENGLOG" -m engine "$@"
+rc_engine=$rc
 end
-# exit code 5 is "no tests collected": a session may collect none when the arguments pick
-# tests of another kind only; none in every session is a failure
-for rc in "$rc_unit" "$rc_vllm" "$rc_llama"; do
+# exit code 5 is "no tests collected": one session may collect none when the arguments pick
+# tests of the other kind only; none in both is a failure
+for rc in "$rc_unit" "$rc_engine"; do
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then exit "$rc"; fi
 done
-if [ "$rc_unit" -eq 5 ] && [ "$rc_vllm" -eq 5 ] && [ "$rc_llama" -eq 5 ]; then
+if [ "$rc_unit" -eq 5 ] && [ "$rc_engine" -eq 5 ]; then
   echo "pytest collected no tests: that is a failure" >&2
   exit 1
 fi

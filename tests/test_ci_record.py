@@ -88,8 +88,8 @@ def test_test_sh_writes_its_row(tmp_path):
     page.write_text((REPO / "docs" / "ci.md").read_text())
     phases = tmp_path / "phases.tsv"
     phases.write_text(
-        "venv\t61.6\nvllm\t2.0\nlint\t3\ntypes\t30\ntests\t200\nengine\t400\nllamacpp\t340\n"
-        "engine\t40\n"  # test.sh: the vLLM session, the wait for llama.cpp, its session
+        "venv\t61.6\nvllm\t2.0\nlint\t3\ntypes\t30\ntests\t200\nllamacpp\t340\nengine\t400\n"
+        "engine\t40\n"  # a phase recorded twice is summed
     )
     log = tmp_path / "pytest.log"
     log.write_text("==== 718 passed, 2 skipped in 200.0s ====\n")
@@ -120,10 +120,10 @@ def test_test_sh_writes_its_row(tmp_path):
     assert proc.returncode == 0, proc.stderr
     row = page.read_text().split("<!-- ci:test:begin -->\n")[1].splitlines()[2]
     cells = [c.strip() for c in row.strip("|").split("|")]
-    # date, commit, machine, venv, system, vllm, lint, types, tests, engine (the two engine
-    # sessions, summed), llamacpp, total, outcome counts, status
+    # date, commit, machine, venv, system, vllm, lint, types, tests, llamacpp, engine, total,
+    # outcome counts (the two sessions', summed), status
     assert cells[3:12] == [
-        *("1:02", "-", "0:02", "0:03", "0:30", "3:20", "7:20", "5:40"),
+        *("1:02", "-", "0:02", "0:03", "0:30", "3:20", "5:40", "7:20"),
         "**17:57**",
     ]
     assert cells[12] == "758 passed, 2 skipped, 1 rerun" and cells[13] == "rc 1 `-x`"

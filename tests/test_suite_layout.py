@@ -22,9 +22,9 @@ def test_no_test_outside_tests_engine_uses_the_llamacpp_environment():
     assert not offenders, f"these run before llama.cpp is built: {offenders}"
 
 
-def test_the_tests_that_need_llamacpp_are_the_llamacpp_session():
-    """Collected as test.sh's last session selects them: every test of the llama.cpp engine
-    modules, and no vLLM test."""
+def test_the_tests_that_need_llamacpp_are_marked_llamacpp():
+    """`pytest -m llamacpp` (what a change to the llama.cpp adapter needs to rerun) selects the
+    llama.cpp engine tests, and no vLLM test."""
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider",
          "-m", "engine and llamacpp", str(TESTS / "engine")],

@@ -29,8 +29,8 @@ ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USA
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/engine/ is an engine test; those that need llama.cpp are also
-    ``llamacpp`` tests (scripts/test.sh runs them last: on a new machine llama.cpp may still
-    be compiling while the vLLM tests run)."""
+    ``llamacpp`` tests (``pytest -m llamacpp``: what a change to the llama.cpp adapter or its
+    install needs to rerun)."""
     for item in items:
         if "tests/engine/" in str(item.fspath).replace(os.sep, "/"):
             item.add_marker(pytest.mark.engine)
