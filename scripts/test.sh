@@ -36,13 +36,14 @@ trap record EXIT
 # llamacpp phase is the wait for it that is left before the real-engine tests. A compile killed
 # half-way leaves no completion marker in the engine cache: the next run rebuilds.
 echo "== llama.cpp (llama-server + llama-cpp-python's server; one compile, ~7-10 min the first time on a machine): .engines/llamacpp, in the background (log: logs/install-llamacpp.log)"
-setsid nice -n 19 bash scripts/install-llamacpp.sh .engines/llamacpp >logs/install-llamacpp.log 2>&1 &
+# Where the kernel groups processes by session for scheduling (autogroup), sessions share the
+# CPU as equals whatever their processes' nice value, and setsid makes the compile a session of
+# its own: that session's nice is what makes it yield (measured: its compilers took ~45 % of
+# each core beside the tests with nice 19 alone). The new session sets its own, from inside:
+# written from here, it could land before setsid() and lower this script's session instead.
+setsid bash -c 'echo 19 2>/dev/null >/proc/self/autogroup; exec nice -n 19 "$@"' _ \
+  bash scripts/install-llamacpp.sh .engines/llamacpp >logs/install-llamacpp.log 2>&1 &
 LLAMA_PID=$!
-# Where the kernel groups processes by session for scheduling (autogroup), the sessions share
-# the CPU as equals whatever their processes' nice value, and setsid made the compile a session
-# of its own: the session's nice is what makes it yield (measured: its compilers took ~45 % of
-# each core beside the tests with nice 19 alone, ~20 % with both, the tests the rest)
-echo 19 2>/dev/null >"/proc/$LLAMA_PID/autogroup" || true
 
 begin venv
 echo "== installing ceiling and its test tools into .venv"
