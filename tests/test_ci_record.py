@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from script_module import load_script
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "ci_record.py"
-spec = importlib.util.spec_from_file_location("ci_record", SCRIPT)
-assert spec and spec.loader
-ci_record = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ci_record)
+ci_record = load_script(SCRIPT)
 
 PAGE = """# CI
 text before

@@ -4,11 +4,14 @@ dense and MoE, and its ranks agree on the hidden state after the allreduces."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from script_module import load_script
 
 pytest.importorskip("torch")
 SCRIPT = Path(__file__).parents[1] / "experiments" / "gpu" / "tp_decode.py"
@@ -98,7 +101,11 @@ def test_sigterm_keeps_the_record_and_leaves_no_rank_running(tmp_path):
 
     out = tmp_path / "r.json"
     cmd = _tp_decode("--tp", "2", "--timeout", "300", "--debug-hang", "1:eager timing")
-    proc = subprocess.Popen([*cmd, "--out", str(out)], stdout=subprocess.PIPE, text=True)
+    # a tag in the environment the ranks inherit: under pytest-xdist another test's tp_decode
+    # ranks may run at the same time, and only this run's must be gone
+    tag = f"CEILING_TEST_RUN={tmp_path.name}-{os.getpid()}"
+    env = {**os.environ, "CEILING_TEST_RUN": tag.split("=", 1)[1]}
+    proc = subprocess.Popen([*cmd, "--out", str(out)], stdout=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # wait until the ranks sit in the hang
         if out.is_file() and json.loads(out.read_text()).get("running"):
@@ -113,8 +120,14 @@ def test_sigterm_keeps_the_record_and_leaves_no_rank_running(tmp_path):
     # each rank's stage and last words are on record (on a loaded machine it may not have
     # reached the injected hang yet: where it stood is what matters)
     assert all(r["stage"] and r["last_words"] for r in row["ranks"]["ranks"])
-    left = subprocess.run(["pgrep", "-f", f"{SCRIPT} --worker"], capture_output=True, text=True)
-    assert left.stdout.strip() == ""
+    left = []
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            if tag.encode() in (p / "environ").read_bytes().split(b"\0"):
+                left.append(p.name)
+        except OSError:
+            continue  # gone, or not ours to read
+    assert left == [], f"ranks of this run still running: {left}"
 
 
 REPORT = Path(__file__).parents[1] / "experiments" / "gpu" / "trace_report.py"
@@ -217,11 +230,7 @@ def test_traced_tp1_is_the_one_gpu_evidence_held_to_issue_23s_goals(tmp_path):
 def test_trace_report_compares_the_allreduce_class_with_commbench_x_count():
     """commbench's latency at the step's message size (log-log between measured sizes) x the
     step's allreduce count is what the allreduce class is held against."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("trace_report", REPORT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(REPORT)
     doc = {
         "runs": [
             {
@@ -245,11 +254,7 @@ def test_trace_report_compares_the_allreduce_class_with_commbench_x_count():
 def test_trace_report_goals_of_issue_29_at_tp4():
     """TP >= 4 rows are held to issue 29's goals: skew reported, graph row within 10 % of
     predict (15 % for EP), the allreduce class against commbench x count."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("trace_report", REPORT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(REPORT)
     ranks = [{"rank": r, "coverage": 1.0} for r in range(4)]
     m = {
         "mode": "graph",

@@ -3,18 +3,16 @@ installs comes from where pip's would (a local wheel of torch, not a multi-GB CU
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+from script_module import load_script
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "pip_settings_for_uv.py"
-_spec = importlib.util.spec_from_file_location("pip_settings_for_uv", SCRIPT)
-assert _spec and _spec.loader
-mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mod)
+mod = load_script(SCRIPT)
 
 LISTED = """\
 :env:.default-timeout='180'

@@ -5,12 +5,12 @@ modules use, and reads how often its test ran."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from box_noise import RERUN_WHEN_SWAMPED, BoxTooNoisy, CpuTimes, RunQueueWait
+from script_module import load_script
 
 pytest_plugins = ["pytester"]
 
@@ -73,10 +73,7 @@ def test_the_truth_modules_rerun_only_on_box_too_noisy():
             continue  # this module names the markers without using them
         if "mark.flaky" not in text and "RERUN_WHEN_SWAMPED" not in text:
             continue
-        spec = importlib.util.spec_from_file_location(f"_policy_{path.stem}", path)
-        assert spec and spec.loader
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = load_script(path, f"_policy_{path.stem}")
         marks = [m for m in getattr(mod, "pytestmark", []) if m.name == "flaky"]
         for obj in vars(mod).values():
             marks += [m for m in getattr(obj, "pytestmark", []) if m.name == "flaky"]
