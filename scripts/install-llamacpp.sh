@@ -9,7 +9,8 @@
 #     two servers. No PyPI, Debian or npm package ships the real llama-server for Linux (the
 #     PyPI ones that claim to build it from source: see docs/engines.md).
 # `gguf` is installed beside it: src/ceiling/demo/tiny_gguf.py uses it to write the tiny model.
-# About 9-11 minutes on 2 cores the first time (CMake + Ninja, llama-server target only).
+# About 3.5-6 minutes on 2 cores the first time (CMake + Ninja, llama-server target only, a unity
+# build: scripts/llamacpp-unity.cmake says why and what it leaves out of the batches).
 set -euo pipefail
 VENV=${1:-.engines/llamacpp}
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
@@ -19,7 +20,9 @@ JOBS=${JOBS:-$(nproc)}
 PIPQ=(-q --disable-pip-version-check)
 # built once per pin into the cache outside the clone, linked to $VENV (scripts/engine-cache.sh)
 . "$(dirname "$0")/engine-cache.sh"
-engine_cache_begin llamacpp "$VERSION" "$0" "$VENV" "gguf==$GGUF_VERSION" "$(cmake --version 2>/dev/null | head -1)"
+UNITY=$(cd "$(dirname "$0")" && pwd)/llamacpp-unity.cmake
+engine_cache_begin llamacpp "$VERSION" "$0" "$VENV" "gguf==$GGUF_VERSION" \
+  "$(cmake --version 2>/dev/null | head -1)" "$(grep -v '^[[:space:]]*#' "$UNITY")"
 VENV=$ENGINE_TARGET  # a cached entry passes the checks below in seconds
 LIBDIR="$VENV/lib/llama-server"
 
@@ -29,14 +32,19 @@ if [ -x "$VENV/bin/llama-server" ] && "$VENV/bin/llama-server" --version >/dev/n
 else
   SRC=$(mktemp -d)
   trap 'rm -rf "$SRC"' EXIT
-  echo "building llama-server from llama-cpp-python $VERSION's llama.cpp (about 10 minutes the first time)"
+  echo "building llama-server from llama-cpp-python $VERSION's llama.cpp (about 3.5-6 minutes the first time)"
   "$VENV/bin/pip" download "${PIPQ[@]}" --no-deps --no-binary :all: -d "$SRC" \
     "llama-cpp-python==$VERSION" 2>&1 | { grep -v "^WARNING: Location" || true; }
   tar -xzf "$SRC"/llama_cpp_python-*.tar.gz -C "$SRC"
   LLAMA_SRC=$(echo "$SRC"/llama_cpp_python-*/vendor/llama.cpp)
   GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
+  # the unity build's exclusions need cmake_language(DEFER): CMake 3.19 or newer
+  UNITY_ARGS=(-DCMAKE_UNITY_BUILD=ON "-DCMAKE_PROJECT_INCLUDE=$UNITY")
+  CMAKE_VER=$(cmake --version | sed -n '1s/[^0-9]*\([0-9][0-9.]*\).*/\1/p')
+  printf '%s\n' 3.19 "$CMAKE_VER" | sort -V -C || UNITY_ARGS=()
   # no network at build time: no prebuilt web UI download, no curl/openssl
   cmake -S "$LLAMA_SRC" -B "$SRC/build" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
+    "${UNITY_ARGS[@]}" \
     -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \

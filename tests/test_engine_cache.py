@@ -128,3 +128,8 @@ def test_the_install_scripts_use_the_cache():
         text = (scripts / name).read_text()
         assert f'engine_cache_begin {engine} "$VERSION" "$0" "$VENV"' in text, name
         assert text.rstrip().endswith("engine_cache_end"), name
+    # llama.cpp's unity-build file decides the build too: its text is part of the key
+    llamacpp = (scripts / "install-llamacpp.sh").read_text()
+    assert (scripts / "llamacpp-unity.cmake").is_file()
+    key_call = llamacpp.split("engine_cache_begin llamacpp", 1)[1].split("\nVENV=", 1)[0]
+    assert '"$UNITY"' in key_call and "llamacpp-unity.cmake" in llamacpp
