@@ -35,7 +35,7 @@ trap record EXIT
 # venv, vLLM, lint, types and the tests that start no engine; the llamacpp phase is the wait
 # for it that is left before the real-engine tests. A compile killed half-way leaves no
 # completion marker in the engine cache: the next run rebuilds.
-echo "== llama.cpp (llama-server + llama-cpp-python's server; one compile, ~7-10 min the first time on a machine): .engines/llamacpp, in the background (log: logs/install-llamacpp.log)"
+echo "== llama.cpp (llama-server + llama-cpp-python's server; one compile, ~4-6 min the first time on a machine): .engines/llamacpp, in the background (log: logs/install-llamacpp.log)"
 # Not niced: the engine tests wait for the compile anyway, so the run is shortest when the
 # compile ends as early as it can (measured on a new machine: at nice 19 the tests before the
 # wait ran 1.4 min faster and the compile finished ~6 min later)

@@ -242,6 +242,6 @@ class LlamaCppEngine(Engine):
     def install_hint(self) -> str:
         return (
             "install it with `bash scripts/install-llamacpp.sh` (builds llama.cpp once for both "
-            "flavours, ~10 min) into .engines/llamacpp, or point `python:` in the variant at an "
+            "flavours, ~4-6 min on 2 cores) into .engines/llamacpp, or point `python:` in the variant at an "
             "environment that has `llama-cpp-python[server]`"
         )

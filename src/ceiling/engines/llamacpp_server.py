@@ -257,7 +257,7 @@ class LlamaServerEngine(LlamaCppEngine):
 
     def install_hint(self) -> str:
         return (
-            "install it with `bash scripts/install-llamacpp.sh` (builds llama-server, ~10 min) "
+            "install it with `bash scripts/install-llamacpp.sh` (builds llama-server, ~4-6 min on 2 cores) "
             "into .engines/llamacpp, or set `command: [/path/to/llama-server]` in the variant"
         )
 
