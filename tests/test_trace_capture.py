@@ -4,10 +4,12 @@ steps (PyTorch, CUDA graphs) recorded with torch.profiler beside CUDA events."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
@@ -76,6 +78,28 @@ def test_an_engine_without_a_profiler_is_told_not_raised(tmp_path: Path) -> None
     assert res.why_not == setup.enable_hint
 
 
+class _JoinedServer(ThreadingHTTPServer):
+    """Handler threads are joined at close, so a stream still writing to a client that left
+    ends inside its own test instead of printing into a later test's stderr."""
+
+    daemon_threads = False
+    block_on_close = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client hanging up mid-stream is how these tests end a stream
+
+
+@contextlib.contextmanager
+def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    srv = _JoinedServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 class _FakeVllm(BaseHTTPRequestHandler):
     """Streams a token every 5 ms; has no /start_profile (a vLLM started without
     --profiler-config does not serve the route)."""
@@ -118,14 +142,9 @@ class _FakeVllm(BaseHTTPRequestHandler):
 
 
 def test_a_server_without_the_profiler_gets_the_sentence(tmp_path: Path) -> None:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVllm)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with _serve(_FakeVllm) as url:
         setup = get_engine("vllm").profiler("0.32.0", tmp_path, steps=4)
-        url = f"http://127.0.0.1:{srv.server_address[1]}"
         res = capture_window(url, "tiny", setup, steps=4)
-    finally:
-        srv.shutdown()
     assert not res.recorded
     assert res.why_not is not None
     assert "HTTP 404" in res.why_not and "--profiler-config" in res.why_not
@@ -134,10 +153,7 @@ def test_a_server_without_the_profiler_gets_the_sentence(tmp_path: Path) -> None
 def test_trace_capture_cli_names_the_flag_and_needs_vllms_directory(tmp_path, capsys) -> None:
     from ceiling.cli import main
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVllm)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{srv.server_address[1]}"
-    try:
+    with _serve(_FakeVllm) as url:
         # vLLM writes where it was started to: without --trace-dir ceiling cannot find them
         assert main(["trace", "capture", "--url", url, "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err
@@ -145,8 +161,6 @@ def test_trace_capture_cli_names_the_flag_and_needs_vllms_directory(tmp_path, ca
         # with it: the server's route is missing (profiler off) -> the sentence, exit 0
         rc = main(["trace", "capture", "--url", url, "--trace-dir", str(tmp_path / "t"),
                    "--steps", "4", "--out", str(tmp_path), "--json"])  # fmt: skip
-    finally:
-        srv.shutdown()
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["recorded"] is False and "--profiler-config" in doc["why_not"]
@@ -199,14 +213,9 @@ def test_a_trace_file_still_being_written_is_waited_for(tmp_path: Path) -> None:
     folder = tmp_path / "traces"
     folder.mkdir()
     handler = type("H", (_SlowWriter,), {"folder": folder})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with _serve(handler) as url:
         setup = get_engine("vllm").profiler("0.32.0", folder, steps=4)
-        url = f"http://127.0.0.1:{srv.server_address[1]}"
         res = capture_window(url, "tiny", setup, steps=4)
-    finally:
-        srv.shutdown()
     assert res.recorded, res.why_not
     assert res.split is not None and res.split.steps == 10  # the whole fixture, not half of it
 
@@ -252,14 +261,9 @@ def _short_context_capture(tmp_path: Path, tokens: int):
     folder = tmp_path / "traces"
     folder.mkdir()
     handler = type("H", (_ShortContext,), {"folder": folder, "tokens": tokens, "asked": []})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with _serve(handler) as url:
         setup = get_engine("vllm").profiler("0.32.0", folder, steps=32)
-        url = f"http://127.0.0.1:{srv.server_address[1]}"
         return capture_window(url, "tiny", setup, steps=32), handler.asked
-    finally:
-        srv.shutdown()
 
 
 def test_the_streams_ask_for_the_served_context_not_just_the_window(tmp_path: Path) -> None:
@@ -297,13 +301,9 @@ def test_streams_that_ended_before_the_profiler_began_are_tried_again(tmp_path, 
     folder = tmp_path / "traces"
     folder.mkdir()
     handler = type("H", (_NeverStarted,), {"folder": folder, "tokens": 12, "asked": []})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with _serve(handler) as url:
         setup = get_engine("vllm").profiler("0.32.0", folder, steps=32)
-        res = capture_window(f"http://127.0.0.1:{srv.server_address[1]}", "tiny", setup, steps=32)
-    finally:
-        srv.shutdown()
+        res = capture_window(url, "tiny", setup, steps=32)
     assert not res.recorded and res.attempts == capture.MAX_ATTEMPTS
     assert res.why_not is not None and "before the profiler began" in res.why_not
 
