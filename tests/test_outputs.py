@@ -176,3 +176,33 @@ def test_a_real_full_disk_keeps_the_previous_file(small_tmpfs):
     assert "No space left on device" in err.value.message and "unchanged" in err.value.message
     assert target.read_text() == '{"previous": true}\n'
     assert sorted(p.name for p in small_tmpfs.iterdir()) == ["doctor.json"]
+
+
+def test_every_cache_of_ceiling_lives_where_ceiling_cache_dir_says(tmp_path, monkeypatch):
+    from ceiling.predict.tables import core, store
+
+    monkeypatch.setenv("CEILING_CACHE_DIR", str(tmp_path / "c"))
+    assert outputs.cache_dir() == tmp_path / "c"
+    # predict's table fits too, not only the engines' flag tables and the env checks
+    tinfo = core.TablesInfo(version="9.9", root=str(tmp_path), pinned=True, systems=["h200_sxm"])
+    monkeypatch.setattr(store, "info", lambda: tinfo)
+    assert tmp_path / "c" in store._system_dir("h200_sxm").parents
+    monkeypatch.delenv("CEILING_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert outputs.cache_dir() == tmp_path / "x" / "ceiling"
+    assert tmp_path / "x" / "ceiling" in store._system_dir("h200_sxm").parents
+
+
+def test_no_other_module_decides_where_the_cache_is():
+    import pathlib
+    import re
+
+    # code that reads the variable or builds ~/.cache itself (docstrings may name them)
+    decides = re.compile(r"""environ(\.get\(|\[)\s*["']XDG_CACHE_HOME|["']\.cache["']""")
+    src = pathlib.Path(outputs.__file__).parent
+    offenders = [
+        str(p.relative_to(src))
+        for p in src.rglob("*.py")
+        if p.name != "outputs.py" and decides.search(p.read_text())
+    ]
+    assert offenders == [], "use ceiling.outputs.cache_dir()"

@@ -177,3 +177,13 @@ def _failed(p: Path, what: str, exc: OSError, existed: bool) -> CeilingError:
         fix="free some disk space or pass a writable path, then run again",
         exit_code=ExitStatus.FAILED,
     )
+
+
+def cache_dir() -> Path:
+    """ceiling's user cache (``$CEILING_CACHE_DIR``, else ``$XDG_CACHE_HOME/ceiling``, else
+    ``~/.cache/ceiling``): engine flag tables, environment checks and predict's table fits."""
+    env = os.environ.get("CEILING_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "ceiling"

@@ -47,7 +47,7 @@ from ceiling.engines.tables import RemovedFlag, RemovedFlagsFile
 from ceiling.engines.variant import Arg, Variant
 from ceiling.errors import CeilingError
 from ceiling.inputs import read_text
-from ceiling.outputs import write_cache
+from ceiling.outputs import cache_dir, write_cache
 from ceiling.spec._data import M, load_yaml
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -474,15 +474,6 @@ def dist_versions(python: str, dists: tuple[str, ...]) -> dict[str, str | None]:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
         return dict.fromkeys(dists)
-
-
-def cache_dir() -> Path:
-    """ceiling's user cache (``$CEILING_CACHE_DIR``, else ``$XDG_CACHE_HOME/ceiling``)."""
-    env = os.environ.get("CEILING_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "ceiling"
 
 
 def load_data(name: str, schema: type[M]) -> M:

@@ -30,13 +30,13 @@ from packaging.utils import canonicalize_name
 
 from ceiling.console import Progress
 from ceiling.engines import all_engines, get_engine
-from ceiling.engines.base import cache_dir
 from ceiling.engines.variant import Variant
 from ceiling.envcheck import cuda, extensions, host
 from ceiling.envcheck.envdata import EnvFile
 from ceiling.envcheck.models import EnvProblem, EnvReport, Inventory
 from ceiling.envcheck.requirements import check_requirements, pip_cmd
 from ceiling.errors import CeilingError
+from ceiling.outputs import cache_dir
 from ceiling.spec._data import load_yaml
 
 

@@ -26,8 +26,8 @@ measurement, or a slow fallback the engine does not pick at decode) are flagged,
 falls back to the next evidence.
 
 Cold-start cost: building the fits reads the parquet files of one GPU system once (a few
-seconds, pyarrow); they are cached as JSON under ``$XDG_CACHE_HOME/ceiling`` (or
-``~/.cache/ceiling``), keyed by the package version and ``FIT_VERSION``, one small file per
+seconds, pyarrow); they are cached as JSON in ceiling's cache (``$CEILING_CACHE_DIR``, else
+``$XDG_CACHE_HOME/ceiling`` or ``~/.cache/ceiling``), keyed by the package version and ``FIT_VERSION``, one small file per
 table key behind an index (``store``), so a later prediction reads only the keys it uses.
 """
 

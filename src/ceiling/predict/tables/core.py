@@ -118,11 +118,6 @@ def info() -> TablesInfo | None:
     return TablesInfo(version=version, root=str(root), pinned=version == PINNED, systems=systems)
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ceiling"
-
-
 @cache
 def system_bw_GBps(system: str) -> float | None:
     """The DRAM bandwidth aiconfigurator's own system file states for ``system`` (GB/s)."""

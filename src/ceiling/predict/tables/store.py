@@ -15,13 +15,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ceiling.outputs import cache_dir
 from ceiling.predict.tables.build import build_system
 from ceiling.predict.tables.core import (
     FIT_VERSION,
     RawTable,
     SystemFits,
     SystemTables,
-    _cache_dir,
     info,
 )
 
@@ -74,7 +74,7 @@ def _system_dir(system: str) -> Path | None:
     tinfo = info()
     if tinfo is None or system not in tinfo.systems:
         return None
-    return _cache_dir() / f"aic-{tinfo.version}-fit{FIT_VERSION}" / system
+    return cache_dir() / f"aic-{tinfo.version}-fit{FIT_VERSION}" / system
 
 
 def _ensure_built(system: str) -> Path | None:
