@@ -410,3 +410,22 @@ def test_a_server_refusing_the_extension_fields_is_asked_in_plain_openai(intact)
         report = check_server(srv.url, "tiny", "vllm")
     assert report.check("known answers").status == "ok"
     assert report.check("finish reason").status != "ok"  # 32 tokens were not forced
+
+
+def test_an_owner_that_names_no_engine_is_no_engine(intact, monkeypatch):
+    """llama-cpp-python's server answers ``owned_by: "me"``: sanity asks it as an
+    OpenAI-compatible server of no known engine, and never reports "me" as the engine."""
+    from ceiling.flows import sanity as flow
+
+    seen: list[str | None] = []
+
+    def check(url, model, engine, *_a, **_k):
+        seen.append(engine)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(flow, "check_server", check)
+    for owner, want in (("me", None), ("vllm", "vllm")):
+        intact["models"] = [dict(m, owned_by=owner) for m in intact["models"]]
+        with Replay(intact) as srv, pytest.raises(SystemExit):
+            flow.run(flow.SanityConfig(url=srv.url, progress=False))
+        assert seen.pop() == want

@@ -167,6 +167,24 @@ def test_trace_capture_cli_names_the_flag_and_needs_vllms_directory(tmp_path, ca
     assert json.loads((tmp_path / "capture.json").read_text()) == doc
 
 
+class _FakeLlamaCppPython(_FakeVllm):
+    def do_GET(self) -> None:
+        body = b'{"data": [{"id": "tiny", "owned_by": "me"}]}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_an_owner_that_names_no_engine_asks_for_engine(tmp_path, capsys) -> None:
+    from ceiling.cli import main
+
+    with _serve(_FakeLlamaCppPython) as url:
+        assert main(["trace", "capture", "--url", url, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "does not say which engine it runs" in err and "--engine" in err, err
+
+
 def test_a_recorded_window_is_printed(capsys) -> None:
     from ceiling.render import trace as show
     from ceiling.trace.capture import TraceCapture

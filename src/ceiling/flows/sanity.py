@@ -20,6 +20,7 @@ from ceiling.bench.served import served_models
 from ceiling.console import console
 from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError
+from ceiling.flows.target import engine_of
 from ceiling.inputs import check_server_url
 from ceiling.redact import use_api_key
 from ceiling.run.launcher import launch
@@ -87,7 +88,7 @@ def run(cfg: SanityConfig) -> SanityReport:
                 raise CeilingError(f"{url} serves no model", fix="check the server's /v1/models")
             model = models[0].id
         entry = next((m for m in models if m.id == model), models[0] if models else None)
-        engine = engine or (entry.owned_by if entry else None)
+        engine = engine or (engine_of(entry) if entry else None)
         root = entry.root if entry else None
         if model_dir is None and root and Path(root).is_dir():
             model_dir = root

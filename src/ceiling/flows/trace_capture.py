@@ -15,7 +15,7 @@ from ceiling.bench.client import base_url
 from ceiling.console import dumps
 from ceiling.engines import get_engine
 from ceiling.errors import CeilingError
-from ceiling.flows.target import served_models, server_version
+from ceiling.flows.target import engine_of, served_models, server_version
 from ceiling.outputs import write_atomic
 from ceiling.trace.capture import TraceCapture, capture_window, engine_steps
 
@@ -41,7 +41,7 @@ def capture(
         raise CeilingError("--streams and --ranks count from 1", fix="--streams 1 --ranks 1")
     url = base_url(url)
     models = served_models(url)
-    name = engine or (models[0].owned_by if models else None)
+    name = engine or (engine_of(models[0]) if models else None)
     if not name:
         raise CeilingError(
             f"{url} does not say which engine it runs", fix="pass --engine vllm (or sglang)"
