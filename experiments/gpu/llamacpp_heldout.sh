@@ -9,6 +9,9 @@
 #   run(command="DEADLINE=175 bash .gpu/gpu27/llamacpp_heldout.sh", carry=[".gpu/gpu27"],
 #       timeout_s=195)
 #   FAKE=1 bash experiments/gpu/llamacpp_heldout.sh        # dry run here: fake binaries, tiny GGUFs
+# Or with the source only (llamacpp_local_build.sh pack-source): the call builds llama-bench
+# first (static, sm_90, ~4 min on 16 cores; UNPACK_S=360 gives the stage its time) and brings the
+# binary back as $OUT/bin.tar.xz; MATVEC="" then (test-backend-ops is not built).
 #
 # Every stage appends "stage<TAB>ok|fail|timeout|skip<TAB>seconds<TAB>note" to $OUT/stages.tsv
 # and runs under its own time limit, so a failed or cut call says which stage it reached. The
@@ -25,7 +28,7 @@ SITE=${SITE:-/tmp/site}  # the carried wheels (gguf) install here
 # held out of every fit, cheapest-most-valuable first (shape:ftype of random_gguf.py); the last
 # is a fitted file measured again (the previous machine's 3.644 ms), for repeatability
 HELDOUT=${HELDOUT:-"llama3.1-8b:q8_0 mistral-nemo-12b:q5_k_m mixtral-8x7b:q4_k_m qwen3-32b:q4_k_m llama3.1-8b:iq4_xs llama3.1-8b:q6_k llama3.1-8b:q4_k_m"}
-MATVEC=${MATVEC:-"matvec-qwen3-30b-a3b matvec-llama3.1-8b matvec-extra-llama3.1-8b"}
+MATVEC=${MATVEC-"matvec-qwen3-30b-a3b matvec-llama3.1-8b matvec-extra-llama3.1-8b"}
 # test-backend-ops' perf loop measures >= 1 s per case; 0.2 s (>= 10^4 kernels here) is plenty
 export GGML_PERF_MIN_US=${GGML_PERF_MIN_US:-200000}
 T0=$(date +%s)
@@ -71,8 +74,20 @@ pack() {
 if [ "${FAKE:-0}" = 1 ]; then  # the dry run: the same flow on fake binaries and tiny shapes
   HELDOUT=${FAKE_HELDOUT:-"tiny-llama:q8_0 tiny-moe:q4_k_m tiny-llama:iq4_xs"}
   unpack() { mkdir -p "$BIN" && cp "$HERE/fake_llamacpp.sh" "$BIN/fake" && chmod +x "$BIN/fake" && for b in llama-bench test-backend-ops llama-server; do ln -sf fake "$BIN/$b"; done; }
-else
+elif [ -e "$D/bin.tar.xz" ]; then
   unpack() { tar -xJf "$D/bin.tar.xz" -C "$W"; }
+else  # only the source was carried (llamacpp_local_build.sh pack-source): build llama-bench here
+  unpack() {
+    rm -rf "$W/src" "$W/build" && mkdir -p "$W/src" && tar -xJf "$D/llama-src.tar.xz" -C "$W/src" &&
+      cmake -S "$W/src/llama.cpp" -B "$W/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real -DBUILD_SHARED_LIBS=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
+        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+        -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF &&
+      ninja -C "$W/build" -j "$(nproc)" llama-bench &&
+      mkdir -p "$BIN" && cp "$W/build/bin/llama-bench" "$BIN/" && rm -rf "$W/build" "$W/src" &&
+      { tar -C "$W" -cf - bin | xz -T0 -6 >"$OUT/bin.tar.xz" || rm -f "$OUT/bin.tar.xz"; }
+  }
 fi
 
 # cuBLAS is loaded at run time: the image's CUDA toolkit or its pip wheels (nvidia-cublas)
@@ -139,7 +154,7 @@ bench() {  # llama-bench tg128 at depth 0, all layers on the GPU, flash attentio
 export -f left record unpack libpath env_facts smoke wheels matvec bench
 export HERE D W OUT DEADLINE T0 RES GG BIN HELDOUT SITE
 record start ok 0 "deadline ${DEADLINE}s, held out: $HELDOUT"
-stage unpack 0 30 unpack || { pack; exit 1; }
+stage unpack 0 "${UNPACK_S:-30}" unpack || { pack; exit 1; }
 export LD_LIBRARY_PATH="$(libpath)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 stage env 0 15 env_facts
 stage wheels 0 30 wheels

@@ -5,6 +5,8 @@
 #   bash experiments/gpu/llamacpp_local_build.sh prepare   # source, cuBLAS wheel, libcuda stub
 #   bash experiments/gpu/llamacpp_local_build.sh build     # cmake + ninja (nice 19, -j2 by default)
 #   bash experiments/gpu/llamacpp_local_build.sh pack      # /work/main/.gpu/gpu27/ for one device call
+#   bash experiments/gpu/llamacpp_local_build.sh pack-source  # the same without binaries: the
+#                                                          # device call builds llama-bench itself
 #
 # What it needs here: nvcc 13 with the CUDA runtime (/usr/local/cuda), cmake >= 3.24, ninja,
 # gcc; cuBLAS is not in this toolkit, so its headers and libcublas(Lt).so.13 come from the
@@ -21,7 +23,7 @@
 #   - CPU backend for AVX2/FMA/F16C (GGML_NATIVE=OFF: this box is not the GPU machine's CPU),
 #     no OpenMP (no libgomp to carry); the CPU does no model work there (-ngl 99)
 set -euo pipefail
-MODE=${1:?usage: llamacpp_local_build.sh prepare|build|pack}
+MODE=${1:?usage: llamacpp_local_build.sh prepare|build|pack|pack-source}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(git -C "$HERE" rev-parse --show-toplevel)
 MAIN=$(cd "$(git -C "$ROOT" rev-parse --path-format=absolute --git-common-dir)/.." && pwd)
@@ -30,7 +32,7 @@ DST=${GPU_DIR:-$MAIN/.gpu/gpu27}     # what the device call carries (git-ignored
 CUBLAS=$B/cublas/nvidia/cu13
 JOBS=${JOBS:-2}
 
-prepare() {
+prepare_source() {  # the trimmed, patched source alone (all a build on the device needs)
   mkdir -p "$B"
   if [ ! -d "$B/trim/llama.cpp" ]; then
     python3 -m pip download -q --no-deps --no-binary :all: -d "$B/sdist" llama-cpp-python==0.3.36
@@ -46,6 +48,9 @@ prepare() {
       ggml-zendnn ggml-musa ggml-hip ggml-blas)
     patch_perf_loop "$B/trim/llama.cpp/tests/test-backend-ops.cpp"
   fi
+}
+prepare() {
+  prepare_source
   if [ ! -e "$CUBLAS/lib/libcublas.so.13" ]; then
     python3 -m pip download -q --no-deps --only-binary=:all: -d "$B/whl" 'nvidia-cublas==13.0.*'
     mkdir -p "$B/cublas" && (cd "$B/cublas" && unzip -q -o "$B"/whl/nvidia_cublas-*.whl 'nvidia/*')
@@ -128,9 +133,22 @@ pack() {
   du -sh "$DST" && ls -la "$DST"
 }
 
+pack_source() {  # no binaries: the device call builds llama-bench there (~4 min of its time)
+  prepare_source
+  mkdir -p "$DST/whl"
+  rm -f "$DST/bin.tar.xz"
+  tar -C "$B/trim" -cf - llama.cpp | nice -n 19 xz -T0 -6 >"$DST/llama-src.tar.xz"
+  [ -e "$DST"/whl/gguf-0.19.0-py3-none-any.whl ] ||
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$DST/whl" gguf==0.19.0
+  cp "$HERE"/{llamacpp_heldout.sh,fake_llamacpp.sh,random_gguf.py} "$HERE"/ops/matvec-*.txt "$DST/"
+  grep -qx '/.gpu/' "$MAIN/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$MAIN/.git/info/exclude"
+  du -sh "$DST" && ls -la "$DST"
+}
+
 case "$MODE" in
 prepare) prepare ;;
 build) build ;;
 pack) pack ;;
-*) echo "usage: llamacpp_local_build.sh prepare|build|pack" >&2; exit 2 ;;
+pack-source) pack_source ;;
+*) echo "usage: llamacpp_local_build.sh prepare|build|pack|pack-source" >&2; exit 2 ;;
 esac
