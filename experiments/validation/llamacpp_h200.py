@@ -4,7 +4,8 @@
     .venv/bin/python experiments/validation/llamacpp_h200.py --preregister FILE.json  # before a run
 
 Measured: llama-bench tg128 at depth 0 (-ngl 99 -fa 1, CUDA graphs on) of random-weight GGUFs
-written on the H200 (experiments/results/2026-12-02_h200-llamacpp/call1/ and call3/bench-*.json).
+written on the H200 (experiments/results/2026-12-02_h200-llamacpp/call1/, call3/ and call4/
+bench-*.json).
 Predicted from the same files' headers (rebuilt here with experiments/gpu/random_gguf.py --header-only:
 the same shapes and type mix): priors only, the one-shape profile (call2/perf-types.sql) and the
 refit (METHOD below, on call3/matvec.sql). Nothing is fitted to a measured step: the priors are
@@ -77,14 +78,12 @@ def _tg_ms(f: Path) -> float | None:
 
 
 def measured_ms(name: str) -> tuple[float | None, float | None]:
-    """(the first measurement, call 1's else call 3's; call 3's again where call 1 had one)."""
-    first, again = _tg_ms(RES / "call1" / f"bench-{name}.json"), None
-    third = _tg_ms(RES / "call3" / f"bench-{name}.json")
-    if first is None:
-        first = third
-    else:
-        again = third
-    return first, again
+    """(the first measurement of the file, the next one where a later call measured it again):
+    calls 1, 3 and 4 (2026-12-04: the held-out files call 3 had no time for)."""
+    found = [
+        m for c in ("call1", "call3", "call4") if (m := _tg_ms(RES / c / f"bench-{name}.json"))
+    ]
+    return (found[0] if found else None), (found[1] if len(found) > 1 else None)
 
 
 def _err(pred: float, m: float | None) -> float | None:
