@@ -12,6 +12,8 @@
 # Or with the source only (llamacpp_local_build.sh pack-source): the call builds llama-bench
 # first (static, sm_90, ~4 min on 16 cores; UNPACK_S=360 gives the stage its time) and brings the
 # binary back as $OUT/bin.tar.xz; MATVEC="" then (test-backend-ops is not built).
+# NCU=1 also times every kernel of a short decode run of each file inside llama.cpp's CUDA graph
+# (Nsight Compute, $RES/ncu-FILE.csv.gz: experiments/validation/llamacpp_kernels.py reads them).
 #
 # Every stage appends "stage<TAB>ok|fail|timeout|skip<TAB>seconds<TAB>note" to $OUT/stages.tsv
 # and runs under its own time limit, so a failed or cut call says which stage it reached. The
@@ -150,8 +152,21 @@ bench() {  # llama-bench tg128 at depth 0, all layers on the GPU, flash attentio
   "$BIN/llama-bench" -m "$GG/$1.gguf" -ngl 99 -fa 1 -p 0 -n 128 -d 0 -r 3 -o json \
     >"$RES/bench-$1.json"
 }
+kernels() {  # with NCU=1: every kernel of a short decode run timed inside llama.cpp's graph
+  # (Nsight Compute; nsys cannot make a report on these machines). --cache-control none keeps
+  # the L2 as the graph leaves it, --clock-control none the clocks as they run (METHOD.md)
+  local ncu
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+  [ -n "$ncu" ] || { echo "no ncu"; return 1; }
+  "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum -f \
+    -o "$W/ncu-$1" "$BIN/llama-bench" -m "$GG/$1.gguf" -ngl 99 -fa 1 -p 0 -n "${NCU_TOKENS:-3}" \
+    -d 0 -r 1 -o json >"$RES/ncu-bench-$1.json" || return 1
+  "$ncu" -i "$W/ncu-$1.ncu-rep" --csv --page raw --print-units base | gzip -9 >"$RES/ncu-$1.csv.gz"
+  rm -f "$W/ncu-$1.ncu-rep"
+  zcat "$RES/ncu-$1.csv.gz" | wc -l
+}
 
-export -f left record unpack libpath env_facts smoke wheels matvec bench
+export -f left record unpack libpath env_facts smoke wheels matvec bench kernels
 export HERE D W OUT DEADLINE T0 RES GG BIN HELDOUT SITE
 record start ok 0 "deadline ${DEADLINE}s, held out: $HELDOUT"
 stage unpack 0 "${UNPACK_S:-30}" unpack || { pack; exit 1; }
@@ -177,6 +192,7 @@ for spec in $HELDOUT; do
   if [ -s "$GG/$name.gguf" ]; then
     record "wait_$name" ok $(($(date +%s) - s))
     stage "bench_$name" 12 60 bench "$name"
+    [ "${NCU:-0}" = 1 ] && stage "kernels_$name" 30 "${NCU_S:-120}" kernels "$name"
   else
     record "bench_$name" skip 0 "no file (writer failed or deadline)"
   fi
