@@ -13,7 +13,8 @@
 # first (static, sm_90, ~4 min on 16 cores; UNPACK_S=360 gives the stage its time) and brings the
 # binary back as $OUT/bin.tar.xz; MATVEC="" then (test-backend-ops is not built).
 # NCU=1 also times every kernel of a short decode run of each file inside llama.cpp's CUDA graph
-# (Nsight Compute, $RES/ncu-FILE.csv.gz: experiments/validation/llamacpp_kernels.py reads them).
+# (Nsight Compute, $RES/ncu-FILE.csv.gz: experiments/validation/llamacpp_kernels.py reads them);
+# TRACE=1 records them with CUPTI instead, not serialised (kernel_times.cpp, $RES/cupti-FILE.tsv.gz).
 #
 # Every stage appends "stage<TAB>ok|fail|timeout|skip<TAB>seconds<TAB>note" to $OUT/stages.tsv
 # and runs under its own time limit, so a failed or cut call says which stage it reached. The
@@ -165,8 +166,26 @@ kernels() {  # with NCU=1: every kernel of a short decode run timed inside llama
   rm -f "$W/ncu-$1.ncu-rep"
   zcat "$RES/ncu-$1.csv.gz" | wc -l
 }
+cupti_lib() {  # with TRACE=1: the CUPTI kernel trace (kernel_times.cpp), built here
+  local lib
+  lib=$(ls /usr/local/cuda*/lib64/libcupti.so /usr/local/cuda*/lib/libcupti.so \
+    /usr/local/cuda*/extras/CUPTI/lib64/libcupti.so 2>/dev/null | head -1)
+  [ -n "$lib" ] || lib=$(timeout 10 find / -xdev -name 'libcupti.so*' -print -quit 2>/dev/null)
+  [ -n "$lib" ] || { echo "no libcupti"; return 1; }
+  echo "cupti: $lib"
+  g++ -O2 -shared -fPIC -I/usr/local/cuda/include "$D/kernel_times.cpp" -o "$W/libkernel_times.so" \
+    "$lib" -Wl,-rpath,"$(dirname "$lib")"
+}
+trace() {  # with TRACE=1: every kernel of a decode run, start and end on the GPU, not serialised
+  CUDA_INJECTION64_PATH="$W/libkernel_times.so" KERNEL_TIMES_OUT="$W/cupti-$1.tsv" \
+    "$BIN/llama-bench" -m "$GG/$1.gguf" -ngl 99 -fa 1 -p 0 -n "${TRACE_TOKENS:-32}" -d 0 -r 1 \
+    -o json >"$RES/cupti-bench-$1.json" || return 1
+  tail -1 "$W/cupti-$1.tsv"
+  wc -l <"$W/cupti-$1.tsv"
+  gzip -9 -c "$W/cupti-$1.tsv" >"$RES/cupti-$1.tsv.gz"
+}
 
-export -f left record unpack libpath env_facts smoke wheels matvec bench kernels
+export -f left record unpack libpath env_facts smoke wheels matvec bench kernels cupti_lib trace
 export HERE D W OUT DEADLINE T0 RES GG BIN HELDOUT SITE
 record start ok 0 "deadline ${DEADLINE}s, held out: $HELDOUT"
 stage unpack 0 "${UNPACK_S:-30}" unpack || { pack; exit 1; }
@@ -179,6 +198,7 @@ if ! stage smoke 0 30 smoke; then  # nothing else can run: say why, and stop
   pack
   exit 1
 fi
+[ "${TRACE:-0}" = 1 ] && stage cupti 0 60 cupti_lib
 writer &
 WPID=$!
 for m in $MATVEC; do stage "$m" 20 60 matvec "$m"; done
@@ -193,6 +213,7 @@ for spec in $HELDOUT; do
     record "wait_$name" ok $(($(date +%s) - s))
     stage "bench_$name" 12 60 bench "$name"
     [ "${NCU:-0}" = 1 ] && stage "kernels_$name" 30 "${NCU_S:-120}" kernels "$name"
+    [ "${TRACE:-0}" = 1 ] && [ -e "$W/libkernel_times.so" ] && stage "trace_$name" 15 60 trace "$name"
   else
     record "bench_$name" skip 0 "no file (writer failed or deadline)"
   fi

@@ -128,7 +128,7 @@ pack() {
   rm -rf "$bin"
   [ -e "$DST"/whl/gguf-0.19.0-py3-none-any.whl ] ||
     python3 -m pip download -q --no-deps --only-binary=:all: -d "$DST/whl" gguf==0.19.0
-  cp "$HERE"/{llamacpp_heldout.sh,fake_llamacpp.sh,random_gguf.py} "$HERE"/ops/matvec-*.txt "$DST/"
+  cp "$HERE"/{llamacpp_heldout.sh,fake_llamacpp.sh,random_gguf.py,kernel_times.cpp} "$HERE"/ops/matvec-*.txt "$DST/"
   grep -qx '/.gpu/' "$MAIN/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$MAIN/.git/info/exclude"
   du -sh "$DST" && ls -la "$DST"
 }
@@ -140,7 +140,7 @@ pack_source() {  # no binaries: the device call builds llama-bench there (~4 min
   tar -C "$B/trim" -cf - llama.cpp | nice -n 19 xz -T0 -6 >"$DST/llama-src.tar.xz"
   [ -e "$DST"/whl/gguf-0.19.0-py3-none-any.whl ] ||
     python3 -m pip download -q --no-deps --only-binary=:all: -d "$DST/whl" gguf==0.19.0
-  cp "$HERE"/{llamacpp_heldout.sh,fake_llamacpp.sh,random_gguf.py} "$HERE"/ops/matvec-*.txt "$DST/"
+  cp "$HERE"/{llamacpp_heldout.sh,fake_llamacpp.sh,random_gguf.py,kernel_times.cpp} "$HERE"/ops/matvec-*.txt "$DST/"
   grep -qx '/.gpu/' "$MAIN/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$MAIN/.git/info/exclude"
   du -sh "$DST" && ls -la "$DST"
 }
