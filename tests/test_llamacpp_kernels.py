@@ -74,3 +74,49 @@ def test_quantized_mat_vecs_cost_less_in_the_graph_than_alone(recorded) -> None:
     assert recorded["llama3.1-8b-f16"]["in_graph_vs_isolated"]["F16"] == pytest.approx(
         1.0, abs=0.06
     )
+
+
+# ---- call 6: the same kernels recorded by CUPTI (kernel_times.cpp), not serialised ----------
+
+CALL6 = ROOT / "experiments/results/2026-12-02_h200-llamacpp/call6"
+
+
+@pytest.fixture(scope="module")
+def traced() -> dict[str, dict]:
+    return {r["file"]: r for r in json.loads((CALL6 / "kernels.json").read_text())["rows"]}
+
+
+def test_the_trace_recomputes_and_lost_nothing(kernels, traced, tmp_path) -> None:
+    got = kernels.analyse(CALL6, "llama3.1-8b-q4_k_m", tmp_path, "cupti")
+    want = traced["llama3.1-8b-q4_k_m"]
+    assert got["kernels_per_token"] == want["kernels_per_token"] == 614
+    assert got["tokens_in_run"] == 33  # llama-bench's warm-up token and -n 32
+    assert got["gpu_step_us"] == pytest.approx(want["gpu_step_us"], rel=1e-9)
+    assert got["by_kind_us"] == pytest.approx(want["by_kind_us"], rel=1e-9)
+    for f in CALL6.glob("cupti-*.tsv.gz"):
+        assert kernels.read_cupti(f)  # raises when CUPTI says it dropped records
+
+
+def test_a_trace_that_dropped_records_is_refused(kernels, tmp_path) -> None:
+    import gzip
+
+    f = tmp_path / "cupti-x.tsv.gz"
+    f.write_bytes(gzip.compress(b"1\t2\t0\t14\tk()\n# dropped 3\n"))
+    with pytest.raises(ValueError, match="dropped"):
+        kernels.read_cupti(f)
+
+
+def test_the_trace_has_its_own_cost(traced) -> None:
+    """The traced run's step is longer than the untraced one by 1-3 us per kernel: CUPTI's
+    timestamps are not free, so its per-kernel figures also bound the kernels from above."""
+    for name, r in traced.items():
+        per_kernel = (r["traced_step_us"] - r["step_us"]) / r["kernels_per_token"]
+        assert 0.5 < per_kernel < 3.0, name
+
+
+def test_traced_small_quantized_mat_vecs_also_cost_less_than_alone(traced) -> None:
+    for name, typ in (("llama3.1-8b-q4_k_m", "Q4_K"), ("llama3.1-8b-iq4_xs", "IQ4_XS"),
+                      ("llama3.1-8b-q5_k_m", "Q5_K"), ("llama3.1-8b-q8_0", "Q8_0"),
+                      ("llama3.1-8b-q6_k", "Q6_K")):  # fmt: skip
+        assert traced[name]["in_graph_vs_isolated"][typ] < 0.95, name
+    assert traced["llama3.1-8b-f16"]["in_graph_vs_isolated"]["F16"] >= 1.0

@@ -25,6 +25,7 @@ import gzip
 import io
 import json
 import re
+import statistics
 import subprocess
 import sys
 from collections import defaultdict
@@ -118,15 +119,42 @@ def isolated_us(info_path: Path, sql: Path) -> dict[str, float]:
     return {k: v for k, v in out.items() if k not in missing}
 
 
-def analyse(call: Path, name: str, cache: Path) -> dict[str, object]:
-    kernels = read_kernels(call / f"ncu-{name}.csv.gz")
-    ncu_bench = json.loads((call / f"ncu-bench-{name}.json").read_text())
-    evals = 1 + int(ncu_bench[0]["n_gen"])  # llama-bench's warm-up token, then -n tokens
-    parts = tokens(kernels, evals)
-    last = parts[-1]  # the graph warm by then
-    by_kind: dict[str, float] = defaultdict(float)
-    for k, us in last:
-        by_kind[kind(k)] += us
+def read_cupti(path: Path) -> list[tuple[str, float, int]]:
+    """(kernel name, microseconds, start ns) in start order, from kernel_times.cpp's trace."""
+    out = []
+    for line in gzip.decompress(path.read_bytes()).decode().splitlines():
+        if line.startswith("#"):
+            if line.startswith("# dropped") and int(line.split()[2]):
+                raise ValueError(f"{path.name}: CUPTI dropped records ({line})")
+            continue
+        start, end, _graph, _stream, name = line.split("\t", 4)
+        out.append((name, (int(end) - int(start)) / 1e3, int(start)))
+    return sorted(out, key=lambda k: k[2])
+
+
+def analyse(call: Path, name: str, cache: Path, source: str = "ncu") -> dict[str, object]:
+    """One file's kernels per decode token. ``ncu``: Nsight Compute's serialised timings, the
+    last evaluation; ``cupti``: the CUPTI trace, medians over the second half of the run's
+    evaluations (CUDA graphs in use by then), with the GPU's own step (start to start)."""
+    if source == "ncu":
+        kernels = [(k, us, 0) for k, us in read_kernels(call / f"ncu-{name}.csv.gz")]
+    else:
+        kernels = read_cupti(call / f"cupti-{name}.tsv.gz")
+    meta = json.loads((call / f"{source}-bench-{name}.json").read_text())
+    evals = 1 + int(meta[0]["n_gen"])  # llama-bench's warm-up token, then -n tokens
+    parts = tokens([(k, us) for k, us, _ in kernels], evals)
+    size = len(parts[0])
+    starts = [kernels[len(kernels) - size * (evals - i)][2] for i in range(evals)]
+    use = range(evals - 1, evals) if source == "ncu" else range(evals // 2, evals)
+    per_kind: dict[str, list[float]] = defaultdict(list)
+    for i in use:
+        sums: dict[str, float] = defaultdict(float)
+        for k, us in parts[i]:
+            sums[kind(k)] += us
+        for k, v in sums.items():
+            per_kind[k].append(v)
+    by_kind = {k: statistics.median(v) for k, v in sorted(per_kind.items())}
+    busy = statistics.median(sum(us for _, us in parts[i]) for i in use)
     bench = json.loads((call / f"bench-{name}.json").read_text())
     step_us = 1e6 / bench[0]["avg_ts"]
     info_path = header(name, cache)
@@ -134,7 +162,6 @@ def analyse(call: Path, name: str, cache: Path) -> dict[str, object]:
     for t, share in weights_read(read_gguf(info_path)):
         if not t.name.startswith("token_embd"):
             bytes_by_type[t.type] += t.nbytes * share
-    busy = sum(us for _, us in last)
     matvec = {
         typ: {
             "us": by_kind[f"matvec {typ}"],
@@ -145,41 +172,54 @@ def analyse(call: Path, name: str, cache: Path) -> dict[str, object]:
         if by_kind.get(f"matvec {typ}")
     }
     alone = isolated_us(info_path, RES / "call3/matvec.sql")
-    return {
+    row: dict[str, object] = {
         "file": name,
-        "kernels_per_token": len(last),
+        "source": source,
+        "kernels_per_token": size,
         "tokens_in_run": evals,
         "step_us": step_us,
         "kernels_us": busy,
         "not_in_kernels_us": step_us - busy,
-        "by_kind_us": dict(sorted(by_kind.items())),
+        "by_kind_us": by_kind,
         "matvec": matvec,
         "isolated_matvec_us": alone,
         "in_graph_vs_isolated": {t: by_kind[f"matvec {t}"] / us for t, us in alone.items()},
         "token_spread_us": [sum(us for _, us in p) for p in parts],
     }
+    if source == "cupti":
+        gpu_steps = [starts[i + 1] - starts[i] for i in use if i + 1 < evals]
+        row["gpu_step_us"] = statistics.median(gpu_steps) / 1e3
+        row["traced_step_us"] = 1e6 / meta[0]["avg_ts"]
+        row["idle_us"] = float(row["gpu_step_us"]) - busy  # the GPU between kernels
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--call", type=Path, default=RES / "call5")
+    ap.add_argument("--call", type=Path, default=RES / "call6")
     ap.add_argument("--cache", type=Path, default=ROOT / ".cache/gguf-headers")
     ap.add_argument("--out", type=Path, help="default: CALL/kernels.json")
     a = ap.parse_args(argv)
     a.cache.mkdir(parents=True, exist_ok=True)
     rows = []
-    for f in sorted(a.call.glob("ncu-*.csv.gz")):
-        name = f.name[len("ncu-") : -len(".csv.gz")]
+    found = [(f.name[len("ncu-") : -len(".csv.gz")], "ncu") for f in a.call.glob("ncu-*.csv.gz")]
+    found += [
+        (f.name[len("cupti-") : -len(".tsv.gz")], "cupti") for f in a.call.glob("cupti-*.tsv.gz")
+    ]
+    for name, source in sorted(found):
         try:
-            r = analyse(a.call, name, a.cache)
+            r = analyse(a.call, name, a.cache, source)
         except (ValueError, FileNotFoundError, KeyError) as e:
             print(f"{name}: not read ({e})", file=sys.stderr)
             continue
         rows.append(r)
         kinds = ", ".join(f"{k} {v / 1e3:.3f}" for k, v in r["by_kind_us"].items())
-        print(f"{name}: step {r['step_us'] / 1e3:.3f} ms, kernels {r['kernels_us'] / 1e3:.3f} ms "
-              f"({r['kernels_per_token']} per token), outside kernels "
-              f"{r['not_in_kernels_us'] / 1e3:.3f} ms; {kinds}")  # fmt: skip
+        gpu = (f", GPU step {r['gpu_step_us'] / 1e3:.3f} ms (traced run "
+               f"{r['traced_step_us'] / 1e3:.3f}), GPU idle {r['idle_us'] / 1e3:.3f} ms"
+               if source == "cupti" else "")  # fmt: skip
+        print(f"{name} [{source}]: step {r['step_us'] / 1e3:.3f} ms, kernels "
+              f"{r['kernels_us'] / 1e3:.3f} ms ({r['kernels_per_token']} per token){gpu}, "
+              f"outside kernels {r['not_in_kernels_us'] / 1e3:.3f} ms; {kinds}")  # fmt: skip
         for typ, m in r["matvec"].items():
             alone = r["isolated_matvec_us"].get(typ)
             print(f"    {typ:7s} {m['GB']:.2f} GB in {m['us'] / 1e3:.3f} ms = {m['TB_s']:.2f} TB/s"
