@@ -93,7 +93,7 @@ prepare() {  # here, not on the GPU machine: fill .gpu/gpu/ (source, wheels, scr
     pyelftools==0.33 psutil==7.2.2 prometheus_client==0.26.0 markdown-it-py==4.3.0 mdurl==0.1.2
   cp "$HERE/llamacpp_cuda.sh" "$HERE/llamacpp_doctor.sh" "$HERE/random_gguf.py" "$dst/"
   rm -rf "$dst/variants" "$dst/src" "$dst/ops" && cp -a "$HERE/variants" "$root/src" "$dst/"
-  mkdir -p "$dst/ops" && cp "$root"/bench/results/2026-12-02_h200-llamacpp/call1/ops-*.txt "$dst/ops/"
+  mkdir -p "$dst/ops" && cp "$root"/experiments/results/2026-12-02_h200-llamacpp/call1/ops-*.txt "$dst/ops/"
   find "$dst/src" -name __pycache__ -prune -exec rm -rf {} +
   du -sh "$dst"
 }
