@@ -254,6 +254,10 @@ def test_engine_dying_at_launch_leaves_a_report(model_dir, tmp_path):
     assert doc["server_died"] and "out of memory" in doc["server_death"]
     assert {s["name"]: s["status"] for s in doc["stages"]}["launch"] == "failed"
     assert "The server died during the doctor run" in (out / "report.md").read_text()
+    # this CPU was measured before the launch: with its cores still free, and kept on a death
+    names = [s["name"] for s in doc["stages"]]
+    assert names.index("hardware") < names.index("launch")
+    assert doc["hardware"]["kind"] == "cpu" and doc["hardware"]["measured"]
 
 
 def test_engine_log_facts_drive_the_prediction_and_the_changes(tmp_path):

@@ -1,5 +1,5 @@
-"""``ceiling doctor``: preflight -> launch -> inspect -> sanity -> predict -> bench -> attribute
--> verdict. Entry point: :func:`run` (``run(config, report) -> DoctorResult``).
+"""``ceiling doctor``: preflight -> hardware -> launch -> inspect -> sanity -> predict -> bench
+-> attribute -> verdict. Entry point: :func:`run` (``run(config, report) -> DoctorResult``).
 
 Why one flow: the questions an engineer asks of a slow deployment (what could it do, what does
 it do, where does the difference go, what is worth changing) need all the other modules, in
@@ -9,9 +9,8 @@ took and whether it failed; a stage that fails does not throw away what earlier 
 
 Input: a running server (``url``, optionally its ``log`` file) or a ``variant`` file to launch.
 The model comes from ``--model``, the variant's model, or the path the server reports in
-``/v1/models`` (``root``); the hardware from ``probe`` (GPUs) or, on a machine without NVIDIA
-GPUs, from a measured description of the CPU (``cpu_host``): predict's CPU backend then gives
-the floors of this CPU's measured bandwidth and FLOP rate, and the report says so.
+``/v1/models`` (``root``); the hardware from ``probe`` (GPUs) or a measured CPU (``cpu_host``,
+before a launch: predict's CPU backend then gives the floors of its bandwidth and FLOP rate).
 
 The stages' decisions live in ``ceiling.diagnose`` without I/O: ``expect`` (the prediction),
 ``judge`` (attribution and verdict), ``runtime`` (the log's and the run's findings); the I/O
@@ -229,6 +228,7 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
             _preflight_stage(rec, res, variant)
             # before the launch: answering "would flag X help?" must not cost a model load
             _flag_stage(rec, res, cfg, variant, variant.engine)
+            _hardware_stage(rec, res, cfg)  # a CPU's rates, before the engine's threads share it
         server = _launch_stage(rec, res, cfg, variant, stack) if variant is not None else None
         if server is not None:
             url, log_path = server.url, Path(server.log_path) if server.log_path else None
@@ -247,7 +247,8 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
         else:
             rec.skip("inspect log", "no log file (pass --log with --url)")
         _sanity_stage(rec, res, cfg, url, served, variant)
-        _hardware_stage(rec, res, cfg)
+        if variant is None:
+            _hardware_stage(rec, res, cfg)
         _predict_stage(rec, res, cfg, variant, models, served)
         modes: tuple[BenchMode, ...] = ("single", "concurrency")
         for mode in modes:
@@ -461,9 +462,8 @@ def _bench_stage(
 
 
 def _alive_after(server: Any, url: str, failed: bool) -> bool:
-    """Whether the server still runs after a bench stage. A launched engine that died mid-stage
-    shows as failed requests at once, while the process doctor holds (a guard may sit between
-    it and the engine) exits a moment later: after failures it gets ``DEATH_GRACE_S`` to do so."""
+    """Whether the server still runs after a bench stage. A dead engine fails requests at once;
+    the process doctor holds (a guard may sit before it) gets ``DEATH_GRACE_S`` to exit."""
     if server is None:
         return server_alive(url)
     if failed:
