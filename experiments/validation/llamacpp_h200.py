@@ -60,12 +60,13 @@ METHOD = (
 
 
 def header(name: str, cache: Path) -> Path:
+    """The header of the GGUF ``name`` (SHAPE-FTYPE) as random_gguf.py writes it, kept in
+    ``cache``; written with this interpreter (ceiling's .venv has gguf, the dev extra)."""
     shape, ftype = name.rsplit("-", 1)
     out = cache / f"{name}.gguf"
     if not out.exists():
-        py = ROOT / ".engines/llamacpp/bin/python"
-        subprocess.run([str(py), str(ROOT / "experiments/gpu/random_gguf.py"), "--shape", shape,
-                        "--ftype", ftype, "--out", str(out), "--header-only"],
+        subprocess.run([sys.executable, str(ROOT / "experiments/gpu/random_gguf.py"),
+                        "--shape", shape, "--ftype", ftype, "--out", str(out), "--header-only"],
                        check=True, capture_output=True)  # fmt: skip
     return out
 

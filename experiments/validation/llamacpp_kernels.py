@@ -26,7 +26,6 @@ import io
 import json
 import re
 import statistics
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -40,7 +39,9 @@ from ceiling.predict.gguf import read_gguf  # noqa: E402
 from ceiling.predict.llamacpp import weights_read  # noqa: E402
 from ceiling.predict.llamacpp_fit import points_from_sql  # noqa: E402
 
-RES = ROOT / "experiments/results/2026-12-02_h200-llamacpp"
+sys.path.insert(0, str(Path(__file__).parent))
+from llamacpp_h200 import RES, header  # noqa: E402
+
 QUANT = re.compile(r"mul_mat_vec_q<(?:\(ggml_type\))?(\d+),")
 
 
@@ -83,16 +84,6 @@ def tokens(kernels: list[tuple[str, float]], n: int) -> list[list[tuple[str, flo
     if any(x != names[0] for x in names[1:]):
         raise ValueError("the evaluations launch different kernels")
     return parts
-
-
-def header(name: str, cache: Path) -> Path:
-    shape, ftype = name.rsplit("-", 1)
-    out = cache / f"{name}.gguf"
-    if not out.exists():
-        subprocess.run([sys.executable, str(ROOT / "experiments/gpu/random_gguf.py"),
-                        "--shape", shape, "--ftype", ftype, "--out", str(out), "--header-only"],
-                       check=True, capture_output=True)  # fmt: skip
-    return out
 
 
 def isolated_us(info_path: Path, sql: Path) -> dict[str, float]:
