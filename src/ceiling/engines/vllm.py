@@ -101,6 +101,7 @@ class VllmEngine(Engine):
     """vLLM's OpenAI-compatible server (``vllm serve``), V1 engine, 0.10 and later."""
 
     name = "vllm"
+    random_load_formats = ("dummy",)
     display_name = "vLLM"
     # Checked: vLLM 0.32 v1/metrics/stats.py (queue, prefill and decode times from engine-core
     # timestamps), v1/engine/output_processor.py (RequestOutputCollector merges outputs that
@@ -248,7 +249,7 @@ class VllmEngine(Engine):
             text=True,
             timeout=600,
             check=False,
-            env=quiet_env(),
+            env=quiet_env(install.env),
         )
         actions = parse_help_text(proc.stdout)
         if proc.returncode != 0 or len(actions) < 10:

@@ -207,14 +207,29 @@ def _sanity_stage(
         dtype = res.facts.dtype if res.facts is not None else None
         rep = doctor_gate(url, served, res.target.engine, cfg.model_path, variant, dtype)
         res.sanity = rep
-        if rep.verdict == "broken" and cfg.accept_broken_output:
-            res.sanity_override = cfg.accept_broken_output
-            st.message = f"{rep.headline}; measured anyway: {cfg.accept_broken_output}"
+        # a server told to load random weights answers noise by design: measured, and said so
+        reason = cfg.accept_broken_output or _random_weights(res, variant)
+        if rep.verdict == "broken" and reason:
+            res.sanity_override = reason
+            st.message = f"{rep.headline}; measured anyway: {reason}"
             return
         if rep.verdict == "broken":
             res.verdict = broken_output_verdict(rep)
             raise SanityBroken(rep)
         st.message = rep.headline
+
+
+def _random_weights(res: DoctorResult, variant: Variant | None) -> str | None:
+    """The engine's own word (the variant's flags, else the start-up log's arguments) that the
+    served weights are random, or None."""
+    from ceiling.engines import engine_names, get_engine
+
+    name = variant.engine if variant is not None else res.target.engine
+    if name not in engine_names():
+        return None
+    argv = variant.argv() if variant is not None else []
+    log_args = res.facts.non_default_args if res.facts is not None else {}
+    return get_engine(name).random_weights(argv, log_args)
 
 
 def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> None:

@@ -119,7 +119,7 @@ def _sanity(doc: Doc) -> list[str]:
     override = doc.sanity_override if isinstance(doc, DoctorResult) else None
     if override:
         out += [
-            f"**Measured past a {s.verdict} verdict** (--accept-broken-output): {override}. "
+            f"**Measured past a {s.verdict} verdict**: {override}. "
             "The figures below time the server's kernels; its output is not a model's answer.",
             "",
         ]
