@@ -39,6 +39,8 @@ device_env() {
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
   export PYTHONPATH="$REPO/src:$SITE:/tmp/site"
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+  # FlashInfer is left out of the staged parts; the sampler imports it unless told not to
+  export VLLM_USE_FLASHINFER_SAMPLER=0
   PY=python3
 }
 
