@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 
 from ceiling.engines.facts import EngineFacts, StreamingTraits
 from ceiling.engines.flags import VALUE_TYPES, FlagSpec, FlagTable, Problem, ValueType, has_flag
+from ceiling.engines.kernels import KernelVariants
 from ceiling.engines.logparse import LogGrammar, read_log
 from ceiling.engines.profiling import ProfilerSetup, unsupported
 from ceiling.engines.sampling import PromptLogprobs, read_openai_echo
@@ -150,6 +151,11 @@ class Engine:
     cpu_env_prefixes: tuple[str, ...] = ()
     intended_absent: ClassVar[dict[str, str]] = {}
     intended_absent_when: str = ""
+    # kernel extensions shipped in several instruction-set builds, of which the engine imports
+    # one (``ceiling env`` loads only that one: the others may die by SIGILL on this CPU)
+    kernel_variants: ClassVar[tuple[KernelVariants, ...]] = ()
+    # Python that imports the engine's kernels its own way in its environment (exit 0: they load)
+    kernels_import: str = ""
     # ``ceiling deploy``'s Compose service: the engine's published image ({version} filled in;
     # empty: none known, the user names one), what runs the server in it, and the tool its
     # healthcheck calls (python3 or curl)

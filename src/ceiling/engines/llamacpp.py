@@ -191,6 +191,8 @@ class LlamaCppEngine(Engine):
         "concurrent streams need another server or another engine)",
     }
     ready_line = "Application startup complete."
+    # the binding loads libllama (and ggml's CPU backends) with ctypes when imported
+    kernels_import = "import llama_cpp\nllama_cpp.llama_backend_init()\n"
     health_paths: tuple[str, ...] = ("/v1/models",)
     default_port = 8080
     env_prefixes: tuple[str, ...] = ()

@@ -216,6 +216,7 @@ class LlamaServerEngine(LlamaCppEngine):
         "eager-mode": "unset GGML_CUDA_DISABLE_GRAPHS (the build has CUDA graphs: USE_GRAPHS = 1)",
     }
     ready_line = "llama_server: listening on "
+    kernels_import = ""  # a binary, not a Python environment: ``ceiling env`` has nothing to load
     health_paths = ("/health", "/v1/models")
     default_port = 8080
     env_prefixes = ("LLAMA_ARG_",)
