@@ -38,6 +38,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ceiling.engines.death import start_failure
 from ceiling.engines.facts import EngineFacts, StreamingTraits
 from ceiling.engines.flags import VALUE_TYPES, FlagSpec, FlagTable, Problem, ValueType, has_flag
 from ceiling.engines.kernels import KernelVariants
@@ -440,6 +441,8 @@ class Engine:
         if self.log_grammar is None:
             raise NotImplementedError(f"{self.name}: no start-up log grammar")
         read_log(self.log_grammar, lines, facts)
+        if not facts.ready:
+            facts.start_failure = start_failure(lines, self.name, self.removed_flags())
 
 
 def quiet_env() -> dict[str, str]:

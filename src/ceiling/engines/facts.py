@@ -30,6 +30,16 @@ class StreamingTraits(BaseModel, frozen=True):
     interval_arg: str | None = None
 
 
+class StartFailure(BaseModel):
+    """Why a start-up failed, as its log says: the cause (``data/death_causes.yaml``), the lines
+    that show it, the fix; flags the parser refused that the engine removed, with why."""
+
+    cause: str
+    evidence: list[str] = Field(default_factory=list)
+    fix: str = ""
+    removed_flags: list[str] = Field(default_factory=list)
+
+
 class EngineFacts(BaseModel):
     """What an engine's start-up log says about the deployment (None: the log does not say)."""
 
@@ -94,6 +104,7 @@ class EngineFacts(BaseModel):
     init_engine_s: float | None = None
     startup_s: float | None = None
     ready: bool = False
+    start_failure: StartFailure | None = None  # the log shows the start-up failing, and why
     warnings: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
     # per-fact source lines, for findings to quote (kept out of JSON: findings carry their own)
