@@ -71,6 +71,8 @@ class EngineFacts(BaseModel):
     mla: bool | None = None
     enforce_eager: bool | None = None
     compilation_mode: str | None = None
+    compile_backend: str | None = None  # torch.compile's backend (vLLM: inductor, eager)
+    compilation: str | None = None  # what ran, in plain words (the grammar's reading of the above)
     cudagraph_mode: str | None = None
     # llama.cpp: layers whose weights are on the GPU (-ngl) of the model's (repeating + output)
     gpu_layers: int | None = None
