@@ -98,7 +98,8 @@ class EngineFacts(BaseModel):
     model_load_s: float | None = None
     model_memory_gib: float | None = None
     kv_cache_memory_gib: float | None = None
-    kv_cache_tokens: int | None = None
+    kv_cache_tokens: int | None = None  # every sequence's cells together
+    kv_unified: bool | None = None  # llama.cpp: one KV pool shared by all sequences
     max_concurrency: float | None = None
     max_concurrency_tokens_per_request: int | None = None
     graph_capture_s: float | None = None
