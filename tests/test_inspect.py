@@ -49,6 +49,7 @@ def test_real_cpu_eager_log():
     # on the CPU build enforce_eager turns torch.compile off (no CUDA graphs exist there): no
     # GPU advice, and no CPU advice either until compiling is measured to help this model
     assert eager.fix is None and "torch.compile is off" in eager.title
+    assert f.compilation == "eager: torch.compile off (enforce_eager)"
     assert "compiling speeds this model up on the CPU build" in eager.withheld
     assert "custom-allreduce-off" not in ids(f)
 
@@ -61,6 +62,37 @@ def test_real_cpu_compiled_log():
     assert any("load failure" in ln for ln in f.evidence["compile_cache"])
     assert f.init_engine_s == 12.39
     assert f.non_default_args["model_tag"] == "/models/tiny-llama"
+    # compiled (Dynamo + Inductor), though cudagraph_mode is NONE as on every CPU log
+    assert f.compile_backend == "inductor" and f.cudagraph_mode == "NONE"
+    assert "eager-mode" not in ids(f)
+    assert f.compilation.startswith("torch.compile: Dynamo traces the model once, Inductor")
+
+
+def test_warm_cache_cpu_compiled_log_is_not_eager(tmp_path):
+    """The same real log as a warm start: the AOT-compiled model is loaded from the cache
+    (vLLM 0.32 compilation/decorators.py: "%sDirectly load AOT compilation from path %s"),
+    vLLM still warns "Inductor compilation was disabled by user settings" (its own pass
+    pipeline, any mode but VLLM_COMPILE), and Dynamo + Inductor ran: not eager mode."""
+    lines = []
+    for ln in (LOGS / "vllm_cpu_0.32_compiled_real.log").read_text().splitlines():
+        if "Compiling model again due to a load failure" in ln:
+            head, _, _ = ln.partition("[decorators.py")
+            ln = (
+                head + "[decorators.py:320] [backbone] Directly load AOT compilation from path "
+                "<home>/.cache/vllm/torch_compile_cache/torch_aot_compile/3c0c/rank_0_0/model"
+            )
+        elif "saved AOT compiled function" in ln:
+            continue
+        lines.append(ln)
+    assert any("Inductor compilation was disabled by user settings" in ln for ln in lines)
+    log = tmp_path / "warm.log"
+    log.write_text("\n".join(lines) + "\n")
+    f = inspect_log(log)
+    assert f.compile_cache_hit is True and f.enforce_eager is False
+    assert "eager-mode" not in ids(f)
+    assert "Dynamo" in f.compilation and "Inductor compiles the graph" in f.compilation
+    assert f.compilation.endswith("loaded from the compile cache")
+    assert "eager" not in f.compilation
 
 
 def test_gpu_kimi_tp8_pcie_fixture():

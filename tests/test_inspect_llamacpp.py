@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ceiling.diagnose.findings import context_for
 from ceiling.diagnose.logs import detect_engine, inspect_log
 from ceiling.engines import get_engine
 
@@ -60,14 +61,57 @@ def test_real_llama_server_log_facts() -> None:
     assert f.version == "b1.0c1e570"
     assert f.model == ".cache/tiny-gguf/tiny.gguf"
     assert f.architecture == "llama" and f.dtype == "float32"
-    assert f.max_concurrency == 4  # n_slots: llama-server serves 4 sequences at once
+    # 4 slots (the running cap) over ONE unified pool of 512 cells: each request may use all
+    # 512, so the cache holds one full-length request, not four
+    assert f.kv_unified is True and f.non_default_args["n_slots"] == 4
+    assert f.max_concurrency == 1
     assert f.max_model_len == 512 and f.kv_cache_tokens == 512 and f.kv_cache_dtype == "f16"
     assert f.attention_backend == "llama.cpp (flash_attn auto)"
     assert f.errors == []
     # at the default verbosity the loader lines are not logged: only the server's own facts
     d = inspect_log(SERVER_DEFAULT)
-    assert d.ready is True and d.max_concurrency == 4 and d.max_model_len == 512
-    assert d.architecture is None and d.kv_cache_tokens is None
+    assert d.ready is True and d.max_concurrency == 1 and d.max_model_len == 512
+    assert d.kv_unified is True and d.non_default_args["n_slots"] == 4
+    assert d.architecture is None
+    assert d.kv_cache_tokens == 512  # from the server's own line: unified, n_ctx_slot = n_ctx
+
+
+def _split_context(log: Path, tmp_path: Path) -> Path:
+    """The real -lv 4 log as llama-server prints it with ``--parallel 4 --ctx-size 512`` and no
+    ``--kv-unified`` (src/llama-context.cpp: n_ctx_seq = n_ctx / n_seq_max; four streams of 128
+    cells; tools/server/server-context.cpp: "initializing, n_slots = %d, n_ctx_slot = %d,
+    kv_unified = '%s'")."""
+    swaps = {
+        "llama_context: n_ctx_seq             = 512": "llama_context: n_ctx_seq             = 128",
+        "llama_context: kv_unified            = true": "llama_context: kv_unified            = false",
+        "(   512 cells,   2 layers,  4/1 seqs)": "(   128 cells,   2 layers,  4/4 seqs)",
+        "n_ctx_slot = 512, kv_unified = 'true'": "n_ctx_slot = 128, kv_unified = 'false'",
+        "new slot, n_ctx = 512": "new slot, n_ctx = 128",
+    }
+    text = log.read_text()
+    for old, new in swaps.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    out = tmp_path / "split.log"
+    out.write_text(text)
+    return out
+
+
+def test_llama_server_without_unified_kv_gives_each_slot_its_share(tmp_path) -> None:
+    f = inspect_log(_split_context(SERVER, tmp_path))
+    assert f.kv_unified is False and f.non_default_args["n_slots"] == 4
+    assert f.max_model_len == 128  # n_ctx / n_parallel: what one request can use
+    assert f.kv_cache_tokens == 512  # 4 streams of 128 cells
+    assert f.max_concurrency == 4  # four full-length (128-token) requests fit
+
+
+def test_unified_kv_capacity_is_judged_by_the_shared_pool() -> None:
+    # four streams of 128 tokens fit the shared 512 cells; four of 512 do not
+    short = inspect_log(SERVER, context=context_for(None, concurrency=4, request_tokens=128))
+    assert "kv-capacity" not in {x.id for x in short.findings}
+    full = inspect_log(SERVER, context=context_for(None, concurrency=4, request_tokens=512))
+    kv = next(x for x in full.findings if x.id == "kv-capacity")
+    assert "holds 1.00 full-length requests; 4 requested" in kv.title
 
 
 def test_llama_server_phases() -> None:

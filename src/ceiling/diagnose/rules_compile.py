@@ -207,7 +207,8 @@ def allreduce_fusion_off(facts: EngineFacts, ctx: FindingContext) -> Finding | N
 
 def eager_mode(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     """B1. Trigger: ``enforce_eager`` (vLLM), ``disable_cuda_graph`` (SGLang), or cudagraph_mode
-    NONE.
+    NONE on a GPU; on the CPU, ``enforce_eager`` or compilation mode NONE (the CPU build's
+    DYNAMO_TRACE_ONCE + Inductor is compiled, though its cudagraph_mode is always NONE).
 
     On a GPU: CUDA graphs off, and in vLLM torch.compile too. On the CPU build there are no
     CUDA graphs, but ``enforce_eager`` still turns torch.compile off: the finding says that and
@@ -218,10 +219,15 @@ def eager_mode(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     ``CUDAGraphMode.NONE``, "Enforce eager set, disabling torch.compile, CUDAGraphs ...");
     SGLang 004e656 server_args.py (``disable_cuda_graph``).
     """
-    eager = facts.enforce_eager or facts.cudagraph_mode in ("NONE", "0")
+    gpu = on_gpu(facts)
+    if gpu.holds is False:
+        # no CUDA graphs exist on the CPU build, so cudagraph_mode NONE says nothing there:
+        # eager means torch.compile off (a compiled CPU log is not eager)
+        eager = facts.enforce_eager or facts.compilation_mode in ("NONE", "0")
+    else:
+        eager = facts.enforce_eager or facts.cudagraph_mode in ("NONE", "0")
     if not eager:
         return None
-    gpu = on_gpu(facts)
     f = Finding(
         id="eager-mode",
         title="CUDA graphs are off (eager mode / cudagraph_mode NONE)"

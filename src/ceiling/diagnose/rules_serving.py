@@ -59,14 +59,17 @@ def kv_capacity(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
     if facts.max_concurrency >= want:
         return None
     cap = facts.running_cap()
+    limited_by_cap = cap is not None and cap == facts.max_concurrency
     if (
-        cap is not None
-        and cap == facts.max_concurrency
+        (limited_by_cap or facts.kv_unified)
         and facts.kv_cache_tokens
         and asked
         and facts.kv_cache_tokens / asked >= want
     ):
-        return None  # the cache has room: the running-sequence cap limits (concurrency-cap)
+        # the cache has room for the requests asked: the running-sequence cap limits
+        # (concurrency-cap), or one unified pool (llama-server) holds several requests shorter
+        # than the full length each may grow to
+        return None
     f = Finding(
         id="kv-capacity",
         title=f"KV cache holds {facts.max_concurrency:.2f} full-length requests; {want} requested",

@@ -38,8 +38,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ceiling.engines.death import start_failure
 from ceiling.engines.facts import EngineFacts, StreamingTraits
 from ceiling.engines.flags import VALUE_TYPES, FlagSpec, FlagTable, Problem, ValueType, has_flag
+from ceiling.engines.kernels import KernelVariants
 from ceiling.engines.logparse import LogGrammar, read_log
 from ceiling.engines.profiling import ProfilerSetup, unsupported
 from ceiling.engines.sampling import PromptLogprobs, read_openai_echo
@@ -153,6 +155,11 @@ class Engine:
     cpu_env_prefixes: tuple[str, ...] = ()
     intended_absent: ClassVar[dict[str, str]] = {}
     intended_absent_when: str = ""
+    # kernel extensions shipped in several instruction-set builds, of which the engine imports
+    # one (``ceiling env`` loads only that one: the others may die by SIGILL on this CPU)
+    kernel_variants: ClassVar[tuple[KernelVariants, ...]] = ()
+    # Python that imports the engine's kernels its own way in its environment (exit 0: they load)
+    kernels_import: str = ""
     # ``ceiling deploy``'s Compose service: the engine's published image ({version} filled in;
     # empty: none known, the user names one), what runs the server in it, and the tool its
     # healthcheck calls (python3 or curl)
@@ -463,6 +470,8 @@ class Engine:
         if self.log_grammar is None:
             raise NotImplementedError(f"{self.name}: no start-up log grammar")
         read_log(self.log_grammar, lines, facts)
+        if not facts.ready:
+            facts.start_failure = start_failure(lines, self.name, self.removed_flags())
 
 
 def quiet_env(variant_env: dict[str, str] | None = None) -> dict[str, str]:

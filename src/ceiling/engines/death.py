@@ -1,4 +1,7 @@
-"""Classify why an engine server died, from its log (rules in ``data/death_causes.yaml``)."""
+"""Classify why an engine server died, from its log (rules in ``data/death_causes.yaml``), and,
+for ``ceiling inspect``, what a log of a failed start says about it (:func:`start_failure`): the
+cause, the lines that show it, and for flags the parser refused, what the engine's removed-flags
+table says about them (removed when, why, what instead)."""
 
 from __future__ import annotations
 
@@ -7,8 +10,10 @@ from functools import cache
 
 from pydantic import BaseModel, Field
 
-from ceiling.engines.base import load_data
-from ceiling.engines.tables import DeathCausesFile
+from ceiling.engines.facts import StartFailure
+from ceiling.engines.tables import DeathCausesFile, RemovedFlag
+from ceiling.engines.variant import normalize_flag
+from ceiling.spec._data import load_yaml
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -25,7 +30,7 @@ class DeathCause(BaseModel):
 @cache
 def _rules() -> list[tuple[str, re.Pattern[str], str, tuple[str, ...]]]:
     rules = []
-    for rule in load_data("death_causes.yaml", DeathCausesFile).rules:
+    for rule in load_yaml("death_causes.yaml", folder="engines/data", schema=DeathCausesFile).rules:
         rules.append((rule.cause, re.compile(rule.pattern), rule.fix, tuple(rule.engines)))
     return rules
 
@@ -57,3 +62,47 @@ def classify_death(
         evidence=tail,
         fix="read the log; if the process was killed by a signal, check memory (dmesg) and limits",
     )
+
+
+# what says the process ended, as opposed to a log cut while the engine was still starting
+_FATAL = re.compile(r"error|exception|failed|abort|killed|fatal|Traceback", re.I)
+# the flags a parser refused: vLLM's argparse ("error: unrecognized arguments: --a 1 --b"),
+# llama-server's ("error: invalid argument: --a")
+_REFUSED = re.compile(r"error: (?:unrecognized arguments|invalid argument): (.*)$")
+
+
+def start_failure(
+    lines: list[str], engine: str, removed: dict[str, RemovedFlag]
+) -> StartFailure | None:
+    """Why the start-up that wrote ``lines`` failed, when a death rule names it and the lines
+    show an error (None: no known cause, or no sign the process ended)."""
+    death = classify_death(lines, engine=engine)
+    if death.cause.startswith("unknown") or not any(_FATAL.search(ln) for ln in death.evidence):
+        return None
+    failure = StartFailure(cause=death.cause, evidence=death.evidence, fix=death.fix)
+    refused = [
+        tok
+        for ln in death.evidence
+        if (m := _REFUSED.search(ln))
+        for tok in m.group(1).split()
+        if tok.startswith("-")
+    ]
+    notes, fixes = [], []
+    for flag in refused:
+        entry = removed.get(normalize_flag(flag))
+        if entry is None:
+            continue
+        approx = " (approximately)" if entry.approximate else ""
+        notes.append(f"{flag} was removed in {engine} {entry.removed_in}{approx}: {entry.reason}")
+        repl = entry.replacement
+        fixes.append(
+            f"drop {flag}: {repl}"
+            if repl and repl.startswith("nothing")
+            else f"replace {flag} with {repl}"
+            if repl
+            else f"drop {flag}"
+        )
+    if notes:
+        failure.removed_flags = notes
+        failure.fix = "; ".join(fixes)
+    return failure

@@ -30,6 +30,16 @@ class StreamingTraits(BaseModel, frozen=True):
     interval_arg: str | None = None
 
 
+class StartFailure(BaseModel):
+    """Why a start-up failed, as its log says: the cause (``data/death_causes.yaml``), the lines
+    that show it, the fix; flags the parser refused that the engine removed, with why."""
+
+    cause: str
+    evidence: list[str] = Field(default_factory=list)
+    fix: str = ""
+    removed_flags: list[str] = Field(default_factory=list)
+
+
 class EngineFacts(BaseModel):
     """What an engine's start-up log says about the deployment (None: the log does not say)."""
 
@@ -61,6 +71,8 @@ class EngineFacts(BaseModel):
     mla: bool | None = None
     enforce_eager: bool | None = None
     compilation_mode: str | None = None
+    compile_backend: str | None = None  # torch.compile's backend (vLLM: inductor, eager)
+    compilation: str | None = None  # what ran, in plain words (the grammar's reading of the above)
     cudagraph_mode: str | None = None
     # llama.cpp: layers whose weights are on the GPU (-ngl) of the model's (repeating + output)
     gpu_layers: int | None = None
@@ -86,7 +98,8 @@ class EngineFacts(BaseModel):
     model_load_s: float | None = None
     model_memory_gib: float | None = None
     kv_cache_memory_gib: float | None = None
-    kv_cache_tokens: int | None = None
+    kv_cache_tokens: int | None = None  # every sequence's cells together
+    kv_unified: bool | None = None  # llama.cpp: one KV pool shared by all sequences
     max_concurrency: float | None = None
     max_concurrency_tokens_per_request: int | None = None
     graph_capture_s: float | None = None
@@ -94,6 +107,7 @@ class EngineFacts(BaseModel):
     init_engine_s: float | None = None
     startup_s: float | None = None
     ready: bool = False
+    start_failure: StartFailure | None = None  # the log shows the start-up failing, and why
     warnings: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
     # per-fact source lines, for findings to quote (kept out of JSON: findings carry their own)

@@ -105,9 +105,12 @@ def _flash_attn(hit: re.Match[str], r: LogRead) -> None:
 
 
 def _kv_size(hit: re.Match[str], r: LogRead) -> None:
+    """``size = 0.50 MiB (512 cells, 2 layers, 4/1 seqs), K (f16): ...``: the cells are per
+    stream (src/llama-kv-cache.cpp: K/V tensors of kv_size x n_stream; one stream when
+    unified, one per sequence when not), so the cache holds cells x streams tokens."""
     r.facts.kv_cache_memory_gib = num(hit[1]) / _MIB
-    r.facts.kv_cache_tokens = int(hit[2])
-    r.facts.kv_cache_dtype = hit[3]
+    r.facts.kv_cache_tokens = int(hit[2]) * int(hit[3] or 1)
+    r.facts.kv_cache_dtype = hit[4]
 
 
 def device_of(names: list[str]) -> str:
@@ -155,7 +158,9 @@ LLAMACPP_RULES = (
           apply=_ctx_per_sequence),
     _rule("flash_attn", r"^llama_context: flash_attn\s+= (\S+)", apply=_flash_attn),
     _rule("kv_size", r"^llama_kv_cache(?:_unified)?: size =\s+([\d.]+) MiB \(\s*(\d+) cells,"
-          r".*?K \((\w+)\)", apply=_kv_size),
+          r"(?:\s*\d+ layers,\s*\d+/(\d+) seqs)?.*?K \((\w+)\)", apply=_kv_size),
+    _rule("kv_unified", r"^llama_context: kv_unified\s+= (\w+)", field="kv_unified",
+          convert=lambda v: v == "true"),
     _rule("ready", r"Application startup complete", field="ready", value=True),
 )  # fmt: skip
 
@@ -191,6 +196,8 @@ class LlamaCppEngine(Engine):
         "concurrent streams need another server or another engine)",
     }
     ready_line = "Application startup complete."
+    # the binding loads libllama (and ggml's CPU backends) with ctypes when imported
+    kernels_import = "import llama_cpp\nllama_cpp.llama_backend_init()\n"
     health_paths: tuple[str, ...] = ("/v1/models",)
     default_port = 8080
     env_prefixes: tuple[str, ...] = ()

@@ -57,7 +57,8 @@ _SERVER_PHASES: list[tuple[re.Pattern[str], str]] = [
 
 
 def _slots(hit: re.Match[str], r: LogRead) -> None:
-    r.scratch["slots"] = (int(hit[1]), int(hit[2]))  # applied last: the server's word wins
+    unified = None if hit[3] is None else hit[3] == "true"
+    r.scratch["slots"] = (int(hit[1]), int(hit[2]), unified)  # applied last: the server's word
 
 
 def _graphs_built(hit: re.Match[str], r: LogRead) -> None:
@@ -80,7 +81,13 @@ def _build(hit: re.Match[str], r: LogRead) -> None:
 
 def _finish(r: LogRead) -> None:
     """llama.cpp's facts, then the weight buffers' device (no per-layer device lines at -lv 4),
-    then the slots: parallel sequences, each with ``n_ctx_slot`` tokens."""
+    then the slots: parallel sequences, each allowed ``n_ctx_slot`` tokens (llama_n_ctx_seq).
+
+    With ``kv_unified`` the slots share ONE pool of n_ctx cells and n_ctx_slot is that whole
+    n_ctx: the cache holds n_ctx / n_ctx_slot full-length requests, whatever the slot count.
+    Without it each slot has its own n_ctx / n_parallel cells (src/llama-context.cpp
+    ``n_ctx_seq``; tools/server/server-context.cpp logs both; builds that do not print
+    ``kv_unified`` predate it and split the context)."""
     finish_loader(r)
     buffers = r.scratch.get("buffers") or []
     # the weight buffers name the backend (``CUDA0 model buffer``); the offload line only says
@@ -88,9 +95,15 @@ def _finish(r: LogRead) -> None:
     if buffers and (r.facts.device is None or r.facts.device == "gpu"):
         r.facts.device = device_of(buffers)
     if "slots" in r.scratch:
-        n_slots, n_ctx_slot = r.scratch["slots"]
-        r.facts.max_concurrency = float(n_slots)
+        n_slots, n_ctx_slot, unified = r.scratch["slots"]
+        if unified is not None:
+            r.facts.kv_unified = unified
+        shared = bool(r.facts.kv_unified)
+        cells = r.facts.kv_cache_tokens or (n_ctx_slot if shared else n_slots * n_ctx_slot)
+        r.facts.kv_cache_tokens = cells
+        r.facts.max_concurrency = cells / n_ctx_slot if n_ctx_slot else float(n_slots)
         r.facts.max_model_len = n_ctx_slot
+        r.facts.max_concurrency_tokens_per_request = n_ctx_slot
         # the slots are the running-sequence cap too (``--parallel``): concurrency-cap reads it
         r.facts.non_default_args["n_slots"] = n_slots
 
@@ -104,7 +117,10 @@ LLAMA_SERVER_LOG = replace(
     rules=(
         *LLAMACPP_RULES,
         Rule(
-            re.compile(r"load_model: initializing, n_slots = (\d+), n_ctx_slot = (\d+)"),
+            re.compile(
+                r"load_model: initializing, n_slots = (\d+), n_ctx_slot = (\d+)"
+                r"(?:, kv_unified = '(\w+)')?"
+            ),
             apply=_slots,
             evidence="n_slots",
         ),
@@ -208,14 +224,16 @@ class LlamaServerEngine(LlamaCppEngine):
     name = "llamacpp"
     display_name = "llama-server"
     finding_fixes = {  # noqa: RUF012 (class data, read only)
-        "kv-capacity": "more context: raise --ctx-size (it is shared by --parallel slots: "
-        "each request gets ctx-size / parallel)",
+        "kv-capacity": "more context: raise --ctx-size (with a unified KV cache, the default "
+        "without --parallel, all slots share it; with --parallel N and no --kv-unified each "
+        "request gets ctx-size / N)",
         "partial-offload": "offload every layer: --n-gpu-layers 999 (or a smaller quant that "
         "fits the GPU)",
         "flash-attn-off": "--flash-attn on",
         "eager-mode": "unset GGML_CUDA_DISABLE_GRAPHS (the build has CUDA graphs: USE_GRAPHS = 1)",
     }
     ready_line = "llama_server: listening on "
+    kernels_import = ""  # a binary, not a Python environment: ``ceiling env`` has nothing to load
     health_paths = ("/health", "/v1/models")
     default_port = 8080
     env_prefixes = ("LLAMA_ARG_",)

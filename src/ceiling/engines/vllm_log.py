@@ -312,6 +312,42 @@ _RULES = (
     Rule(re.compile(r"Application startup complete"), field="ready", value=True),
 )
 
+# CompilationMode (vllm/config/compilation.py) in plain words. The CPU build turns the default
+# VLLM_COMPILE into DYNAMO_TRACE_ONCE with backend "inductor" (platforms/cpu.py
+# check_and_update_config; "eager" under VLLM_CPU_CI_ENV): Dynamo traces once and Inductor
+# compiles the whole graph. vLLM then warns "Inductor compilation was disabled by user settings"
+# (config/vllm.py: any mode but VLLM_COMPILE): that is its own pass pipeline, not torch.compile.
+_MODE_WORDS = {
+    "NONE": "eager: no torch.compile",
+    "STOCK_TORCH_COMPILE": "torch.compile (PyTorch's standard pipeline)",
+    "DYNAMO_TRACE_ONCE": "torch.compile: Dynamo traces the model once",
+    "VLLM_COMPILE": "torch.compile: vLLM's piecewise Inductor pipeline with its fusion passes",
+}
+_BACKEND_WORDS = {
+    "inductor": "Inductor compiles the graph",
+    "eager": "the traced graph runs op by op (backend eager: no Inductor)",
+}
+
+
+def _describe_compilation(r: LogRead) -> None:
+    f = r.facts
+    if f.enforce_eager:
+        f.compilation = "eager: torch.compile off (enforce_eager)"
+        return
+    if f.compilation_mode is None:
+        return
+    words = _MODE_WORDS.get(f.compilation_mode, f"compilation mode {f.compilation_mode}")
+    if f.compilation_mode in ("STOCK_TORCH_COMPILE", "DYNAMO_TRACE_ONCE") and f.compile_backend:
+        words += ", " + _BACKEND_WORDS.get(f.compile_backend, f"backend {f.compile_backend}")
+    if f.compilation_mode != "NONE" and f.compile_cache_hit is not None:
+        words += (
+            "; loaded from the compile cache"
+            if f.compile_cache_hit
+            else "; compiled at start-up (no usable cache)"
+        )
+    f.compilation = words
+
+
 #: vLLM's start-up log: levelled lines (ERROR/CRITICAL, WARNING), tracebacks' last lines as
 #: errors, start-up time from the first timestamp to "Application startup complete"
 VLLM_LOG = LogGrammar(
@@ -321,6 +357,7 @@ VLLM_LOG = LogGrammar(
     error=re.compile(r"^\w*(Error|Exception): "),
     timestamp=_seconds,
     day_clock=True,
+    finish=_describe_compilation,
 )
 
 
@@ -363,6 +400,9 @@ def _apply_engine_config(text: str, line: str, facts: EngineFacts) -> None:
 
 
 def _apply_compilation(cc: dict[str, Any], facts: EngineFacts) -> None:
+    backend = cc.get("backend")
+    if isinstance(backend, str) and backend:
+        facts.compile_backend = backend
     mode = cc.get("mode", cc.get("level"))
     if mode is not None:
         names = {0: "NONE", 1: "STOCK_TORCH_COMPILE", 2: "DYNAMO_TRACE_ONCE", 3: "VLLM_COMPILE"}

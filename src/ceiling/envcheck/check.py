@@ -6,7 +6,8 @@ Read from what is installed, never from a hard-coded "good set" alone:
    importlib.metadata, markers, torch's version file): fast, no torch import;
 2. every distribution's requirements against the others (``requirements.py``);
 3. every binary of a torch-dependent distribution loaded after ``import torch`` in that Python,
-   the loader's message classified (``extensions.py``; cached per environment);
+   the loader's message classified (``extensions.py``; cached per environment); of kernels an
+   engine ships in several instruction-set builds, only the one it imports on this CPU;
 4. NVIDIA driver vs torch's CUDA runtime and the extensions' CUDA runtime, compute capability
    vs compiled architectures, NCCL loaded vs installed (``cuda.py``);
 5. ``/dev/shm`` for the planned TP, ``ulimit -n``, hugepage / IOMMU / ACS hints (``host.py``).
@@ -30,6 +31,7 @@ from packaging.utils import canonicalize_name
 
 from ceiling.console import Progress
 from ceiling.engines import all_engines, get_engine
+from ceiling.engines.kernels import CpuFeatures, chosen, not_imported
 from ceiling.engines.variant import Variant
 from ceiling.envcheck import cuda, extensions, host
 from ceiling.envcheck.envdata import EnvFile
@@ -82,17 +84,20 @@ def check_environment(
     use_cache: bool = True,
     nofile: tuple[int, int] | None = None,
     variant_env: dict[str, str] | None = None,
+    cpu: CpuFeatures | None = None,
 ) -> EnvReport:
-    """Every check on ``python``'s environment and this host (see the module docstring)."""
+    """Every check on ``python``'s environment and this host (see the module docstring);
+    ``cpu``: the CPU whose builds are loaded (default: this one)."""
     t0 = time.monotonic()
-    report = check_python(python, use_cache=use_cache)
+    report = check_python(python, use_cache=use_cache, cpu=cpu)
     add_host_checks(report, tp, shm_root, nofile, variant_env)
     report.elapsed_s = round(time.monotonic() - t0, 3)
     return report
 
 
-def check_python(python: str, use_cache: bool = True) -> EnvReport:
-    """Steps 1-4: the environment of ``python`` and the GPU stack it meets on this host."""
+def check_python(python: str, use_cache: bool = True, cpu: CpuFeatures | None = None) -> EnvReport:
+    """Steps 1-4: the environment of ``python`` and the GPU stack it meets on this host
+    (``cpu``: the CPU the engines' kernel builds are chosen for; default: this one)."""
     data = env_data()
     inv = read_inventory(python)
     torch_facts = inv.torch or {}
@@ -113,8 +118,9 @@ def check_python(python: str, use_cache: bool = True) -> EnvReport:
     report.problems.extend(check_requirements(inv, python, waived))
 
     report.checks.append("binaries")
+    skip = _not_imported(inv, engines, cpu or host.cpu_features(), report.notes)
     runtime, results, cached = extensions.load_binaries(
-        python, inv, cache_dir() if use_cache else None
+        python, inv, cache_dir() if use_cache else None, skip=skip
     )
     report.torch_runtime = runtime
     report.binaries_checked = len(results)
@@ -153,6 +159,33 @@ def check_python(python: str, use_cache: bool = True) -> EnvReport:
     report.problems.extend(cuda.check_nccl(python, inv, runtime))
     _sort(report)
     return report
+
+
+def _not_imported(
+    inv: Inventory, engines: list[Any], cpu: CpuFeatures, notes: list[str]
+) -> dict[str, str]:
+    """The engines' kernel builds they do not import on ``cpu`` (absolute path -> why), so
+    not loaded; a note per engine says which build is loaded and why."""
+    skip: dict[str, str] = {}
+    for e in engines:
+        names = {canonicalize_name(n) for n in e.dist_names}
+        for d in inv.dists:
+            if canonicalize_name(d.name) not in names:
+                continue
+            for variants in e.kernel_variants:
+                skipped, picked = not_imported(variants, d.binaries, cpu)
+                if not skipped:
+                    continue
+                for rel, why in skipped.items():
+                    skip[str(Path(d.location) / rel)] = why
+                pick, why = chosen(variants, cpu)
+                imports = f"imports {variants.package}.{pick}" if pick else "imports none"
+                notes.append(
+                    f"{d.name} {d.version}: {', '.join(sorted(Path(r).name for r in skipped))} "
+                    f"not loaded: {e.display_name or e.name} {imports} on this CPU ({why})"
+                    + (f", loaded {Path(picked).name}" if picked else "")
+                )
+    return skip
 
 
 def add_host_checks(

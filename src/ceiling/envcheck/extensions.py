@@ -8,13 +8,20 @@ dynamic loader's own message is the evidence, and ``data/load_errors.yaml`` says
 ``PyInit_``) are not loaded on their own: their package loads them its own way (xgrammar loads
 ``libtvm_ffi`` before its bindings), so a bare dlopen would accuse them falsely.
 
+Kernels an engine ships in several instruction-set builds (vLLM's CPU ``_C``, ``_C_AVX512``,
+``_C_AVX2``) are loaded the way the engine loads them: only the build it would import on this
+CPU (the adapter's ``kernel_variants``, decided from ``/proc/cpuinfo``); the others are listed as
+not loaded, with the reason. A build for instructions this CPU lacks would die by SIGILL, which
+says nothing about whether the engine works.
+
 All modules are imported in one process; one that kills the process, or fails other than by the
-dynamic loader's refusal, is imported again ALONE in a fresh one, and only a failure there counts: vLLM's CPU kernels come in three files
-(``_C``, ``_C_AVX2``, ``_C_AVX512``) that register the same torch op namespace, so importing two of
-them in one process aborts, while vLLM itself imports one. Loading imports torch (seconds), so
-the results are cached per environment,
-keyed by the interpreter, every binary's size and mtime, torch's version file and the loader
-variables (``LD_LIBRARY_PATH``, ``LD_PRELOAD``): a changed environment is loaded again.
+dynamic loader's refusal, is imported again ALONE in a fresh one, and only a failure there
+counts (two extensions that register the same torch op namespace abort one process). A process
+killed by a signal is reported by that signal (SIGILL: built for CPU instructions this machine
+lacks), not as a load error. Loading imports torch (seconds), so the results are cached per
+environment, keyed by the interpreter, every binary's size and mtime, the binaries chosen,
+torch's version file and the loader variables (``LD_LIBRARY_PATH``, ``LD_PRELOAD``): a changed
+environment is loaded again.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -37,7 +45,7 @@ from ceiling.spec._data import load_yaml
 
 PROBE = Path(__file__).parent / "data" / "probe_env.py"
 _LOADER_VARS = ("LD_LIBRARY_PATH", "LD_PRELOAD")
-LOAD_FORMAT = 2  # raise when the choice of binaries or the retry rule changes
+LOAD_FORMAT = 3  # raise when the choice of binaries or the retry rule changes
 # the dynamic loader's own refusals do not depend on what else the process loaded: not retried
 _LOADER_FAILURE = re.compile(
     r"undefined symbol|cannot open shared object file|version `\S+' not found"
@@ -60,8 +68,11 @@ def candidates(inv: Inventory) -> list[tuple[str, str, str]]:
     return out
 
 
-def _cache_key(python: str, items: list[tuple[str, str, str]], inv: Inventory) -> str:
+def _cache_key(
+    python: str, items: list[tuple[str, str, str]], inv: Inventory, skip: dict[str, str]
+) -> str:
     h = hashlib.sha256(os.path.realpath(python).encode())
+    h.update("|".join(sorted(skip)).encode())  # another CPU picks other builds
     # how binaries are loaded is part of the result: a changed probe or loading rule reloads
     h.update(PROBE.read_bytes())
     h.update(f"load-format-{LOAD_FORMAT}".encode())
@@ -78,13 +89,19 @@ def _cache_key(python: str, items: list[tuple[str, str, str]], inv: Inventory) -
 
 
 def load_binaries(
-    python: str, inv: Inventory, cache_dir: Path | None, timeout_s: float = 120.0
+    python: str,
+    inv: Inventory,
+    cache_dir: Path | None,
+    timeout_s: float = 120.0,
+    skip: dict[str, str] | None = None,
 ) -> tuple[TorchRuntime, list[LoadResult], bool]:
-    """Load every candidate in the checked Python: (torch's runtime facts, results, from cache)."""
-    items = candidates(inv)
+    """Load every candidate in the checked Python but those in ``skip`` (absolute path ->
+    why the engine does not load it here): (torch's runtime facts, results, from cache)."""
+    skip = skip or {}
+    items = [it for it in candidates(inv) if it[2] not in skip]
     cache_path = None
     if cache_dir is not None:
-        cache_path = cache_dir / "env" / f"load-{_cache_key(python, items, inv)}.json"
+        cache_path = cache_dir / "env" / f"load-{_cache_key(python, items, inv, skip)}.json"
         if cache_path.exists():
             try:
                 data = read_json(cache_path, "load cache", fix="-")
@@ -152,18 +169,26 @@ def _run_load(
         rest = [a for a in pending if a.partition("::")[2] not in done]
         if proc.returncode == 0 or not rest:
             break
-        # the interpreter died on rest[0]: record it and go on with the others
+        # the interpreter died on rest[0]: record how, and go on with the others
         crashed = rest[0].partition("::")[2]
-        tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-        results.append(
-            LoadResult(
-                path=crashed,
-                ok=False,
-                error=f"the interpreter died loading it (exit code {proc.returncode}): {tail}",
-            )
-        )
+        results.append(LoadResult(path=crashed, ok=False, error=_death(proc)))
         pending = rest[1:]
     return runtime, results
+
+
+def _death(proc: subprocess.CompletedProcess[str]) -> str:
+    """How the probe died: by a signal (named: ``killed by SIGILL``) or with an exit code."""
+    tail = (proc.stderr.strip().splitlines() or [""])[-1]
+    rc = proc.returncode
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        how = f"the interpreter was killed by {name} loading it"
+    else:
+        how = f"the interpreter exited with code {rc} loading it"
+    return f"{how}: {tail}" if tail else how
 
 
 def classify(error: str) -> tuple[str, str, str]:
@@ -206,6 +231,16 @@ def load_problems(
             "system_runtime": (
                 "use a newer libstdc++/glibc (a newer OS image or `conda install -c conda-forge "
                 f"libstdcxx-ng`), or install a {dist} build made for this system"
+            ),
+            "cpu_build": (
+                f"install a {dist} build made for this CPU's instructions (the flags in "
+                "/proc/cpuinfo), or run it on a CPU that has them"
+            ),
+            "crash": (
+                f"reinstall {dist}: "
+                + pip_cmd(python, "install", "--force-reinstall", "--no-deps", f"{dist}=={version}")
+                + f" (a crash that survives a reinstall is a bug to report to {dist}, with "
+                "the signal)"
             ),
         }
         problems.append(

@@ -10,17 +10,30 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 import re
 import resource
 import shutil
 import subprocess
 from pathlib import Path
 
+from ceiling.engines.kernels import CpuFeatures
 from ceiling.envcheck.envdata import EnvFile, NofileRule
 from ceiling.envcheck.models import EnvProblem
 from ceiling.run.shm import scan
 
 MiB = 1 << 20
+
+
+def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo"), machine: str | None = None) -> CpuFeatures:
+    """This CPU's instruction-set flags as the kernel lists them (the ``flags`` line; arm64:
+    ``Features``): what it enabled, so what a process may execute."""
+    flags: frozenset[str] = frozenset()
+    text = _read(cpuinfo) or ""
+    m = re.search(r"^(?:flags|Features)\s*:(.*)$", text, re.M)
+    if m:
+        flags = frozenset(m.group(1).split())
+    return CpuFeatures(machine=machine or platform.machine(), flags=flags)
 
 
 def shm_needed_mib(tp: int, data: EnvFile, env: dict[str, str] | None = None) -> float:

@@ -123,6 +123,7 @@ def inspect(facts: EngineFacts, json_out: bool = False) -> None:
         return
     o = out()
     skip = {"findings", "evidence", "warnings", "errors", "non_default_args", "schema_version"}
+    skip.add("start_failure")
     for key, value in facts.model_dump().items():
         if key in skip or value in (None, [], {}):
             continue
@@ -130,6 +131,15 @@ def inspect(facts: EngineFacts, json_out: bool = False) -> None:
     if facts.non_default_args:
         o.print(f"{'non_default_args':>32}: {esc(facts.non_default_args)}", soft_wrap=True)
     o.print(f"{'warnings/errors':>32}: {len(facts.warnings)} / {len(facts.errors)}")
+    died = facts.start_failure
+    if died is not None:
+        o.print(f"[red]the server did not start[/red]: {esc(died.cause)}")
+        for line in died.evidence[:3]:
+            o.print(f"    | {esc(line)}", soft_wrap=True)
+        for note in died.removed_flags:
+            o.print(f"    {esc(note)}", soft_wrap=True)
+        if died.fix:
+            o.print(f"    fix: {esc(died.fix)}", soft_wrap=True)
     for f in facts.findings:
         colour = {"critical": "red", "warning": "yellow"}.get(f.severity, "cyan")
         o.print(f"[{colour}]{f.severity}[/{colour}] {esc(f.title)} ({f.kind})")
