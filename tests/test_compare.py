@@ -16,11 +16,18 @@ from ceiling.errors import CeilingError
 def _run(
     tok_s: list[float], tpot_per_request: list[float] | None = None, concurrency: int = 1
 ) -> RunResult:
-    repeats = [Summary(decode_tok_s_per_stream=v, mean_tpot_ms=1000.0 / v) for v in tok_s]
-    mean = sum(tok_s) / len(tok_s)
     per = PerRequest(tpot_ms=tpot_per_request or [1000.0 / v for v in tok_s])
+    done = len(per.tpot_ms) // len(tok_s)  # requests completed per repeat
+    repeats = [
+        Summary(decode_tok_s_per_stream=v, mean_tpot_ms=1000.0 / v, completed=done) for v in tok_s
+    ]
+    mean = sum(tok_s) / len(tok_s)
     level = LevelResult(
-        concurrency=concurrency, decode_tok_s_per_stream=mean, repeats=repeats, per_request=per
+        concurrency=concurrency,
+        completed=len(per.tpot_ms),
+        decode_tok_s_per_stream=mean,
+        repeats=repeats,
+        per_request=per,
     )
     return RunResult(**level.model_dump(), mode="single", levels=[level])
 
@@ -89,6 +96,7 @@ def _itl_run(itl_per_request: list[list[float]], tpot_per_request: list[float]) 
     samples = [x for r in itl_per_request for x in r]
     level = LevelResult(
         concurrency=1,
+        completed=len(itl_per_request),
         mean_itl_ms=sum(samples) / len(samples),
         repeats=[Summary(mean_itl_ms=sum(samples) / len(samples))],
         per_request=per,
@@ -107,3 +115,32 @@ def test_itl_interval_is_over_itl_samples_not_tpot() -> None:
     assert row.delta_pct == pytest.approx(100.0, abs=1.0)
     assert row.ci_pct is not None and row.ci_pct[0] > 90.0  # about +100 %, not about 0
     assert row.verdict == SLOWER
+
+
+def test_a_side_with_no_completed_request_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every request of B failed: its throughputs read 0.0, which is no measurement. A delta of
+    -100 % and "B slower" would be a verdict from nothing: refused, naming the side and why."""
+    a = _run([81.4, 80.5, 82.3])
+    for holder in [a, *a.levels, *a.levels[0].repeats]:
+        holder.output_throughput = 100.0
+    dead = LevelResult(
+        concurrency=1,
+        failed=6,
+        errors={"http_5xx": 6},
+        output_throughput=0.0,
+        repeats=[Summary(failed=3, output_throughput=0.0) for _ in range(3)],
+    )
+    b = RunResult(**dead.model_dump(), mode="single", levels=[dead])
+    with pytest.raises(CeilingError, match=r"B.*no request completed.*http_5xx") as exc:
+        compare([a, b], metric="output_throughput", labels=["A", "B"])
+    assert exc.value.fix and "re-run" in exc.value.fix
+    with pytest.raises(CeilingError, match=r"A.*no request completed"):
+        compare([b, a], metric="output_throughput", labels=["A", "B"])
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    pa.write_text(a.model_dump_json())
+    pb.write_text(b.model_dump_json())
+    assert main(["compare", str(pa), str(pb), "--metric", "output_throughput", "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert "verdict" not in out and out["exit_code"] == 2

@@ -27,6 +27,7 @@ from ceiling.predict.api import load_spec
 from ceiling.predict.cpu import weight_bytes_per_step
 from ceiling.report import render
 from ceiling.spec.hardware import CpuHardware
+from gpu_box import gpu_box, use_gpu_box
 from sse_server import Plan, SSEServer
 
 ITL_S = 0.004
@@ -177,10 +178,11 @@ def test_cli_doctor_json(model_dir, tmp_path, capsys):
     assert m["params"] > 0 and m["weight_bytes"] > 0 and m["source"].endswith("config.json")
 
 
-def test_doctor_gpu_path_uses_predict_and_answers_the_nccl_hypothesis(tmp_path):
+def test_doctor_gpu_path_uses_predict_and_answers_the_nccl_hypothesis(tmp_path, monkeypatch):
     """The story's deployment (Kimi-K2.5, 8 GPUs over PCIe, TP=8) served at ~12 ms per token:
     the measurement lands near predict's ceiling, and NCCL tuning is answered as latency-bound
-    at 14 KB per allreduce (hidden 7168 x 2 bytes)."""
+    at 14 KB per allreduce (hidden 7168 x 2 bytes). The stand-in server runs "on" 8 of them."""
+    use_gpu_box(monkeypatch, gpu_box(8))
     with SSEServer(Plan(itl_s=0.012, ttft_s=0.01)) as srv:
         res = run_doctor(
             DoctorConfig(
@@ -260,9 +262,10 @@ def test_engine_dying_at_launch_leaves_a_report(model_dir, tmp_path):
     assert doc["hardware"]["kind"] == "cpu" and doc["hardware"]["measured"]
 
 
-def test_engine_log_facts_drive_the_prediction_and_the_changes(tmp_path):
+def test_engine_log_facts_drive_the_prediction_and_the_changes(tmp_path, monkeypatch):
     """With --log, the start-up facts (TP=8 from the engine config line) set the configuration
     predict is asked about, and the log's configurable findings join the ranked changes."""
+    use_gpu_box(monkeypatch, gpu_box(8))
     log = Path(__file__).parent / "fixtures" / "logs" / "vllm_0.11_kimi_tp8_pcie.log"
     with SSEServer(Plan(itl_s=0.012, ttft_s=0.01)) as srv:
         res = run_doctor(

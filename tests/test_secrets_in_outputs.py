@@ -81,3 +81,44 @@ def test_deploy_writes_no_secret(tmp_path, capsys):
     assert rc == 0, seen.err
     assert KEY not in seen.out + seen.err and TOKEN not in seen.out + seen.err
     assert _leaks(out) == {}
+
+
+URL_PASSWORD = "pl4ntedUrlPassw0rd"
+
+
+def test_deploy_writes_no_url_credential_whatever_variable_holds_it(tmp_path, capsys):
+    """A variable whose name says nothing secret can still hold one (a mirror URL with its
+    user:password): it goes to the env file like HF_TOKEN, never into the unit or compose."""
+    v = tmp_path / "v.yaml"
+    v.write_text(
+        f"engine: vllm\nmodel: {tmp_path}\n"
+        f"env: {{HF_ENDPOINT: 'https://user:{URL_PASSWORD}@hf-mirror.example', "
+        "OMP_NUM_THREADS: '2'}\n"
+    )
+    out = tmp_path / "out"
+    rc = main(["deploy", str(v), "--image", "vllm/vllm-openai:v0.11.0", "--no-validate",
+               "--out-dir", str(out), "--json"])  # fmt: skip
+    seen = capsys.readouterr()
+    assert rc == 0, seen.err
+    assert URL_PASSWORD not in seen.out + seen.err
+    for p in out.rglob("*"):
+        assert URL_PASSWORD.encode() not in p.read_bytes(), p
+    plan = json.loads(seen.out)["plan"]
+    assert plan["secrets"] == ["HF_ENDPOINT"]
+    assert "# HF_ENDPOINT=\n" in (out / "ceiling-v.env").read_text()
+    unit = (out / "ceiling-v.service").read_text()
+    assert 'Environment="OMP_NUM_THREADS=2"' in unit and "HF_ENDPOINT" not in unit
+
+
+def test_deploy_refuses_a_url_credential_in_a_flag_value(tmp_path, capsys):
+    v = tmp_path / "v.yaml"
+    v.write_text(
+        f"engine: vllm\nmodel: {tmp_path}\n"
+        f"args: ['--tokenizer', 'https://user:{URL_PASSWORD}@hf-mirror.example/tok']\n"
+    )
+    rc = main(["deploy", str(v), "--image", "vllm/vllm-openai:v0.11.0", "--no-validate",
+               "--out-dir", str(tmp_path / "out")])  # fmt: skip
+    seen = capsys.readouterr()
+    assert rc == 2 and "--tokenizer" in seen.err and "credential" in seen.err
+    assert URL_PASSWORD not in seen.out + seen.err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

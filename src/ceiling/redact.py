@@ -111,6 +111,12 @@ def redact(text: str) -> str:
     return text
 
 
+def holds_secret(value: str) -> bool:
+    """Whether a value carries a secret whatever names it: a URL's credentials
+    (``https://user:pass@host``), a secret query value, a known key."""
+    return redact(value) != value
+
+
 def redact_env(env: dict[str, str]) -> dict[str, str]:
     """Variables with secret-looking names masked; the others redacted like any text."""
     return {k: (MASK if is_secret_name(k) else redact(v)) for k, v in env.items()}

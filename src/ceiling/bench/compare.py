@@ -206,6 +206,20 @@ def _check_values(rows: list[ComparisonRow], results: list[RunResult], labels: l
             )
 
 
+def _check_completed(level: LevelResult, label: str, side: str) -> None:
+    """A level where no request completed measured nothing: its rates read 0.0, and a delta
+    against them (-100 %, "B slower") would be a verdict drawn from failures, not from speed."""
+    if level.completed > 0:
+        return
+    at = f" at concurrency {level.concurrency}" if level.concurrency is not None else ""
+    raise CeilingError(
+        f"{label} ({side}): no request completed{at} ({level.failed} failed, errors: "
+        f"{level.errors or 'none recorded'}); there is nothing to compare",
+        fix="re-run that bench against a working server (read its errors first), then compare "
+        "the new result file",
+    )
+
+
 def compare(
     results: list[RunResult],
     metric: str = "decode_tok_s_per_stream",
@@ -232,6 +246,8 @@ def compare(
         for lv in shared:
             other = res.level(lv.concurrency)
             assert other is not None
+            _check_completed(lv, labels[0], "A")
+            _check_completed(other, label, "B")
             rows.append(compare_levels(lv, other, metric, label))
     _check_values(rows, results, labels)
     first = rows[0]

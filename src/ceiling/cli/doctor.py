@@ -37,6 +37,9 @@ def doctor(
     old_model_path: str = typer.Option(
         None, "--model-path", hidden=True, help="Old spelling, kept one release (docs/cli.md)."
     ),
+    served_model: str = typer.Option(
+        None, "--served-model", help="Served model name (default: from /v1/models)."
+    ),
     engine: ServerEngine | None = typer.Option(
         None, "--engine", help="Engine of a --url server (default: auto)."
     ),
@@ -150,6 +153,7 @@ def doctor(
         variant=str(variant) if variant else None,
         log=str(log) if log else None,
         model_path=model_path,
+        served_model=served_model,
         engine=engine,
         gpu=gpu,
         tp=tp,

@@ -12,9 +12,10 @@ adapter's command line for the installed engine, the variant's flags, environmen
   tensor-parallel ranks share memory, the model mounted read-only, the port published on the
   variant's host address.
 
-Secrets are never written into either: variables whose names look secret go to an env file
+Secrets are never written into either: variables whose names look secret, or whose values hold
+one whatever the name (a mirror URL with its ``user:password``), go to an env file
 (``EnvironmentFile=`` / ``env_file:``) that the user fills in; a secret flag value in the
-variant's arguments is refused. An argument that is an inline script (vLLM CPU's metadata shim,
+variant's arguments (by the flag's name or by its value) is refused. An argument that is an inline script (vLLM CPU's metadata shim,
 ``python -c ...``) is written to a file beside the unit, since a unit line cannot hold newlines.
 """
 
@@ -31,7 +32,7 @@ from pydantic import BaseModel, Field
 from ceiling.engines import get_engine
 from ceiling.envcheck.check import env_data
 from ceiling.errors import CeilingError
-from ceiling.redact import is_secret_name
+from ceiling.redact import holds_secret, is_secret_name
 
 if TYPE_CHECKING:
     from ceiling.engines.base import Engine
@@ -66,8 +67,8 @@ class DeployPlan(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def _secret(name: str) -> bool:
-    return is_secret_name(name)
+def _secret(name: str, value: str = "") -> bool:
+    return is_secret_name(name) or holds_secret(value)
 
 
 def service_name(variant: Variant) -> str:
@@ -137,11 +138,22 @@ def build_plan(
                 f"environment ({' / '.join(engine.api_key_env) or 'its key variable'}) in the env "
                 "file deploy references",
             )
+        if holds_secret(tok):  # never echo the value: name the flag it belongs to
+            before = user[i - 1] if i > 0 else ""
+            flag = (
+                name if tok.startswith("-") else before if before.startswith("-") else "an argument"
+            )
+            raise CeilingError(
+                f"{variant.name}: the value of {flag} holds a credential (a URL's user:password "
+                "or a secret query value); a unit or compose file would hold it in clear",
+                fix=f"give {flag} a value without credentials, and the credential to the engine "
+                "through a variable of the variant's env (deploy moves it to the env file)",
+            )
     service = service_name(variant)
     out_dir = out_dir.resolve()
     env_path = (env_file or out_dir / f"{service}.env").resolve()
-    secrets = sorted(k for k in variant.env if _secret(k))
-    tuned = {k: v for k, v in {**variant.env, **plan.env}.items() if not _secret(k)}
+    secrets = sorted(k for k, v in variant.env.items() if _secret(k, v))
+    tuned = {k: v for k, v in {**variant.env, **plan.env}.items() if not _secret(k, v)}
     tuned.setdefault("NO_COLOR", "1")
     health = list(engine.health_paths)
     host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(variant.host, variant.host)

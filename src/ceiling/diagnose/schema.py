@@ -43,6 +43,7 @@ class DoctorConfig(BaseModel):
     variant: str | None = None
     log: str | None = None
     model_path: str | None = Field(None, description="model dir / config.json / catalog name")
+    served_model: str | None = Field(None, description="served model name (default: the first)")
     engine: str | None = None
     gpu: str | None = Field(None, description="catalog GPU name (default: probed)")
     tp: int | None = Field(None, ge=1)

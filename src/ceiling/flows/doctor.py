@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from ceiling import interrupts
-from ceiling.bench.config import BenchConfig
 from ceiling.bench.failures import failure_statement
 from ceiling.bench.runner import run_bench
 from ceiling.bench.served import ServedModel
@@ -50,13 +49,15 @@ from ceiling.diagnose.schema import (
     Target,
     Telemetry,
 )
+from ceiling.diagnose.setup import Seen, report_title, resolve
 from ceiling.diagnose.verdict import broken_output_verdict
 from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError
 from ceiling.flows import doctor_llamacpp, doctor_trace, preflight
-from ceiling.flows.doctor_checks import bench_failure, check_config, reproduce
+from ceiling.flows.doctor_checks import bench_config, bench_failure, check_config, reproduce
 from ceiling.flows.flag_hypotheses import flag_checks
 from ceiling.flows.hardware import describe_hardware, find_model_dir, target_gguf
+from ceiling.flows.setup_seen import seen_before_launch, seen_of_server, stated_setup
 from ceiling.flows.target import engine_of, served_models, server_alive
 from ceiling.outputs import write_atomic
 from ceiling.probe.telemetry import TelemetrySampler
@@ -114,39 +115,6 @@ def _flag_stage(
         res.flag_checks = flag_checks(cfg.flag_hypotheses, variant, engine)
         answers = [f"{k}: {'rejected' if v else 'accepted'}" for k, v in res.flag_checks.items()]
         st.message = ", ".join(answers) or "engine unknown: none checked"
-
-
-def _bench_config(
-    cfg: DoctorConfig, url: str, model: str, mode: BenchMode, out: Path
-) -> BenchConfig:
-    if mode == "single":
-        return BenchConfig(
-            url=url,
-            model=model,
-            mode="single",
-            max_tokens=cfg.max_tokens,
-            input_len=cfg.input_len,
-            repeat=cfg.repeat,
-            warmup=cfg.warmup,
-            telemetry=False,  # the doctor samples itself and keeps the series
-            save_detailed=True,
-            out=out,
-            stall_timeout=cfg.stall_timeout_s,
-        )
-    return BenchConfig(
-        url=url,
-        model=model,
-        mode="concurrency",
-        concurrency=cfg.concurrency,
-        max_tokens=cfg.concurrency_max_tokens,
-        input_len=cfg.input_len,
-        requests=cfg.concurrency_requests,
-        repeat=1,
-        warmup=0,
-        save_detailed=True,
-        out=out,
-        stall_timeout=cfg.stall_timeout_s,
-    )
 
 
 def run(cfg: DoctorConfig, report: Reporter | None = None) -> DoctorResult:
@@ -238,6 +206,7 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
     with contextlib.ExitStack() as stack:
         if cfg.variant:
             variant = load_variant(cfg.variant).with_overrides(log_dir=str(out / "logs"))
+            cfg = _setup_stage(rec, res, cfg, seen_before_launch(variant))
             if cfg.trace:  # the engine's profiler settings, checked by preflight like any flag
                 variant, setup = doctor_trace.traced_variant(variant, cfg, out)
             _preflight_stage(rec, res, variant)
@@ -261,6 +230,10 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
             _inspect_stage(rec, res, cfg, readable_log, "inspect log", variant)
         else:
             rec.skip("inspect log", "no log file (pass --log with --url)")
+        if variant is None:  # what the server shows, before the sanity gate and the bench
+            cfg = _setup_stage(
+                rec, res, cfg, seen_of_server(url, models, served, res.target.engine, res.facts)
+            )
         _sanity_stage(rec, res, cfg, url, served, variant)
         if variant is None:
             _hardware_stage(rec, res, cfg)
@@ -278,10 +251,19 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
         doctor_trace.feed_predict(rec, res, out)  # the window's kernel times as predict evidence
         _attribute_stage(rec, res, cfg)
         _verdict_stage(rec, res, cfg)
-        where = res.hardware.name if res.hardware is not None else "?"
-        is_cpu = res.hardware is not None and res.hardware.kind == "cpu"
-        res.title = f"ceiling doctor — {served or 'server'} on {'CPU ' if is_cpu else ''}{where}"
-        res.reproduce = reproduce(cfg, url, served)
+        res.title = report_title(served, res.hardware, cfg.tp)
+        res.reproduce = reproduce(res.config, url, served)
+
+
+def _setup_stage(rec: _Recorder, res: DoctorResult, cfg: DoctorConfig, seen: Seen) -> DoctorConfig:
+    """The stated setup against the seen one (``diagnose.setup``): a contradiction stops the
+    doctor here; what is as given, not seen, becomes an assumption. The configuration the
+    later stages read: the TP the server was seen to run, ``--gpu`` by its catalog name."""
+    with rec.stage("setup", fatal=True) as st:
+        setup = resolve(stated_setup(cfg), seen)
+        res.assumptions += setup.notes
+        st.message = "; ".join(setup.notes) or "as stated and seen"
+    return cfg.model_copy(update={"tp": setup.tp, "gpu": setup.gpu})
 
 
 def _launch_stage(
@@ -326,7 +308,11 @@ def _target(
     models: list[ServedModel],
 ) -> str | None:
     """Record what is examined (``res.target``); the served model name."""
-    served = (server.model if server is not None else None) or (models[0].id if models else None)
+    served = (
+        cfg.served_model
+        or (server.model if server is not None else None)
+        or (models[0].id if models else None)
+    )
     engine = (
         cfg.engine
         or (variant.engine if variant is not None else None)
@@ -456,7 +442,7 @@ def _bench_stage(
         if sampler is not None:
             sampler.start()  # never raises: no NVML -> the series says unavailable
         try:
-            b = run_bench(_bench_config(cfg, url, served or "", mode, path), progress=cfg.progress)
+            b = run_bench(bench_config(cfg, url, served, mode, path), progress=cfg.progress)
             res.bench[mode] = b
             res.files[f"bench_{mode}"] = str(path)
             st.message = f"{b.completed} requests, partial: {b.partial}" + (

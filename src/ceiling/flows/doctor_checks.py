@@ -9,11 +9,14 @@ whose server died, did not measure what it claims and must not exit 0.
 
 from __future__ import annotations
 
+import json
+import shlex
 from pathlib import Path
 
 from ceiling.bench.client import base_url
+from ceiling.bench.config import BenchConfig
 from ceiling.bench.failures import OVERFLOW_FIX, failure_statement
-from ceiling.diagnose.schema import DoctorConfig, DoctorResult
+from ceiling.diagnose.schema import BenchMode, DoctorConfig, DoctorResult
 from ceiling.engines import engine_names
 from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError, ExitStatus
@@ -136,30 +139,126 @@ def bench_failure(res: DoctorResult) -> tuple[ExitStatus, str] | None:
     return None
 
 
-__all__ = ["OPTION_NAMES", "bench_failure", "check_config", "completed_requests", "outcome"]
+__all__ = [
+    "OPTION_NAMES",
+    "bench_command",
+    "bench_config",
+    "bench_failure",
+    "check_config",
+    "completed_requests",
+    "doctor_command",
+    "outcome",
+    "reproduce",
+]
+
+
+def bench_config(
+    cfg: DoctorConfig, url: str, model: str | None, mode: BenchMode, out: Path | None
+) -> BenchConfig:
+    """The bench a doctor stage runs (``mode``: single stream, or the concurrency sweep;
+    ``model`` None: the server's first, as bench finds it)."""
+    if mode == "single":
+        return BenchConfig(
+            url=url,
+            model=model,
+            mode="single",
+            max_tokens=cfg.max_tokens,
+            input_len=cfg.input_len,
+            repeat=cfg.repeat,
+            warmup=cfg.warmup,
+            telemetry=False,  # the doctor samples itself and keeps the series
+            save_detailed=True,
+            out=out,
+            stall_timeout=cfg.stall_timeout_s,
+        )
+    return BenchConfig(
+        url=url,
+        model=model,
+        mode="concurrency",
+        concurrency=cfg.concurrency,
+        max_tokens=cfg.concurrency_max_tokens,
+        input_len=cfg.input_len,
+        requests=cfg.concurrency_requests,
+        repeat=1,
+        warmup=0,
+        save_detailed=True,
+        out=out,
+        stall_timeout=cfg.stall_timeout_s,
+    )
+
+
+#: DoctorConfig fields that no doctor option sets (the API's), or that change what is shown,
+#: not what is measured (--quiet, --json): a Reproduce line cannot and need not carry them
+_NO_OPTION = frozenset(
+    {"url", "variant", "warmup", "concurrency_requests", "flag_hypotheses", "progress"}
+)
+#: written even at their defaults: the line says how long and where
+_ALWAYS = frozenset({"max_tokens", "repeat", "concurrency", "out_dir"})
+#: a switch written when its value is not the default
+_SWITCHES = {
+    "telemetry": "--no-telemetry",
+    "measure_cpu": "--no-measure-cpu",
+    "sanity": "--no-sanity",
+    "trace": "--trace",
+}
+_BENCH_OPTIONS = {"model": "--served-model", "timeout": "--request-timeout"}
+_BENCH_SWITCHES = {
+    "ignore_eos": ("--ignore-eos", "--no-ignore-eos"),
+    "chat": ("--chat", ""),
+    "save_detailed": ("--save-detailed", ""),
+    "telemetry": ("--telemetry", ""),
+}
+
+
+def _word(value: object) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "none"
+    return str(value)
+
+
+def doctor_command(cfg: DoctorConfig, url: str) -> str:
+    """The ``ceiling doctor`` command that runs ``cfg`` again: every option that differs from
+    its default, so that the run it starts is this one (tests parse it with the real CLI)."""
+    args = ["ceiling", "doctor", *(["--variant", cfg.variant] if cfg.variant else ["--url", url])]
+    default = DoctorConfig()
+    for name in DoctorConfig.model_fields:
+        value = getattr(cfg, name)
+        if name in _NO_OPTION or value is None:
+            continue
+        if value == getattr(default, name) and name not in _ALWAYS:
+            continue
+        if name in _SWITCHES:
+            args.append(_SWITCHES[name])
+        elif name == "cuda_graphs":
+            args.append("--cuda-graphs" if value else "--no-cuda-graphs")
+        else:
+            args += [OPTION_NAMES.get(name, "--" + name.replace("_", "-")), _word(value)]
+    return shlex.join(args)
+
+
+def bench_command(bc: BenchConfig) -> str:
+    """The ``ceiling bench`` command that runs ``bc`` again (its result file aside: a new one)."""
+    args = ["ceiling", "bench", "--url", bc.url]
+    default = BenchConfig(url=bc.url)
+    for name in BenchConfig.model_fields:
+        value = getattr(bc, name)
+        if name in ("url", "out") or value is None or value == getattr(default, name):
+            continue
+        if name in _BENCH_SWITCHES:
+            on, off = _BENCH_SWITCHES[name]
+            args.append(on if value else off)
+        elif name == "logit_bias":
+            args += ["--logit-bias", json.dumps(value)]
+        else:
+            args += [_BENCH_OPTIONS.get(name, "--" + name.replace("_", "-")), _word(value)]
+    return shlex.join(args)
 
 
 def reproduce(cfg: DoctorConfig, url: str, model: str | None) -> list[str]:
     """The commands that re-run this doctor and its benches."""
-    target = (
-        f"--variant {cfg.variant}"
-        if cfg.variant
-        else f"--url {url}"
-        + (f" --log {cfg.log}" if cfg.log else "")
-        + (f" --model {cfg.model_path}" if cfg.model_path else "")
-    )
-    conc = ",".join(str(c) for c in cfg.concurrency)
-    cmds = [
-        f"ceiling doctor {target} --max-tokens {cfg.max_tokens} --repeat {cfg.repeat} "
-        f"--concurrency {conc or 'none'} --out-dir {cfg.out_dir}",
-        f"ceiling bench --url {url} --model {model} --mode single --max-tokens {cfg.max_tokens} "
-        f"--input-len {cfg.input_len} --repeat {cfg.repeat}",
-    ]
-    if conc:
-        cmds.append(
-            f"ceiling bench --url {url} --model {model} --mode concurrency --concurrency {conc} "
-            f"--max-tokens {cfg.concurrency_max_tokens} --input-len {cfg.input_len}"
-        )
+    modes: list[BenchMode] = ["single", "concurrency"] if cfg.concurrency else ["single"]
+    cmds = [doctor_command(cfg, url)]
+    cmds += [bench_command(bench_config(cfg, url, model, m, None)) for m in modes]
     if cfg.variant:
-        cmds.insert(0, f"ceiling preflight {cfg.variant}")
+        cmds.insert(0, shlex.join(["ceiling", "preflight", cfg.variant]))
     return cmds

@@ -14,6 +14,7 @@ from ceiling.diagnose.expect import GgufFile, is_llamacpp
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorConfig
 from ceiling.errors import CeilingError
+from ceiling.flows.setup_seen import catalog_name_of
 from ceiling.flows.target import server_props
 from ceiling.predict.gguf import is_gguf
 from ceiling.probe.cpu_host import describe_cpu
@@ -54,7 +55,8 @@ def describe_hardware(cfg: DoctorConfig) -> tuple[Hardware, list[str]]:
 
 
 def find_model_dir(cfg: DoctorConfig, variant: Any, models: list[ServedModel]) -> str | None:
-    """The model to predict: ``--model-path``, the variant's model, else the served root."""
+    """The model to predict: ``--model``, the variant's model, else the served root (an HF id
+    the catalog holds: its catalog entry)."""
     if cfg.model_path:
         return cfg.model_path
     if variant is not None and variant.model_path() is not None:
@@ -62,7 +64,9 @@ def find_model_dir(cfg: DoctorConfig, variant: Any, models: list[ServedModel]) -
     for m in models:
         if m.root and Path(m.root).exists():
             return m.root
-    return models[0].root if models and models[0].root else None
+    root = models[0].root if models else None
+    # an HF id the catalog holds (a server that loaded it from the hub): its catalog entry
+    return (catalog_name_of(root) or root) if root else None
 
 
 def find_gguf(
