@@ -233,7 +233,7 @@ def load_result(path: str | Path) -> RunResult:
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise CeilingError(
             f"{p} is not a ceiling bench result (no kind={KIND!r})",
-            fix="pass a result file written by ceiling bench --out",
+            fix="pass a result file that ceiling bench wrote (its --out)",
         )
     version = data.get("schema_version", 0)
     if not isinstance(version, int) or version > SCHEMA_VERSION:

@@ -136,7 +136,7 @@ def expect(
     if model_dir is None:
         raise CeilingError(
             "cannot find the model config",
-            fix="pass --model-path (dir, config.json or catalog name)",
+            fix="pass --model (dir, config.json or catalog name)",
         )
     pred = predict(request_for(cfg, hardware, model_dir, facts, variant))
     note = None

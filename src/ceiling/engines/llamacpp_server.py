@@ -255,6 +255,14 @@ class LlamaServerEngine(LlamaCppEngine):
         "prompt_tokens": ("llamacpp:prompt_tokens_total",),
     }
 
+    # llama-server cannot return prompt log-probabilities: its /v1/completions refuses ``echo``
+    # ("Only no echo is supported", tools/server/server-common.cpp) and ``n_probs`` covers the
+    # generated tokens only; no server flag changes that (``--logits_all`` is llama-cpp-python's)
+    prompt_logprobs_hint = (
+        "llama-server returns no prompt log-probabilities (it refuses echo; n_probs covers "
+        "generated tokens only): measure perplexity with `llama-perplexity -m MODEL.gguf -f "
+        "TEXT.txt`, or serve the GGUF with llama-cpp-python (engine llamacpp-python)"
+    )
     # ``GET /props``: ``default_generation_settings`` is slot 0's ``to_json()``, whose ``n_ctx``
     # is the context one slot serves (all of -c with --kv-unified, else -c / --parallel)
     context_path = "/props"

@@ -152,12 +152,12 @@ def reproduce(cfg: DoctorConfig, url: str, model: str | None) -> list[str]:
     cmds = [
         f"ceiling doctor {target} --max-tokens {cfg.max_tokens} --repeat {cfg.repeat} "
         f"--concurrency {conc or 'none'} --out-dir {cfg.out_dir}",
-        f"ceiling bench --url {url} --model {model} --mode single --max-tokens {cfg.max_tokens} "
+        f"ceiling bench --url {url} --served-model {model} --mode single --max-tokens {cfg.max_tokens} "
         f"--input-len {cfg.input_len} --repeat {cfg.repeat}",
     ]
     if conc:
         cmds.append(
-            f"ceiling bench --url {url} --model {model} --mode concurrency --concurrency {conc} "
+            f"ceiling bench --url {url} --served-model {model} --mode concurrency --concurrency {conc} "
             f"--max-tokens {cfg.concurrency_max_tokens} --input-len {cfg.input_len}"
         )
     if cfg.variant:

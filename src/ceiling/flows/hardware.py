@@ -54,7 +54,7 @@ def describe_hardware(cfg: DoctorConfig) -> tuple[Hardware, list[str]]:
 
 
 def find_model_dir(cfg: DoctorConfig, variant: Any, models: list[ServedModel]) -> str | None:
-    """The model to predict: ``--model-path``, the variant's model, else the served root."""
+    """The model to predict: ``--model``, the variant's model, else the served root."""
     if cfg.model_path:
         return cfg.model_path
     if variant is not None and variant.model_path() is not None:
