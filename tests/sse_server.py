@@ -49,6 +49,7 @@ class Plan:
     die: bool = False  # the whole server dies when this request arrives
     keepalive_comments: bool = False
     error_message: str | None = None  # message of the error body for status != 200
+    event_message: str = "synthetic engine failure"  # message of the error event
 
 
 Scenario = Callable[[int, dict[str, Any]], Plan]
@@ -76,6 +77,8 @@ class SSEServer:
         port: int = 0,
         metrics_flaky: bool = False,
         version: str | None = None,
+        max_model_len: int | None = None,
+        props: dict[str, Any] | None = None,
     ) -> None:
         if scenario is None:
             scenario = Plan()
@@ -94,6 +97,8 @@ class SSEServer:
         self.metrics_flaky = metrics_flaky  # every other /metrics GET (1st, 3rd, ...) gets a 503
         self.metrics_requests = 0
         self.version = version  # GET /version answers {"version": ...} as vLLM's (None: 404)
+        self.max_model_len = max_model_len  # in the /v1/models entry, as vLLM's
+        self.props = props  # GET /props answers it, as llama-server's (None: 404)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -109,6 +114,8 @@ class SSEServer:
         app.router.add_get("/health", self._health)
         if self.version is not None:
             app.router.add_get("/version", self._version)
+        if self.props is not None:
+            app.router.add_get("/props", self._props)
         if self._tokenize:
             app.router.add_post("/tokenize", self._tokenize_h)
         if self._metrics:
@@ -123,10 +130,14 @@ class SSEServer:
     async def _version(self, _req: web.Request) -> web.Response:
         return web.json_response({"version": self.version})
 
+    async def _props(self, _req: web.Request) -> web.Response:
+        return web.json_response(self.props)
+
     async def _models(self, _req: web.Request) -> web.Response:
-        return web.json_response(
-            {"object": "list", "data": [{"id": self.model, "object": "model"}]}
-        )
+        entry: dict[str, Any] = {"id": self.model, "object": "model"}
+        if self.max_model_len is not None:
+            entry["max_model_len"] = self.max_model_len
+        return web.json_response({"object": "list", "data": [entry]})
 
     async def _tokenize_h(self, req: web.Request) -> web.Response:
         body = await req.json()
@@ -212,7 +223,7 @@ class SSEServer:
                 err = {
                     "error": {
                         "object": "error",
-                        "message": "synthetic engine failure",
+                        "message": plan.event_message,
                         "type": "InternalServerError",
                         "code": 500,
                     }

@@ -43,8 +43,11 @@ def test_a_variant_is_launched_asked_with_its_key_and_stopped(tmp_path, monkeypa
     ("cfg", "says"),
     [
         (flow.SanityConfig(), "sanity needs a server to ask"),
-        (flow.SanityConfig(variant="v.yaml", timeout_s=0), "--timeout 0 is not a positive time"),
-        (flow.SanityConfig(variant="v.yaml", model_path="/nope/here"), "--model-path /nope"),
+        (
+            flow.SanityConfig(variant="v.yaml", timeout_s=0),
+            "--request-timeout 0 is not a positive time",
+        ),
+        (flow.SanityConfig(variant="v.yaml", model_path="/nope/here"), "--model /nope"),
     ],
 )
 def test_bad_inputs_fail_before_any_launch(cfg, says, monkeypatch):

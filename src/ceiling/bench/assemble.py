@@ -10,8 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ceiling.bench import server_metrics
+from ceiling.bench.causes import early_end_warning, failed_warning
 from ceiling.bench.config import BenchConfig
-from ceiling.bench.metrics import RequestRecord, errors_by_kind, summarize
+from ceiling.bench.metrics import (
+    RequestRecord,
+    early_ends,
+    error_messages,
+    errors_by_kind,
+    finish_reasons,
+    summarize,
+)
 from ceiling.bench.results import CI_METRICS, LevelResult, PerRequest, Summary, WorkerInfo
 from ceiling.bench.stats import mean_ci
 
@@ -66,6 +74,9 @@ def level_result(cfg: BenchConfig, level: int | None, ms: list[Measurement]) -> 
         request_rate=cfg.rate if level is None else None,
         burstiness=cfg.burstiness if level is None else None,
         errors=errors_by_kind(records),
+        error_messages=error_messages(records),
+        finish_reasons=finish_reasons(records),
+        early_ends=early_ends(records),
         ci=ci,
         repeats=repeats,
         server_metrics=server_metrics.compare_to_client(
@@ -93,18 +104,19 @@ def run_warnings(
     len_source: str,
     workers: list[WorkerInfo] | None = None,
     clock_aligned: bool = True,
+    served_context: int | None = None,
+    ignore_eos_sent: bool = True,
 ) -> list[str]:
     """Plain-language caveats about a run, from its levels and the client's loop lag (per
-    worker with ``--workers``/``--ray``)."""
+    worker with ``--workers``/``--ray``). ``served_context``: the context one request gets on
+    the server (None: it does not say); ``ignore_eos_sent``: the requests carried ignore_eos."""
     out: list[str] = []
     for lv in levels:
         tag = f"c={lv.concurrency}: " if lv.concurrency is not None and len(levels) > 1 else ""
         extra = lv.model_extra or {}
-        if extra.get("short_requests"):
-            out.append(
-                f"{tag}{extra['short_requests']} of {lv.completed} requests ended before "
-                "max_tokens (EOS or a stop string): pass --ignore-eos or check the server"
-            )
+        for end in lv.early_ends:
+            warning = early_end_warning(end, lv.completed, served_context, ignore_eos_sent)
+            out.append(tag + warning)
         if lv.completed and extra.get("usage_missing") == lv.completed:
             out.append(f"{tag}the server sent no usage chunk: output tokens counted from chunks")
         tpc = extra.get("tokens_per_chunk")
@@ -114,8 +126,7 @@ def run_warnings(
                 "held-back text): ITL is per chunk, TPOT per token"
             )
         if lv.failed:
-            kinds = ", ".join(f"{k} {v}" for k, v in lv.errors.items())
-            out.append(f"{tag}{lv.failed} failed requests ({kinds})")
+            out.append(tag + failed_warning(lv.failed, lv.errors, lv.error_messages))
     for lv in levels:
         share = (lv.model_extra or {}).get("burst_chunk_share")
         if share is not None and share > BURST_WARN_SHARE:

@@ -23,6 +23,7 @@ import aiohttp
 from ceiling.bench.http import HTTPError, Sink, StreamProtocol
 from ceiling.bench.pool import StreamPool
 from ceiling.bench.sse import SSESplitter
+from ceiling.engines import all_engines
 from ceiling.errors import CeilingError, ExitStatus
 from ceiling.redact import API_KEY_ENV, env_api_key, redact
 
@@ -240,6 +241,32 @@ class Client:
                 f"{url} lists no model", fix="pass --model explicitly", exit_code=ExitStatus.SERVER
             )
         return str(ids[0])
+
+    async def served_context(self, model: str) -> tuple[int | None, str | None]:
+        """(tokens of context one request gets, where the server said it); (None, None) when
+        it does not say. vLLM's ``/v1/models`` carries ``max_model_len``; an engine with its
+        own endpoint (llama-server's ``/props``) names it in its adapter."""
+        try:
+            status, body = await self._get_json("/v1/models")
+        except (aiohttp.ClientError, TimeoutError):
+            status, body = 0, None
+        data = body.get("data") if status == 200 and isinstance(body, dict) else None
+        for entry in data if isinstance(data, list) else []:
+            if isinstance(entry, dict) and entry.get("id") == model:
+                n = entry.get("max_model_len")
+                if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                    return n, "/v1/models max_model_len"
+        for engine in all_engines():
+            if engine.context_path is None:
+                continue
+            try:
+                status, body = await self._get_json(engine.context_path)
+            except (aiohttp.ClientError, TimeoutError):
+                continue
+            n = engine.served_context_from(body) if status == 200 else None
+            if n is not None:
+                return n, f"{engine.context_path} ({engine.display_name})"
+        return None, None
 
     async def tokenize(self, model: str, text: str) -> int | None:
         """Token count of ``text`` from the server's ``/tokenize``, or None. vLLM and SGLang

@@ -39,6 +39,20 @@ _PROMPT = re.compile(
 )
 
 
+def overflow_text(text: str) -> bool:
+    """Whether a server's error text says the request does not fit its context (llama-server's
+    "Context size has been exceeded.", vLLM's "maximum context length is N")."""
+    return bool(_OVERFLOW.search(text))
+
+
+def quote_messages(messages: dict[str, int], limit: int = 3) -> str:
+    """``'Context size has been exceeded.' x144; ...``: the most common error texts."""
+    items = list(messages.items())[:limit]
+    text = "; ".join(f"{msg[:200]!r} x{n}" for msg, n in items)
+    more = len(messages) - len(items)
+    return text + (f"; {more} other message(s) in error_messages of the result" if more else "")
+
+
 def context_overflow(error: str | None, prompt_tokens: int | None, max_tokens: int) -> str | None:
     """The statement for a context overflow in a 400's message (None: it is something else)."""
     text = error or ""
@@ -76,18 +90,26 @@ def failure_statement(result: RunResult, max_failed_pct: float = MAX_FAILED_PCT)
     done = sum(lv.completed for lv in levels)
     failed = sum(lv.failed for lv in levels)
     errors: dict[str, int] = {}
+    messages: dict[str, int] = {}
     for lv in levels:
         for kind, n in lv.errors.items():
             errors[kind] = errors.get(kind, 0) + int(n)
+        for msg, n in lv.error_messages.items():
+            messages[msg] = messages.get(msg, 0) + int(n)
+    said = (
+        f"; the server said: {quote_messages(dict(sorted(messages.items(), key=lambda kv: -kv[1])))}"
+        if messages
+        else ""
+    )
     sent = done + failed
     if sent == 0:
         return None
     if done == 0:
-        return f"no request completed ({failed} failed; errors: {errors or 'none recorded'})"
+        return f"no request completed ({failed} failed; errors: {errors or 'none recorded'}{said})"
     share = 100.0 * failed / sent
     if share > max_failed_pct:
         return (
             f"{failed} of {sent} requests failed ({share:.0f} % > the {max_failed_pct:g} % "
-            f"allowed by --max-failed-pct; errors: {errors}): no verdict from such a run"
+            f"allowed by --max-failed-pct; errors: {errors}{said}): no verdict from such a run"
         )
     return None

@@ -47,6 +47,9 @@ class RequestRecord(BaseModel):
     usage_tokens: int | None = None
     usage_mismatch: bool = False
     finish_reason: str | None = None
+    # llama-server's own word for why generation ended (its native /completion stream: "eos",
+    # "limit", "word"); OpenAI-style streams carry finish_reason only
+    stop_type: str | None = None
     short: bool = False
     ttft_ms: float | None = None
     ttfct_ms: float | None = None
@@ -57,6 +60,20 @@ class RequestRecord(BaseModel):
     chunk_ms: list[float] = Field(default_factory=list)
     chunk_tokens: list[int] | None = None
     malformed_chunks: int = 0
+
+
+class EarlyEnd(BaseModel):
+    """Completed requests that ended before their max_tokens, for one reason the server gave.
+
+    ``prompt_tokens``/``output_tokens``: the most common pair among them (what a warning
+    quotes: "prompt 128 + 384 generated = 512")."""
+
+    finish_reason: str = Field(description="the server's finish_reason (none: it gave none)")
+    stop_type: str | None = Field(None, description="llama-server's stop_type, when sent")
+    requests: int
+    max_tokens: int | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int = 0
 
 
 def _choice_output(choice: dict[str, Any]) -> tuple[bool, bool, int | None, str | None]:
@@ -117,6 +134,8 @@ def process(
             rec.error_kind = rec.error_kind or "stream_error"
             rec.error = rec.error or f"error event in stream: {str(msg)[:300]}"
             continue
+        if isinstance(obj.get("stop_type"), str) and obj["stop_type"] != "none":
+            rec.stop_type = obj["stop_type"]
         usage = obj.get("usage")
         if isinstance(usage, dict):
             bad = {
@@ -197,6 +216,57 @@ def errors_by_kind(records: Sequence[RequestRecord]) -> dict[str, int]:
     malformed = sum(r.malformed_chunks for r in records if r.error_kind != "malformed_sse")
     if malformed:
         counts["malformed_sse_chunks"] += malformed
+    return dict(sorted(counts.items()))
+
+
+#: Distinct error texts kept per level; the rest are counted under :data:`OTHER_MESSAGES`
+#: (a server that puts a request id in every message must not grow the result per request).
+MAX_ERROR_MESSAGES = 20
+OTHER_MESSAGES = "(other messages)"
+
+
+def error_messages(records: Sequence[RequestRecord]) -> dict[str, int]:
+    """Each distinct error text of the failed requests with how many ended with it, most
+    common first: the server's own words ("Context size has been exceeded.") travel with
+    every result, not only with ``--save-detailed``."""
+    counts: Counter[str] = Counter(
+        " ".join((r.error or r.error_kind or "").split()) for r in records if r.error_kind
+    )
+    out = dict(counts.most_common(MAX_ERROR_MESSAGES))
+    rest = sum(counts.values()) - sum(out.values())
+    if rest:
+        out[OTHER_MESSAGES] = rest
+    return out
+
+
+def early_ends(records: Sequence[RequestRecord]) -> list[EarlyEnd]:
+    """The completed requests that ended before max_tokens, grouped by the server's reason."""
+    groups: dict[tuple[str, str | None], list[RequestRecord]] = {}
+    for r in records:
+        if r.ok and r.short:
+            groups.setdefault((r.finish_reason or "none", r.stop_type), []).append(r)
+    out = []
+    for (reason, stop_type), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        shape = Counter(
+            (r.prompt_tokens or r.prompt_tokens_expected, r.output_tokens, r.max_tokens) for r in rs
+        )
+        (prompt, output, max_t), _ = shape.most_common(1)[0]
+        out.append(
+            EarlyEnd(
+                finish_reason=reason,
+                stop_type=stop_type,
+                requests=len(rs),
+                max_tokens=max_t,
+                prompt_tokens=prompt,
+                output_tokens=output,
+            )
+        )
+    return out
+
+
+def finish_reasons(records: Sequence[RequestRecord]) -> dict[str, int]:
+    """Completed requests per ``finish_reason`` the server gave (``none``: it gave none)."""
+    counts: Counter[str] = Counter(r.finish_reason or "none" for r in records if r.ok)
     return dict(sorted(counts.items()))
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ceiling.bench.metrics import RequestRecord
+from ceiling.bench.metrics import EarlyEnd, RequestRecord
 from ceiling.bench.stats import Interval
 from ceiling.console import dumps
 from ceiling.errors import CeilingError, ExitStatus
@@ -92,6 +92,16 @@ class LevelResult(Summary):
     request_rate: float | None = None
     burstiness: float | None = None
     errors: dict[str, int] = Field(default_factory=dict)
+    error_messages: dict[str, int] = Field(
+        default_factory=dict,
+        description="each distinct error text (the server's own words) -> failed requests",
+    )
+    finish_reasons: dict[str, int] = Field(
+        default_factory=dict, description="completed requests per finish_reason the server gave"
+    )
+    early_ends: list[EarlyEnd] = Field(
+        default_factory=list, description="completed requests that ended before max_tokens"
+    )
     ci: dict[str, Interval] = Field(default_factory=dict)
     repeats: list[Summary] = Field(default_factory=list)
     server_metrics: dict[str, Any] | None = None
@@ -136,6 +146,12 @@ class RunResult(LevelResult):
     mode: str = ""
     config: dict[str, Any] = Field(default_factory=dict)
     input_len_source: str | None = None
+    served_context: int | None = Field(
+        None, description="tokens of context one request gets on the server, as it says"
+    )
+    served_context_source: str | None = Field(
+        None, description="where served_context was read (/v1/models, /props)"
+    )
     timestamp_source: str = "socket"
     timestamp_fallbacks: int = 0
     partial: bool = False
@@ -217,7 +233,7 @@ def load_result(path: str | Path) -> RunResult:
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise CeilingError(
             f"{p} is not a ceiling bench result (no kind={KIND!r})",
-            fix="pass a result file written by ceiling bench --out",
+            fix="pass a result file that ceiling bench wrote (its --out)",
         )
     version = data.get("schema_version", 0)
     if not isinstance(version, int) or version > SCHEMA_VERSION:

@@ -185,11 +185,16 @@ async def _run(
         model = await client.detect_model(cfg.model)
         path = "/v1/chat/completions" if cfg.chat else "/v1/completions"
         state = LoadState(client=client)
+        served_ctx, ctx_source = await client.served_context(model)
+        max_tokens, clip_note = fit_default_max_tokens(cfg, served_ctx, ctx_source)
+        if clip_note:
+            state.notes.append(clip_note)
+            say(f"bench: {clip_note}")
         options = RequestOptions(
             model=model,
             path=path,
             chat=cfg.chat,
-            max_tokens=cfg.effective_max_tokens,
+            max_tokens=max_tokens,
             ignore_eos=cfg.ignore_eos,
             temperature=cfg.temperature,
             logit_bias=cfg.logit_bias,
@@ -226,7 +231,25 @@ async def _run(
             _restore_handlers(loop, previous)
             if pool is not None:
                 await pool.close()
-    return _assemble(ctx, started, len_source, measurements, lag_ms, tele)
+    return _assemble(ctx, started, len_source, measurements, lag_ms, tele, served_ctx, ctx_source)
+
+
+def fit_default_max_tokens(
+    cfg: BenchConfig, served_ctx: int | None, source: str | None
+) -> tuple[int, str | None]:
+    """max_tokens for the run and the note when the mode's default was clipped to fit the
+    served context (prompt + output); a ``--max-tokens`` the user gave is sent as given."""
+    want = cfg.effective_max_tokens
+    if cfg.max_tokens is not None or served_ctx is None or cfg.dataset is not None:
+        return want, None
+    room = served_ctx - cfg.input_len
+    if room < 1 or want <= room:  # a prompt that does not fit is the overflow check's to name
+        return want, None
+    return room, (
+        f"max_tokens clipped from the {cfg.mode} default {want} to {room}: the server serves "
+        f"{served_ctx} tokens of context per request ({source}) and prompts are "
+        f"{cfg.input_len} tokens (pass --max-tokens to choose)"
+    )
 
 
 async def _start_pool(cfg: BenchConfig, url: str) -> Any:
@@ -360,6 +383,8 @@ def _assemble(
     measurements: list[Measurement],
     lag_ms: dict[str, float | None],
     tele: dict[str, Any] | None,
+    served_ctx: int | None = None,
+    ctx_source: str | None = None,
 ) -> RunResult:
     cfg = ctx.cfg
     levels: list[LevelResult] = []
@@ -368,11 +393,13 @@ def _assemble(
         if ms:
             levels.append(level_result(cfg, level, ms))
     head = levels[0].model_dump() if levels else {}
-    errors: dict[str, int] = {}
-    for lv in levels:
-        for k, v in lv.errors.items():
-            errors[k] = errors.get(k, 0) + v
-    head["errors"] = errors
+    for key in ("errors", "error_messages", "finish_reasons"):  # over every level
+        total: dict[str, int] = {}
+        for lv in levels:
+            for k, v in getattr(lv, key).items():
+                total[k] = total.get(k, 0) + v
+        by_count = key == "error_messages"  # the most common message first, kinds by name
+        head[key] = dict(sorted(total.items(), key=lambda kv: -kv[1] if by_count else kv[0]))
     config = cfg.model_dump(mode="json")
     config["url"] = redact(config["url"])
     workers = ctx.pool.book.result() if ctx.pool is not None else []
@@ -389,6 +416,8 @@ def _assemble(
         mode=cfg.mode,
         config=config,
         input_len_source=len_source,
+        served_context=served_ctx,
+        served_context_source=ctx_source,
         timestamp_source=ctx.client.timestamp_source,
         partial=ctx.state.stopped,
         partial_reason=ctx.state.reason,
@@ -405,7 +434,14 @@ def _assemble(
     )
     reused = ctx.prompts.reused or ctx.prompts_reused
     result.warnings = ctx.state.notes + run_warnings(
-        levels, lag_ms, reused, len_source, workers, aligned
+        levels,
+        lag_ms,
+        reused,
+        len_source,
+        workers,
+        aligned,
+        served_context=served_ctx,
+        ignore_eos_sent=cfg.ignore_eos and ctx.state.ignore_eos,
     )
     chunks = sum(r.chunks for m in measurements for r in m.records)
     if result.timestamp_fallbacks > 0.01 * max(chunks, 1):

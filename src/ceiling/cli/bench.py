@@ -132,6 +132,7 @@ def register(app: typer.Typer) -> None:
         """
         import time
 
+        from ceiling.bench.causes import failure_fix
         from ceiling.bench.config import make_config
         from ceiling.bench.failures import OVERFLOW_FIX, failure_statement
         from ceiling.bench.render import render_result
@@ -180,7 +181,7 @@ def register(app: typer.Typer) -> None:
         if why and not result.partial:
             raise CeilingError(
                 f"{why}; result in {out}",
-                fix="read the errors in the result; raise --max-failed-pct only on purpose",
+                fix=failure_fix(result.error_messages),
                 exit_code=ExitStatus.FAILED,
             )
         if as_json:

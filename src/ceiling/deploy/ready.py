@@ -55,7 +55,7 @@ def wait_ready(
         if time.monotonic() - t0 > timeout_s:
             raise CeilingError(
                 f"{base} not ready after {timeout_s:.0f} s ({', '.join(paths)})",
-                fix="raise --timeout (large models load for many minutes) or read the log",
+                fix="raise --ready-timeout (large models load for many minutes) or read the log",
                 exit_code=ExitStatus.SERVER,
             )
         time.sleep(interval_s)
@@ -78,7 +78,9 @@ def check_ready_inputs(url: str, paths: list[str], timeout_s: float, pid: int | 
                 f"--path {path!r} is not a URL path", fix="e.g. --path /health (starts with /)"
             )
     if not 0 < timeout_s <= 7 * 86400:  # a week: longer is a typo
-        raise CeilingError(f"--timeout {timeout_s:g} is not a positive time", fix="--timeout 600")
+        raise CeilingError(
+            f"--ready-timeout {timeout_s:g} is not a positive time", fix="--ready-timeout 600"
+        )
     if pid is not None and pid < 1:
         raise CeilingError(f"--pid {pid} is not a process id", fix="the server's main PID")
 

@@ -224,7 +224,8 @@ def _unit(
     ready_line = " ".join(systemd_quote(a) if a != "$MAINPID" else "$MAINPID" for a in ready)
     lines = [
         "# Written by `ceiling deploy` from the variant "
-        f"{variant.source or variant.name}; `ceiling deploy --dry-run` prints it again.",
+        f"{variant.source or variant.name}; "
+        f"`ceiling deploy {variant.source or 'VARIANT.yaml'} --dry-run` prints it again.",
         "[Unit]",
         f"Description=ceiling: {variant.name} ({engine.display_name} serving {variant.served_model_name or variant.model})",
         "After=network-online.target",

@@ -174,6 +174,9 @@ class Engine:
     # where a running server says its version (GET path -> {"version": ...}; None: nowhere):
     # the profiler's form for a server ceiling did not launch (``doctor --url --trace``)
     version_path: str | None = None
+    # where a running server says the context one request gets, beyond /v1/models'
+    # ``max_model_len`` (GET path, read by ``served_context_from``; None: nowhere)
+    context_path: str | None = None
 
     # ---- what the server was told to load ------------------------------------------------
     # the load formats that fill the weights with random values (vLLM and SGLang:
@@ -436,6 +439,10 @@ class Engine:
         """Fields of a completion request that return the prompt's log-probabilities (and the
         most likely token at each position): the OpenAI legacy ``echo`` + ``logprobs``."""
         return {"echo": True, "logprobs": 1, **self.token_ids_request()}
+
+    def served_context_from(self, answer: Any) -> int | None:
+        """The context one request gets, from the answer to ``GET context_path``."""
+        return None
 
     def read_prompt_logprobs(self, response: dict[str, Any]) -> PromptLogprobs | None:
         """The prompt's log-probabilities from the answer to ``prompt_logprobs_request``."""

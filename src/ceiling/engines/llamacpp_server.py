@@ -26,7 +26,7 @@ import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ceiling.engines.base import EngineInstall, quiet_env, search_roots
 from ceiling.engines.flags import FlagSpec, FlagTable
@@ -272,6 +272,25 @@ class LlamaServerEngine(LlamaCppEngine):
         "decode_seconds": ("llamacpp:tokens_predicted_seconds_total",),
         "prompt_tokens": ("llamacpp:prompt_tokens_total",),
     }
+
+    # llama-server cannot return prompt log-probabilities: its /v1/completions refuses ``echo``
+    # ("Only no echo is supported", tools/server/server-common.cpp) and ``n_probs`` covers the
+    # generated tokens only; no server flag changes that (``--logits_all`` is llama-cpp-python's)
+    prompt_logprobs_hint = (
+        "llama-server returns no prompt log-probabilities (it refuses echo; n_probs covers "
+        "generated tokens only): measure perplexity with `llama-perplexity -m MODEL.gguf -f "
+        "TEXT.txt`, or serve the GGUF with llama-cpp-python (engine llamacpp-python)"
+    )
+    # ``GET /props``: ``default_generation_settings`` is slot 0's ``to_json()``, whose ``n_ctx``
+    # is the context one slot serves (all of -c with --kv-unified, else -c / --parallel)
+    context_path = "/props"
+
+    def served_context_from(self, answer: Any) -> int | None:
+        settings = answer.get("default_generation_settings") if isinstance(answer, dict) else None
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+        return (
+            n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
+        )
 
     def install_hint(self) -> str:
         return (

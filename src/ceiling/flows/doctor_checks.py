@@ -22,7 +22,7 @@ from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError, ExitStatus
 from ceiling.inputs import check_out_dir, check_server_url, read_text
 from ceiling.spec.hardware import load_gpu
-from ceiling.spec.model import catalog
+from ceiling.spec.model import catalog_name, did_you_mean
 
 #: DoctorConfig field -> the CLI option that sets it, where the two names differ
 OPTION_NAMES = {
@@ -86,7 +86,7 @@ def check_config(cfg: DoctorConfig) -> None:
 
 
 def _check_model_path(value: str) -> None:
-    if value in catalog():
+    if catalog_name(value) is not None:
         return
     p = Path(value).expanduser()
     if p.is_dir() and not (p / "config.json").is_file():
@@ -96,7 +96,7 @@ def _check_model_path(value: str) -> None:
         )
     if not p.exists():
         raise CeilingError(
-            f"--model {value!r}: not a catalog name, file or directory",
+            f"--model {value!r}: not a catalog name, file or directory{did_you_mean(value)}",
             fix="pass a model directory, its config.json, or a catalog name (predict --list-models)",
         )
 

@@ -27,6 +27,13 @@ from ceiling.run.launcher import launch
 from ceiling.sanity.checks import SanityReport, check_server
 from ceiling.sanity.gate import variant_dtype
 
+#: sanity has no option for how long a launch may take (its --request-timeout is per request):
+#: a model that loads longer is launched on its own and asked by URL
+LAUNCH_WAIT_HINT = (
+    "the wait (launch it with `ceiling launch VARIANT --ready-timeout 3600`, then "
+    "`ceiling sanity --url URL`)"
+)
+
 
 class SanityConfig(BaseModel):
     url: str | None = None
@@ -54,11 +61,12 @@ def check_inputs(cfg: SanityConfig) -> SanityConfig:
         check_server_url(str(cfg.url))
     if cfg.model_path and not Path(cfg.model_path).exists():
         raise CeilingError(
-            f"--model-path {cfg.model_path} not found", fix="pass the model's local directory"
+            f"--model {cfg.model_path} not found", fix="pass the model's local directory"
         )
     if not 0 < cfg.timeout_s <= MAX_SECONDS:  # socket timeouts overflow past time_t
         raise CeilingError(
-            f"--timeout {cfg.timeout_s:g} is not a positive time", fix="--timeout 60"
+            f"--request-timeout {cfg.timeout_s:g} is not a positive time",
+            fix="--request-timeout 60",
         )
     return cfg
 
@@ -71,7 +79,12 @@ def run(cfg: SanityConfig) -> SanityReport:
         if cfg.variant:
             variant = load_variant(cfg.variant)
             server = stack.enter_context(
-                launch(variant, timeout_s=cfg.launch_timeout_s, progress=cfg.progress)
+                launch(
+                    variant,
+                    timeout_s=cfg.launch_timeout_s,
+                    progress=cfg.progress,
+                    timeout_option=LAUNCH_WAIT_HINT,
+                )
             )
             # the requests carry the key the launched server wants (a variant's --api-key)
             stack.enter_context(use_api_key(server.api_key))

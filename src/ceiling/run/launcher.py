@@ -212,7 +212,7 @@ class Server:
         return classify_death(self.log_lines(), self.proc.poll(), self.engine.name)
 
     def wait_ready(
-        self, timeout_s: float, progress: bool = True, timeout_option: str = "--timeout"
+        self, timeout_s: float, progress: bool = True, timeout_option: str = "--ready-timeout"
     ) -> None:
         """Poll log + endpoints until ready; raise EngineDied on exit, CeilingError on timeout.
 
@@ -359,7 +359,7 @@ def start(
     timeout_s: float = 1800.0,
     progress: bool = True,
     wait: bool = True,
-    timeout_option: str = "--timeout",
+    timeout_option: str = "--ready-timeout",
 ) -> Server:
     """Start ``variant``'s server and (by default) wait until it is ready. Caller must stop it.
 
@@ -463,7 +463,7 @@ def launch(
     variant: Variant,
     timeout_s: float = 1800.0,
     progress: bool = True,
-    timeout_option: str = "--timeout",
+    timeout_option: str = "--ready-timeout",
 ) -> Iterator[Server]:
     """Context manager: a ready server for the ``with`` body, torn down afterwards."""
     server = start(variant, timeout_s=timeout_s, progress=progress, timeout_option=timeout_option)

@@ -44,7 +44,7 @@ def doctor_gate(
     dtype: str | None = None,
 ) -> SanityReport:
     """The gate as ``doctor``'s and ``sweep``'s first stage (the verdict is the caller's to act
-    on): the model directory from ``--model-path`` (a directory, or a config.json in one) or the
+    on): the model directory from ``--model`` (a directory, or a config.json in one) or the
     variant's model; the dtype from the variant's flags, else ``dtype`` (the engine log's)."""
     model_dir = None
     for cand in (model_path, getattr(variant, "model", None)):

@@ -51,7 +51,7 @@ class Reference(BaseModel):
 def why_not(model_dir: str | None, max_weight_bytes: int) -> str | None:
     """None when a reference pass can run for ``model_dir``, else the reason it cannot."""
     if not model_dir or not Path(model_dir).is_dir():
-        return "no local model directory (pass --model-path)"
+        return "no local model directory (pass --model DIR)"
     try:
         cfg = _config(Path(model_dir))
     except CeilingError as err:
@@ -88,7 +88,7 @@ def _weight_files(model_dir: Path) -> list[Path]:
 def _config(model_dir: Path) -> dict[str, Any]:
     """The model's config.json (read through ``ceiling.inputs``: a regular UTF-8 file)."""
     path = model_dir / "config.json"
-    cfg = read_json(path, "config.json", fix="pass --model-path a model directory")
+    cfg = read_json(path, "config.json", fix="pass --model a model directory")
     if not isinstance(cfg, dict):
         raise CeilingError(f"{path} is not a JSON object", fix="pass a model's config.json")
     return cfg
@@ -100,7 +100,7 @@ def _read_safetensors(path: Path, limit: int) -> dict[str, Any]:
     ``limit``: the most bytes read (the spec's ``max_weight_bytes``)."""
     import numpy as np
 
-    data = read_bytes(path, "weights file", fix="pass --model-path a model directory", limit=limit)
+    data = read_bytes(path, "weights file", fix="pass --model a model directory", limit=limit)
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + n])
     base = 8 + n

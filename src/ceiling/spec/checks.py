@@ -52,7 +52,6 @@ POSITIVE = (
     "head_dim",
     "intermediate_size",
     "moe_intermediate_size",
-    "shared_expert_intermediate_size",
     "num_experts_per_tok",
     "kv_lora_rank",
     "qk_nope_head_dim",
@@ -69,8 +68,13 @@ POSITIVE = (
     "moe_layer_freq",
     "decoder_sparse_step",
 )
-#: fields that may be 0 (no shared experts, no dense layers first, no q compression, ...)
+#: fields that may be 0 (no shared experts, no dense layers first, no q compression, ...).
+#: ``shared_expert_intermediate_size``: 0 is "no shared expert" in every architecture that
+#: has the field (vLLM's Qwen2-MoE/Qwen3-MoE build the shared expert only when it is > 0);
+#: Qwen3-Coder-480B's published config says 0
 NON_NEGATIVE = (
+    "shared_expert_intermediate_size",
+    "shared_intermediate_size",
     "n_routed_experts",
     "num_experts",
     "num_local_experts",
@@ -115,6 +119,23 @@ def check_config_values(cfg: dict[str, Any], where: str) -> None:
             "serves one or more attention heads, so there are never more KV heads",
             fix="num_key_value_heads must be <= num_attention_heads (equal for MHA)",
         )
+    if isinstance(heads, int) and isinstance(kv, int) and kv and heads % kv:
+        # grouped-query attention: each KV head serves heads / kv query heads, a whole number
+        # (transformers and the engines reshape by it and fail on the rest)
+        raise CeilingError(
+            f"config has {heads} attention heads and {kv} KV heads ({where}): {heads} does "
+            f"not divide by {kv}, so the query heads cannot be grouped over the KV heads",
+            fix="num_attention_heads must be a multiple of num_key_value_heads (e.g. "
+            f"{heads} heads with {_kv_divisors(heads, kv)} KV heads)",
+        )
+
+
+def _kv_divisors(heads: int, near: int) -> str:
+    """The KV head counts next to ``near`` that divide ``heads`` ("4 or 8")."""
+    divisors = [d for d in range(1, heads + 1) if heads % d == 0]
+    below = max((d for d in divisors if d < near), default=1)
+    above = min((d for d in divisors if d > near), default=heads)
+    return f"{below} or {above}"
 
 
 def parallel_refusal(spec: Any, tp: int, pp: int = 1) -> str | None:

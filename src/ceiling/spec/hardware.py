@@ -9,6 +9,7 @@ measurements, each with its source). A measured :class:`~ceiling.spec.profile.Ha
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -193,8 +194,11 @@ def load_gpu(name: str) -> GPU:
     cat, key = gpu_catalog(), _key(name)
     entry = cat.get(key) or next((g for g in cat.values() if key in g.aliases), None)
     if entry is None:
+        spellings = list(cat) + [a for g in cat.values() for a in g.aliases]
+        close = difflib.get_close_matches(key, spellings, n=3, cutoff=0.6)
+        hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
         raise CeilingError(
-            f"unknown GPU '{name}'",
+            f"unknown GPU '{name}'{hint}",
             fix="one of: " + ", ".join(cat) + " (see `ceiling predict --list-gpus`)",
         )
     return entry.model_copy(deep=True)  # the catalog is cached: callers get their own

@@ -3,12 +3,15 @@
 The nouns (``ModelSpec``, ``Module``, ``LayerSpec``) live in ``modelspec.py``; how a config
 becomes one, per model family, in ``families/``. Both are re-exported here.
 
-Accepted inputs: a short catalog name (``kimi-k2.5``), a path to a ``config.json`` file, or a
-model directory holding ``config.json`` (and optionally ModelOpt's ``hf_quant_config.json``).
+Accepted inputs: a short catalog name (``kimi-k2.5``) or the Hugging Face id a catalog entry
+comes from (``meta-llama/Llama-3.3-70B-Instruct``), either in any letter case; a path to a
+``config.json`` file, or a model directory holding ``config.json`` (and optionally ModelOpt's
+``hf_quant_config.json``). A local path wins over a Hugging Face id of the same spelling.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from functools import cache
 from importlib import resources
@@ -28,6 +31,8 @@ __all__ = [
     "Module",
     "build_model",
     "catalog",
+    "catalog_name",
+    "did_you_mean",
     "list_models",
     "load_model",
 ]
@@ -51,23 +56,57 @@ def catalog() -> dict[str, Path]:
     return out
 
 
+@cache
+def _spellings() -> dict[str, str]:
+    """Every spelling ``--model`` accepts for a catalog entry, lower-cased -> its name: the
+    short name and the Hugging Face id it comes from (``--list-models`` shows both)."""
+    rows = list_models()
+    out = {row["name"].lower(): row["name"] for row in rows}
+    for row in rows:
+        if row["hf_model"]:
+            out.setdefault(row["hf_model"].lower(), row["name"])
+    return out
+
+
+def catalog_name(text: str) -> str | None:
+    """The catalog entry ``text`` names (a short name or a Hugging Face id, any letter case);
+    None when it names none."""
+    if text in catalog():
+        return text
+    return _spellings().get(text.strip().lower())
+
+
+def did_you_mean(text: str) -> str:
+    """`` (did you mean 'llama-3.3-70b' / 'meta-llama/Llama-3.3-70B-Instruct'?)``, or ""."""
+    close = difflib.get_close_matches(text.strip().lower(), list(_spellings()), n=6, cutoff=0.6)
+    names = list(dict.fromkeys(_spellings()[c] for c in close))[:3]
+    if not names:
+        return ""
+    hf = {row["name"]: row["hf_model"] for row in list_models()}
+    shown = [f"'{n}'" + (f" ({hf[n]})" if hf.get(n) else "") for n in names]
+    return f" (did you mean {' or '.join(shown)}?)"
+
+
 def is_model_input(text: str) -> bool:
-    """Whether ``text`` names a model the way ``--model`` does (docs/cli.md): a catalog name,
-    a ``config.json`` or a model directory here. (A served name is none of these.)"""
-    return text in catalog() or Path(text).expanduser().exists()
+    """Whether ``text`` names a model the way ``--model`` does (docs/cli.md): a catalog name or
+    Hugging Face id, a ``config.json`` or a model directory here. (A served name is none.)"""
+    return Path(text).expanduser().exists() or catalog_name(text) is not None
 
 
-def list_models() -> list[dict[str, str]]:
-    """Catalog entries with the Hugging Face id they come from."""
+@cache
+def _list_models() -> tuple[tuple[str, str, str], ...]:
     rows = []
     for name, path in catalog().items():
         raw = json.loads(path.read_text())
         prov = raw.get("_provenance")
         hf = raw.get("_hf_model") or (prov.get("hf_model", "") if isinstance(prov, dict) else "")
-        rows.append(
-            {"name": name, "hf_model": hf, "architecture": (raw.get("architectures") or ["?"])[0]}
-        )
-    return rows
+        rows.append((name, hf, (raw.get("architectures") or ["?"])[0]))
+    return tuple(rows)
+
+
+def list_models() -> list[dict[str, str]]:
+    """Catalog entries with the Hugging Face id they come from."""
+    return [{"name": n, "hf_model": hf, "architecture": arch} for n, hf, arch in _list_models()]
 
 
 def _read_json(p: Path) -> dict[str, Any]:
@@ -84,11 +123,14 @@ def load_model(name_or_path: str, weight_format: WeightFormat | None = None) -> 
     """ModelSpec from a catalog name, a ``config.json`` path, or a model directory."""
     cat = catalog()
     hf_quant = None
-    if name_or_path in cat:
-        cfg_path = cat[name_or_path]
-        name = name_or_path
+    p = Path(name_or_path).expanduser()
+    entry = name_or_path if name_or_path in cat else None
+    if entry is None and not p.exists():
+        entry = catalog_name(name_or_path)
+    if entry is not None:
+        cfg_path = cat[entry]
+        name = entry
     else:
-        p = Path(name_or_path).expanduser()
         if p.is_dir():
             cfg_path = p / "config.json"
             if not cfg_path.is_file():
@@ -99,7 +141,8 @@ def load_model(name_or_path: str, weight_format: WeightFormat | None = None) -> 
             cfg_path = p
         else:
             raise CeilingError(
-                f"unknown model '{name_or_path}': not a catalog name, file or directory",
+                f"unknown model '{name_or_path}': not a catalog name, Hugging Face id of one, "
+                f"file or directory{did_you_mean(name_or_path)}",
                 fix="see `ceiling predict --list-models`, or pass a path to a config.json",
             )
         name = p.name if p.is_dir() else p.stem
