@@ -305,3 +305,53 @@ def test_driver_vs_torch_cuda_runtime_rules():
         check_runtime("py", "12.4", "2.5.1+cu124", Driver(version="570.1", cuda="12.8"), data) == []
     )
     assert check_runtime("py", None, "2.13.0+cpu", Driver(cuda="12.8"), data) == []  # CPU torch
+
+
+@pytest.mark.skipif(shutil.which("objcopy") is None, reason="needs binutils' objcopy")
+def test_a_kernel_pack_for_newer_gpus_only_is_a_warning_not_a_refusal(tmp_path):
+    """vLLM 0.25's _qutlass_C (Blackwell FP4 kernels, imported only on the paths that need
+    them) has no Hopper code: on an H200 the engine ran, so preflight must not refuse it."""
+    from ceiling.envcheck.cuda import check_binaries
+    from ceiling.envcheck.models import Driver, Gpu, Inventory, TorchRuntime
+
+    src = tmp_path / "k.c"
+    src.write_text("int k(void) { return 1; }\n")
+    inv = Inventory.model_validate(
+        {"python": "py", "prefix": "/", "version": "3.12", "markers": {},
+         "dists": [{"name": "vllm", "version": "0.25.0", "location": str(tmp_path)}]}
+    )  # fmt: skip
+    hopper = [Gpu(index=0, name="H200", capability=90)]
+    found = {}
+    for name, entries in (("blackwell", [(2, 100), (2, 120)]), ("ampere", [(2, 80)])):
+        blob = tmp_path / f"{name}.fatbin"
+        blob.write_bytes(_fatbin(entries))
+        so = tmp_path / f"{name}.so"
+        subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(so)], check=True)
+        subprocess.run(["objcopy", "--add-section", f".nv_fatbin={blob}", str(so)], check=True)
+        [found[name]] = check_binaries(
+            "py", inv, TorchRuntime(), Driver(), hopper, [("vllm", str(tmp_path), str(so))]
+        )
+    assert found["blackwell"].kind == "arch_missing" and found["blackwell"].level == "warning"
+    # built for older GPUs and missing this one (no PTX to JIT): the engine cannot run here
+    assert found["ampere"].level == "error"
+
+
+def test_copies_in_two_path_entries_are_an_overlay_warning_one_folder_twice_an_error():
+    from ceiling.envcheck.models import Inventory
+    from ceiling.envcheck.requirements import check_requirements
+
+    def inv(locations):
+        dists = [
+            {"name": "typer", "version": v, "location": loc}
+            for v, loc in zip(("0.29.2", "0.27.2"), locations, strict=True)
+        ]
+        return Inventory.model_validate(
+            {"python": "py", "prefix": "/", "version": "3.12", "markers": {}, "dists": dists}
+        )
+
+    overlay = inv(["/tmp/vsite", "/usr/lib/python3/dist-packages"])
+    [p] = [x for x in check_requirements(overlay, "py") if x.kind == "duplicate_install"]
+    assert p.level == "warning" and "imports get 0.29.2" in p.what
+    broken = inv(["/venv/site-packages", "/venv/site-packages"])
+    [p] = [x for x in check_requirements(broken, "py") if x.kind == "duplicate_install"]
+    assert p.level == "error"

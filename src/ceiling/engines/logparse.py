@@ -108,7 +108,29 @@ def parse_config_repr(text: str) -> Any:
     try:
         return ast.literal_eval(cleaned)
     except (ValueError, SyntaxError):
+        pass
+    # an object's repr inside the dict (0.25's ``'profiler_config': ProfilerConfig(...)``) is
+    # valid syntax but no literal: such values are kept as their source text, the rest as values
+    try:
+        tree = ast.parse(cleaned.strip(), mode="eval")
+    except SyntaxError:
         return None
+    return _repr_value(tree.body, cleaned.strip())
+
+
+def _repr_value(node: ast.expr, src: str) -> Any:
+    if isinstance(node, ast.Dict):
+        return {
+            _repr_value(k, src): _repr_value(v, src)
+            for k, v in zip(node.keys, node.values, strict=True)
+            if k is not None
+        }
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return [_repr_value(e, src) for e in node.elts]
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return ast.get_source_segment(src, node)
 
 
 def unquote(value: str | None) -> str | None:

@@ -142,3 +142,28 @@ class Classifier:
 
     def step_patterns(self) -> list[tuple[re.Pattern[str], StepAnnotation]]:
         return list(self._steps)
+
+
+def guess_engine(names: set[str]) -> str | None:
+    """The engine whose own table names the most of ``names`` (kernel and annotation names of
+    a trace that does not say which engine wrote it: vLLM 0.25's traces carry no
+    ``vllm_version``), None when no engine's table names any or two tie. Patterns every
+    engine shares live in ``generic.yaml`` and count for none."""
+    scores: dict[str, int] = {}
+    for engine in ENGINES:
+        t = table(engine)
+        rules = [re.compile(p.match) for p in t.patterns]
+        steps = [re.compile(a.match) for a in t.step_annotations]
+        n = sum(
+            1
+            for name in names
+            if any(r.search(name) for r in rules) or any(r.match(name) for r in steps)
+        )
+        if n:
+            scores[engine] = n
+    if not scores:
+        return None
+    best = sorted(scores.items(), key=lambda kv: -kv[1])
+    if len(best) > 1 and best[0][1] == best[1][1]:
+        return None
+    return best[0][0]

@@ -52,9 +52,13 @@ def check_requirements(
     for _key, copies in sorted(seen.items()):
         versions = sorted({c.version for c in copies})
         if len(copies) > 1 and len(versions) > 1:
+            # copies in different sys.path entries are an overlay (a staged site directory on
+            # PYTHONPATH over the base image): imports get the first, as meant; two in one
+            # directory are a broken install
+            overlay = len({c.location for c in copies}) == len(copies)
             problems.append(
                 EnvProblem(
-                    level="error",
+                    level="warning" if overlay else "error",
                     kind="duplicate_install",
                     subject=copies[0].name,
                     what=(

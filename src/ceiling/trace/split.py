@@ -19,7 +19,7 @@ from collections import defaultdict
 from functools import cache
 from typing import Any
 
-from ceiling.engines.trace_patterns import COLLECTIVE_CLASSES, Classifier
+from ceiling.engines.trace_patterns import COLLECTIVE_CLASSES, Classifier, guess_engine
 from ceiling.errors import CeilingError
 from ceiling.spec._data import DataModel, load_yaml
 from ceiling.trace.ranks import RankAccount as _Rank
@@ -85,6 +85,12 @@ def split(
             fix="pass one trace file per rank (the files of one recording)",
         )
     engine = engine or next((t.engine_hint for t in traces if t.engine_hint), None)
+    guessed = None
+    if engine is None:  # a trace that names no engine: the one whose kernels it holds
+        names = {e.name for t in traces for e in t.events} | {
+            a.name for t in traces for a in t.annotations
+        }
+        engine = guessed = guess_engine(names)
     cls = Classifier(engine)
     per_rank = [_rank(t, cls, window) for t in traces]
     counted = [r for r in per_rank if r.n]
@@ -97,6 +103,11 @@ def split(
     transfer = skew(counted)
     head = slowest(counted)
     out = _result(head, cls, engine, traces)
+    if guessed is not None:
+        out.notes.append(
+            f"engine {guessed}: from the trace's kernel and annotation names (the trace names "
+            "none; pass --engine to choose)"
+        )
     out.ranks = [rank_split(r) for r in per_rank]
     if len(counted) > 1:
         means = [r.step_ms() for r in counted]
