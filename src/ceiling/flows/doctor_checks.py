@@ -18,7 +18,7 @@ from ceiling.bench.config import BenchConfig
 from ceiling.bench.failures import OVERFLOW_FIX, failure_statement
 from ceiling.diagnose.schema import BenchMode, DoctorConfig, DoctorResult
 from ceiling.engines import engine_names
-from ceiling.engines.variant import load_variant
+from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError, ExitStatus
 from ceiling.inputs import check_out_dir, check_server_url, read_text
 from ceiling.spec.hardware import load_gpu
@@ -262,3 +262,16 @@ def reproduce(cfg: DoctorConfig, url: str, model: str | None) -> list[str]:
     if cfg.variant:
         cmds.insert(0, shlex.join(["ceiling", "preflight", cfg.variant]))
     return cmds
+
+
+def random_weights(res: DoctorResult, variant: Variant | None) -> str | None:
+    """The engine's own word (the variant's flags, else the start-up log's arguments) that the
+    served weights are random, or None."""
+    from ceiling.engines import get_engine
+
+    name = variant.engine if variant is not None else res.target.engine
+    if name not in engine_names():
+        return None
+    argv = variant.argv() if variant is not None else []
+    log_args = res.facts.non_default_args if res.facts is not None else {}
+    return get_engine(name).random_weights(argv, log_args)
