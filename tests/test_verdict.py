@@ -275,3 +275,17 @@ def test_more_streams_recommends_the_best_level_not_the_last():
     assert change.predicted_gain_pct == pytest.approx(100.0 * (2000 / 1.33 / 1000 - 1), rel=1e-3)
     streams = next(h for h in v.hypotheses if isinstance(h, StreamsHypothesis))
     assert streams.to_concurrency == 2
+
+
+def test_a_step_shorter_than_predicted_has_no_negative_inefficiency():
+    """vLLM 0.25 on an H200 (doctor --url, priors): 4.84 ms measured against 5.49 predicted
+    read "kernel inefficiency / host overhead is -13.3 %"."""
+    from ceiling.diagnose.verdict_model import Bottleneck
+
+    b = Bottleneck(
+        case="component", step_ms=4.84, predicted_step_ms=5.487, component="weights",
+        component_ms=3.57, component_share_pct=73.8, unexplained_pct=-13.3,
+    )  # fmt: skip
+    assert "-13.3" not in b.sentence and "shorter than the prediction's 5.49 ms" in b.sentence
+    ok = b.model_copy(update={"unexplained_pct": 6.0})
+    assert ok.sentence.endswith("is 6 %.")

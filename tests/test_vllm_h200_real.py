@@ -92,3 +92,19 @@ def test_engine_agnostic_kernels_are_known_whatever_engine_the_trace_names(engin
 def test_the_engine_guess_needs_names_of_one_engine():
     assert guess_engine({"nvjet_sm90_tst_64x8", "fused_moe_kernel"}) is None  # shared only
     assert guess_engine({"_prepare_pos_seq_lens_kernel"}) == "vllm"
+
+
+def test_doctor_url_reads_the_trace_where_the_server_was_told_to_write(tmp_path):
+    """doctor --url --trace against the real server looked under its own out-dir while vLLM
+    wrote where its --profiler-config said (no file in 60 s): the log names that directory."""
+    from ceiling.diagnose.schema import DoctorConfig
+    from ceiling.flows.doctor_trace import unlaunched_setup
+
+    args = inspect_log(LLAMA_LOG).non_default_args
+    cfg = DoctorConfig(url="http://127.0.0.1:8000", trace=True)
+    setup = unlaunched_setup("vllm", cfg, tmp_path, None, args)
+    assert setup.trace_dir == "/tmp/vrun/llama8b/trace"
+    assert any("from its log" in n for n in setup.notes)
+    assert unlaunched_setup("vllm", cfg, tmp_path, None, {}).trace_dir.startswith(str(tmp_path))
+    dict_form = {"profiler_config": {"profiler": "torch", "torch_profiler_dir": "/t"}}
+    assert get_engine("vllm").profiler_dir_of(dict_form) == "/t"

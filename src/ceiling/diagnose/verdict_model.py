@@ -153,11 +153,19 @@ class Bottleneck(ResultModel):
                 "trusting its split."
             )
         label = self.label
-        return (
+        head = (
             f"{label[0].upper()}{label[1:]}: {self.component} is "
-            f"{self.component_share_pct or 0.0:.3g} % of the {step} step; {UNEXPLAINED_LABEL} is "
-            f"{self.unexplained_pct or 0.0:.3g} %."
+            f"{self.component_share_pct or 0.0:.3g} % of the {step} step; "
         )
+        if (self.unexplained_pct or 0.0) < 0:
+            # a step shorter than the predicted one leaves nothing unexplained: a negative
+            # share of "inefficiency" reads as nonsense (seen on vLLM 0.25, an H200, priors)
+            return head + (
+                f"the step is {-(self.unexplained_pct or 0.0):.3g} % shorter than the "
+                f"prediction's {us_or_ms(self.predicted_step_ms or 0.0)}: the prediction "
+                "overestimates it, nothing is left unexplained."
+            )
+        return head + f"{UNEXPLAINED_LABEL} is {self.unexplained_pct or 0.0:.3g} %."
 
 
 # ------------------------------------------------------------------------------ changes

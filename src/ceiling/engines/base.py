@@ -171,6 +171,11 @@ class Engine:
     # ``max_model_len`` (GET path, read by ``served_context_from``; None: nowhere)
     context_path: str | None = None
 
+    def profiler_dir_of(self, log_args: Mapping[str, object]) -> str | None:
+        """The trace directory a running server was started with, as its start-up log's
+        non-default arguments show it (None: not shown, or this engine has no such flag)."""
+        return None
+
     # ---- what the server was told to load ------------------------------------------------
     # the load formats that fill the weights with random values (vLLM and SGLang:
     # ``--load-format dummy``, model_executor/model_loader/dummy_loader.py): the output is

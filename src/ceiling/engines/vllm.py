@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -314,6 +315,16 @@ class VllmEngine(Engine):
                 fix=f"keep it if you mean the optimization level; else {info.replacement}",
             )
         ]
+
+    def profiler_dir_of(self, log_args: Mapping[str, object]) -> str | None:
+        # the log prints ``'profiler_config': ProfilerConfig(..., torch_profiler_dir='/x', ...)``
+        # (0.25: an object repr, kept as text) or, from older versions, a dict
+        cfg = log_args.get("profiler_config")
+        if isinstance(cfg, dict):
+            folder = cfg.get("torch_profiler_dir")
+            return str(folder) if folder else None
+        hit = re.search(r"torch_profiler_dir=['\"]([^'\"]+)['\"]", str(cfg or ""))
+        return hit[1] if hit else None
 
     # ---- its own profiler ----------------------------------------------------------------
     def profiler(

@@ -213,8 +213,6 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
             url, log_path = str(cfg.url).rstrip("/"), Path(cfg.log) if cfg.log else None
         models = served_models(url)
         served = _target(res, cfg, variant, server, url, log_path, models)
-        if cfg.trace and setup is None:
-            setup = doctor_trace.unlaunched_setup(res.target.engine, cfg, out, url)
         if variant is None:
             _flag_stage(rec, res, cfg, None, res.target.engine)
         readable_log = log_path if log_path is not None and log_path.exists() else None
@@ -223,6 +221,9 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: _Recorder, out: Path) -> No
             _inspect_stage(rec, res, cfg, readable_log, "inspect log", variant)
         else:
             rec.skip("inspect log", "no log file (pass --log with --url)")
+        if cfg.trace and setup is None:  # after the log: it may say where the server writes
+            log_args = res.facts.non_default_args if res.facts is not None else {}
+            setup = doctor_trace.unlaunched_setup(res.target.engine, cfg, out, url, log_args)
         if variant is None:  # what the server shows, before the sanity gate and the bench
             cfg = _setup_stage(
                 rec, res, cfg, seen_of_server(url, models, served, res.target.engine, res.facts)

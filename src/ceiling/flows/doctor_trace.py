@@ -19,8 +19,9 @@ the what-ifs and the expected step on this box use the engine's own kernel times
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ceiling.diagnose.measured import measured_step
 from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Stage, TracedOp, TraceEvidence
@@ -71,10 +72,16 @@ def ranks_of(variant: Variant | None) -> int:
 
 
 def unlaunched_setup(
-    engine_name: str | None, cfg: DoctorConfig, out: Path, url: str | None = None
+    engine_name: str | None,
+    cfg: DoctorConfig,
+    out: Path,
+    url: str | None = None,
+    log_args: Mapping[str, Any] | None = None,
 ) -> ProfilerSetup:
     """The profiler of a server ceiling did not launch, in the form for the version the server
-    reports where its engine says one (vLLM: ``GET /version``); else the newest form."""
+    reports where its engine says one (vLLM: ``GET /version``); else the newest form. Where
+    the server's start-up log names its own trace directory (``log_args``: its non-default
+    arguments), the files are looked for there: the server writes where it was told."""
     try:
         engine = get_engine(engine_name or "")
     except CeilingError:
@@ -87,7 +94,17 @@ def unlaunched_setup(
     # the engine adapter names the endpoint (not diagnose): None where the engine has none
     path = engine.version_path
     version = server_version(url, path) if url and path else None
-    return engine.profiler(version, out / TRACE_DIR, engine_steps(cfg.trace_steps), prefix="doctor")
+    setup = engine.profiler(
+        version, out / TRACE_DIR, engine_steps(cfg.trace_steps), prefix="doctor"
+    )
+    own = engine.profiler_dir_of(log_args or {})
+    if own is None or not setup.supported:
+        return setup
+    notes = [
+        *setup.notes,
+        f"trace files read from {own} (the server's own profiler directory, from its log)",
+    ]
+    return setup.model_copy(update={"trace_dir": own, "notes": notes})
 
 
 def trace_windows(
