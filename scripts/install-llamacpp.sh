@@ -51,7 +51,8 @@ else
     -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN' >"$SRC/cmake.log" 2>&1 \
     || { tail -30 "$SRC/cmake.log"; exit 1; }
   cmake --build "$SRC/build" --target llama-server -j "$JOBS" >"$SRC/build.log" 2>&1 \
-    || { tail -40 "$SRC/build.log"; exit 1; }
+    || { grep -E "FAILED:|error:|fatal|Killed|internal compiler error" "$SRC/build.log" | head -20
+         echo "..."; tail -15 "$SRC/build.log"; exit 1; }  # a parallel job's warnings can bury the error
   rm -rf "$LIBDIR"
   mkdir -p "$LIBDIR"
   cp -a "$SRC/build/bin/llama-server" "$SRC"/build/bin/lib*.so* "$LIBDIR/"

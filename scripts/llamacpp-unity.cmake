@@ -5,6 +5,9 @@
 # These sources do not compile inside a batch, and are compiled alone:
 #   common/json.cpp         specialises common_json::get<T>() after a batch-mate instantiated it
 #   tools/mtmd/mtmd-helper* refuse (#error) to see mtmd's internal headers that batch-mates include
+#   ggml-cpu/amx/*          built where the CPU has AMX (GGML_NATIVE): they declare ggml's quant
+#                           blocks with other member names than their batch-mates ("block_q4_1
+#                           has no member named d", seen on a Xeon with amx_tile)
 # Deferred to the end of the top-level CMakeLists: the directories must exist by then.
 include_guard(GLOBAL)
 function(_ceiling_unity_exclusions)
@@ -12,5 +15,7 @@ function(_ceiling_unity_exclusions)
     PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
   set_source_files_properties(tools/mtmd/mtmd-helper.cpp tools/mtmd/mtmd-helper-gen.cpp
     DIRECTORY tools/mtmd PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+  set_source_files_properties(ggml/src/ggml-cpu/amx/amx.cpp ggml/src/ggml-cpu/amx/mmq.cpp
+    DIRECTORY ggml/src PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
 endfunction()
 cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _ceiling_unity_exclusions)

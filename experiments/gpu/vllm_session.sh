@@ -41,6 +41,9 @@ device_env() {
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
   # FlashInfer is left out of the staged parts; the sampler imports it unless told not to
   export VLLM_USE_FLASHINFER_SAMPLER=0
+  # DeepGEMM compiles ~1,155 FP8 GEMM shapes at start-up (~1 s each on the H200: the FP8 shape
+  # never got ready in a session); skipped, they compile at first use, inside the warm-up requests
+  export VLLM_DEEP_GEMM_WARMUP=skip
   PY=python3
 }
 
