@@ -108,3 +108,15 @@ def test_doctor_url_reads_the_trace_where_the_server_was_told_to_write(tmp_path)
     assert unlaunched_setup("vllm", cfg, tmp_path, None, {}).trace_dir.startswith(str(tmp_path))
     dict_form = {"profiler_config": {"profiler": "torch", "torch_profiler_dir": "/t"}}
     assert get_engine("vllm").profiler_dir_of(dict_form) == "/t"
+
+
+def test_the_deepgemm_warm_up_is_read_from_its_progress_bar_and_named():
+    """Qwen3-32B-FP8 on the H200 never got ready: DeepGEMM compiled 1,155 shapes at ~1 s each.
+    The log's progress bar says how long; the finding names the cost and the setting."""
+    f = inspect_log(FP8_LOG)
+    assert (f.warmup, f.warmup_shapes, f.warmup_done) == ("DeepGEMM warm-up", 1155, 394)
+    assert f.warmup_eta_s == pytest.approx(106 + 544)  # [01:46<09:04]
+    [w] = [x for x in f.findings if x.id == "startup-warmup"]
+    assert "1155 kernel shapes" in w.title and "VLLM_DEEP_GEMM_WARMUP=skip" in (w.fix or "")
+    assert len(w.evidence) == 1 and "394/1155" in w.evidence[0]
+    assert not [x for x in inspect_log(LLAMA_LOG).findings if x.id == "startup-warmup"]

@@ -45,6 +45,7 @@ COMPONENTS = {
     "spec-decode-acceptance": "speculative decoding",
     "unknown-env": "configuration (environment)",
     "slow-restart": "start-up",
+    "startup-warmup": "start-up",
 }
 
 

@@ -342,6 +342,37 @@ def partial_cudagraphs(facts: EngineFacts, ctx: FindingContext) -> Finding | Non
     return None
 
 
+# a warm-up that holds the server back this long is worth a relaunch's thought
+WARMUP_SLOW_S = 120.0
+
+
+def startup_warmup(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
+    """Start-up JIT. Trigger: the log's warm-up progress (vLLM's DeepGEMM warm-up of every FP8
+    block-scaled GEMM shape the server may run) adds up to WARMUP_SLOW_S or more.
+
+    Needs: nothing (the time is read from the engine's own progress bar).
+    Checked: vLLM 0.25 model_executor/warmup/deep_gemm_warmup.py, envs.py
+    (``VLLM_DEEP_GEMM_WARMUP``: skip / relax (default) / full); seen on an H200: 1,155 shapes of
+    Qwen3-32B-FP8 at ~1 s each, the server not ready after 5 minutes.
+    """
+    eta = facts.warmup_eta_s
+    if eta is None or eta < WARMUP_SLOW_S:
+        return None
+    done = f", {facts.warmup_done} done when the log ends" if facts.warmup_done else ""
+    return Finding(
+        id="startup-warmup",
+        title=f"{facts.warmup} compiles {facts.warmup_shapes} kernel shapes before the server "
+        f"is ready: about {eta / 60:.0f} min by its own progress bar{done}",
+        figures={"warmup_eta_s": eta, "warmup_shapes": float(facts.warmup_shapes or 0)},
+        severity="info",
+        evidence=facts.evidence.get("warmup", [])[:1],
+        fix=engine_fix(ctx, "startup-warmup", "skip the start-up warm-up or keep its cache"),
+        kind="configurable",
+        predicted_effect=f"about {eta / 60:.0f} min per start; no change to the decode step",
+        doc=doc_path("startup-warmup"),
+    )
+
+
 RULES_COMPUTE: list[Rule] = [
     custom_allreduce_off,
     compile_off,
@@ -349,4 +380,5 @@ RULES_COMPUTE: list[Rule] = [
     allreduce_fusion_off,
     eager_mode,
     partial_cudagraphs,
+    startup_warmup,
 ]

@@ -53,6 +53,12 @@ class EngineFacts(BaseModel):
     served_model_name: str | None = None
     architecture: str | None = None
     non_default_args: dict[str, Any] = Field(default_factory=dict)
+    # kernels JIT-compiled at start-up before the server is ready (vLLM's DeepGEMM warm-up):
+    # what, how many shapes, how many the log saw done, elapsed + remaining by its progress bar
+    warmup: str | None = None
+    warmup_shapes: int | None = None
+    warmup_done: int | None = None
+    warmup_eta_s: float | None = None
     dtype: str | None = None
     max_model_len: int | None = None
     tensor_parallel_size: int | None = None

@@ -122,6 +122,9 @@ class VllmEngine(Engine):
         "allreduce-fusion-off": "-cc.pass_config.fuse_allreduce_rms=true (on by default at "
         "-O2/-O3 on compute capability 9.0/10.x with FlashInfer installed)",
         "compile-off": "compile again: -O2 (the default) or -cc.mode=VLLM_COMPILE",
+        "startup-warmup": "VLLM_DEEP_GEMM_WARMUP=skip (shapes then compile at first use, in "
+        "the first requests), or keep ~/.cache/vllm across restarts (the JIT cache) so the "
+        "next start finds them compiled",
         "custom-allreduce-off.pcie": "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC=1 (FlashInfer's "
         "PCIe one-shot allreduce for small messages; vLLM >= 0.32, opt-in)",
         "custom-allreduce-off.user": "remove --disable-custom-all-reduce",

@@ -110,6 +110,30 @@ def _graphs(hit: re.Match[str], r: LogRead) -> None:
         r.facts.graph_capture_gib = num(hit[2])
 
 
+_PROGRESS = re.compile(r"(\d+)/(\d+) \[((?:\d+:)?\d+:\d+)<((?:\d+:)?\d+:\d+)")
+
+
+def _clock_s(text: str) -> float:
+    """tqdm's ``mm:ss`` or ``h:mm:ss`` as seconds."""
+    total = 0.0
+    for part in text.split(":"):
+        total = total * 60 + float(part)
+    return total
+
+
+def _warmup(hit: re.Match[str], r: LogRead) -> None:
+    # tqdm rewrites its bar with \r: one log line holds every update, the last is the latest
+    bars = _PROGRESS.findall(r.line)
+    if not bars:
+        return
+    done, total, elapsed, left = bars[-1]
+    r.facts.warmup = hit[1] + " warm-up"
+    r.facts.warmup_shapes, r.facts.warmup_done = int(total), int(done)
+    r.facts.warmup_eta_s = _clock_s(elapsed) + _clock_s(left)
+    r.quote("warmup", r.line.split("\r")[-1][-200:])
+    r.facts.evidence["warmup"] = r.facts.evidence["warmup"][-1:]  # the latest update only
+
+
 def _compile_hit(hit: re.Match[str], r: LogRead) -> None:
     if r.facts.compile_cache_hit is None:  # a miss anywhere wins
         r.facts.compile_cache_hit = True
@@ -166,6 +190,8 @@ _RULES = (
         evidence="spec_decode",
     ),
     Rule(re.compile(r"non-default args: (\{.*\})\s*$"), apply=_non_default),
+    # vllm/model_executor/warmup/deep_gemm_warmup.py (tqdm "DeepGEMM warmup"), 0.25
+    Rule(re.compile(r"(DeepGEMM) warmup:"), apply=_warmup),
     Rule(re.compile(r"Automatically detected platform (\w+)"), field="device", convert=str.lower),
     Rule(re.compile(r"Resolved architecture: (\S+)"), field="architecture"),
     Rule(re.compile(r"Using max model len (\d+)"), field="max_model_len", convert=int),
