@@ -15,6 +15,7 @@ from ceiling.engines.tables import DeathCausesFile, NcclEnvFile, RemovedFlagsFil
 from ceiling.engines.trace_patterns import PatternTable
 from ceiling.envcheck.envdata import EnvFile, LoadErrorsFile
 from ceiling.errors import CeilingError
+from ceiling.predict.accounting import ValidationLedger
 from ceiling.predict.batch_validation import SiliconMap
 from ceiling.predict.datafiles import Constants, KernelPriorsFile, KernelsFile
 from ceiling.predict.engine_options import TrtllmOptions
@@ -54,6 +55,7 @@ SCHEMAS: dict[str, tuple[type[BaseModel], tuple[str | int, ...]]] = {
         KernelsFile,
         ("tp_layer_collectives", "MiniMaxM2ForCausalLM", "kernels"),
     ),
+    "data/predict/reference/validation_sets.yaml": (ValidationLedger, ("sets", 0, "added")),
     "data/predict/silicon_map.yaml": (SiliconMap, ("models", "Qwen/Qwen3-32B", "native")),
     "data/predict/spec_decode.yaml": (SpecData, ("methods", "mtp", "alpha")),
     "data/predict/trtllm_options.yaml": (TrtllmOptions, ("options", "allreduce_strategy", "knob")),
