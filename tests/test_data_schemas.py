@@ -20,6 +20,7 @@ from ceiling.predict.batch_validation import SiliconMap
 from ceiling.predict.datafiles import Constants, KernelPriorsFile, KernelsFile
 from ceiling.predict.engine_options import TrtllmOptions
 from ceiling.predict.gguf import LlamaCppKernelsFile
+from ceiling.predict.interval import IntervalsFile
 from ceiling.predict.ladder import Ladder
 from ceiling.predict.specdec import SpecData
 from ceiling.probe.calibrate import CalibrateFile
@@ -47,6 +48,7 @@ SCHEMAS: dict[str, tuple[type[BaseModel], tuple[str | int, ...]]] = {
     "data/predict/constants.yaml": (Constants, ("bound_op_us",)),
     "data/predict/engines.yaml": (EnginesFile, ("vllm", "host_ms")),
     "data/predict/evidence.yaml": (Ladder, ("table_check", "max_ratio")),
+    "data/predict/intervals.yaml": (IntervalsFile, ("levels", "table", "sigma")),
     "data/predict/kernel_priors.yaml": (
         KernelPriorsFile,
         ("classes", "hopper", "gemm_bf16", "t0_us"),
