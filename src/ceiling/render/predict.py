@@ -105,21 +105,20 @@ def print_prediction(p: Prediction) -> None:
     if p.what_if:
         wt = Table(title="what if (one change at a time, ranked by expected)", title_justify="left")
         wt.add_column("change")
-        wt.add_column("expected tok/s", justify="right")
-        wt.add_column("80 %", justify="right")
+        wt.add_column("expected tok/s (80 %)", justify="right")
         wt.add_column("delta", justify="right")
         wt.add_column("bound", justify="right")
         wt.add_column("what moves")
         wt.add_column("note")
         for w in p.what_if:
             if w.decode_tok_s_per_stream <= 0:
-                wt.add_row(esc(w.change), "-", "-", "-", "-", "", esc(w.note))
+                wt.add_row(esc(w.change), "-", "-", "-", "", esc(w.note))
                 continue
             style = "green" if w.delta_pct > 0.5 else ("red" if w.delta_pct < -0.5 else "")
             wt.add_row(
                 esc(w.change),
-                f"{w.decode_tok_s_per_stream:.1f}",
-                _range(w.tok_s_low, w.tok_s_high, 1),
+                f"{w.decode_tok_s_per_stream:.1f}"
+                + (f" ({_range(w.tok_s_low, w.tok_s_high, 0)})" if w.tok_s_low else ""),
                 f"[{style}]{w.delta_pct:+.1f} %[/{style}]" if style else f"{w.delta_pct:+.1f} %",
                 f"{w.bound_tok_s_per_stream:.1f}",
                 esc(w.moved),
