@@ -15,10 +15,12 @@ from ceiling.engines.tables import DeathCausesFile, NcclEnvFile, RemovedFlagsFil
 from ceiling.engines.trace_patterns import PatternTable
 from ceiling.envcheck.envdata import EnvFile, LoadErrorsFile
 from ceiling.errors import CeilingError
+from ceiling.predict.accounting import ValidationLedger
 from ceiling.predict.batch_validation import SiliconMap
 from ceiling.predict.datafiles import Constants, KernelPriorsFile, KernelsFile
 from ceiling.predict.engine_options import TrtllmOptions
 from ceiling.predict.gguf import LlamaCppKernelsFile
+from ceiling.predict.interval import IntervalsFile
 from ceiling.predict.ladder import Ladder
 from ceiling.predict.specdec import SpecData
 from ceiling.probe.calibrate import CalibrateFile
@@ -46,6 +48,7 @@ SCHEMAS: dict[str, tuple[type[BaseModel], tuple[str | int, ...]]] = {
     "data/predict/constants.yaml": (Constants, ("bound_op_us",)),
     "data/predict/engines.yaml": (EnginesFile, ("vllm", "host_ms")),
     "data/predict/evidence.yaml": (Ladder, ("table_check", "max_ratio")),
+    "data/predict/intervals.yaml": (IntervalsFile, ("levels", "table", "sigma")),
     "data/predict/kernel_priors.yaml": (
         KernelPriorsFile,
         ("classes", "hopper", "gemm_bf16", "t0_us"),
@@ -54,6 +57,7 @@ SCHEMAS: dict[str, tuple[type[BaseModel], tuple[str | int, ...]]] = {
         KernelsFile,
         ("tp_layer_collectives", "MiniMaxM2ForCausalLM", "kernels"),
     ),
+    "data/predict/reference/validation_sets.yaml": (ValidationLedger, ("sets", 0, "added")),
     "data/predict/silicon_map.yaml": (SiliconMap, ("models", "Qwen/Qwen3-32B", "native")),
     "data/predict/spec_decode.yaml": (SpecData, ("methods", "mtp", "alpha")),
     "data/predict/trtllm_options.yaml": (TrtllmOptions, ("options", "allreduce_strategy", "knob")),

@@ -23,6 +23,8 @@ import argparse
 import json
 import sys
 
+from ceiling.predict import tables
+from ceiling.predict.accounting import HeldOutAccount, held_out_account, ledger
 from ceiling.predict.calibration import EvidenceCheck, evaluate, evidence_checks, pairs
 
 
@@ -33,11 +35,19 @@ def main(argv: list[str] | None = None) -> int:
     res = evaluate()
     prs = pairs()
     checks = evidence_checks()
+    account = held_out_account(res, with_tables=tables.info() is not None)
     if args.json:
         ev = [c.model_dump() for c in checks]
         prs_json = [p.model_dump() for p in prs]
-        print(json.dumps({**res.model_dump(), "pairs": prs_json, "evidence_checks": ev}, indent=2))
+        extra = {
+            "pairs": prs_json,
+            "evidence_checks": ev,
+            "held_out_as_first_scored": account.model_dump(),
+            "validation_sets": [s.model_dump() for s in ledger().sets],
+        }
+        print(json.dumps({**res.model_dump(), **extra}, indent=2))
         return 0
+    _print_account(account)
     print(
         f"{'id':5} {'held':4} {'use':5} {'engine':6} {'metric':24} {'conc':>4} {'measured':>9} "
         f"{'expected':>9} {'err%':>7} {'bound':>9} {'margin%':>8} {'tight':>6}"
@@ -95,6 +105,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pairs: right sign {ok_sign} of {len(prs)}, within 5 points {ok_5} of {len(prs)}")
     _print_checks(checks)
     return 0
+
+
+def _print_account(acc: HeldOutAccount) -> None:
+    """The held-out rows apart, as first scored and now, then every validation set's ledger
+    line (validation_sets.yaml): when added, seen or not, its figures as first scored."""
+    print(f"HELD-OUT rows (seen: no), as first scored ({acc.evidence}) and now")
+    print(f"{'id':5} {'added':20} {'first scored':20} {'first err%':>10} {'now err%':>9}")
+    for r in acc.rows:
+        first = "-" if r.first_error_pct is None else f"{r.first_error_pct:+.1f}"
+        now = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
+        print(f"{r.id:5} {r.added:20} {r.first_scored:20} {first:>10} {now:>9}")
+    print(f"{'':27} {'n':>3} {'median |err|':>13} {'p90 |err|':>10}")
+    for name, st in (
+        ("held-out, as first scored", acc.held_out_first),
+        ("held-out, now", acc.held_out_now),
+        ("seen (looked at), now", acc.seen_now),
+    ):
+        print(f"{name:27} {st.n:>3} {st.median_abs_error_pct!s:>13} {st.p90_abs_error_pct!s:>10}")
+    print("\nvalidation sets (validation_sets.yaml): added, seen, first scored n / median / p90")
+    for s in ledger().sets:
+        f = s.first
+        first = f"{f.n} / {f.median_abs_error_pct} / {f.p90_abs_error_pct}" if f else "-"
+        print(f"  {s.name:26} {s.added:40} seen {s.seen:8} {first}")
+    print()
 
 
 def _print_checks(checks: list[EvidenceCheck]) -> None:

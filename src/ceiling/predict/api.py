@@ -12,6 +12,7 @@ from __future__ import annotations
 from ceiling.predict.core import load_spec, predict_one, setup, variant
 from ceiling.predict.cpu import predict_cpu
 from ceiling.predict.engine_options import apply_trtllm_options
+from ceiling.predict.interval import attach
 from ceiling.predict.schema import (
     COMPONENTS,
     SCHEMA_VERSION,
@@ -57,7 +58,7 @@ def predict(req: PredictRequest) -> Prediction:
 
         if req.hardware is not None and req.hardware.kind == "cpu":
             return predict_llamacpp_cpu(req, req.hardware)
-        return predict_llamacpp(req)
+        return attach(predict_llamacpp(req))
     if req.hardware is not None and req.hardware.kind == "cpu":
         return predict_cpu(req, req.hardware)
     pred = predict_one(req)

@@ -11,6 +11,7 @@ from ceiling.errors import CeilingError
 from ceiling.predict import tables
 from ceiling.predict.choices import check_backends, host_cost
 from ceiling.predict.datafiles import constants
+from ceiling.predict.interval import attach
 from ceiling.predict.schema import (
     BatchPoint,
     DeploymentUsed,
@@ -269,7 +270,7 @@ def predict_one(
     pre = prefill_ms(s, req.prompt_len) if curve else {}
     expected_block, bound_block = _blocks(step)
     comps = {k: round(v, 4) for k, v in step.components.items()}
-    return Prediction(
+    pred = Prediction(
         request=req,
         model=summary_of(s.spec),
         hardware=HardwareUsed(
@@ -303,6 +304,7 @@ def predict_one(
         bound=bound_block,
         evidence=_evidence_summary(step),
     )
+    return attach(pred)  # the 80 % interval on expected and the batch curve
 
 
 def _blocks(step: Step) -> tuple[StepBlock, StepBlock]:

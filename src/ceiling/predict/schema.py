@@ -97,9 +97,24 @@ class PredictRequest(BaseModel):
         return self.link or (hw.link if hw is not None and hw.kind == "gpu" else None)
 
 
+class Interval(BaseModel):
+    """The 80 % interval around ``expected`` (predict.interval, data/predict/intervals.yaml):
+    the measured step should fall in [low, high] on 8 of 10 setups like this one."""
+
+    coverage: float = Field(description="the share of measurements the interval is meant to hold")
+    step_ms_low: float
+    step_ms_high: float
+    tok_s_low: float = Field(description="per stream, = 1000 / step_ms_high")
+    tok_s_high: float
+    spread: float = Field(description="log-space sigma behind the interval")
+    reason: str = Field(description="what widens it: the evidence and what predict cannot express")
+
+
 class WhatIf(BaseModel):
     change: str
     decode_tok_s_per_stream: float = Field(description="expected, with this change")
+    tok_s_low: float | None = Field(None, description="its interval's low (80 %)")
+    tok_s_high: float | None = Field(None, description="its interval's high (80 %)")
     delta_pct: float = Field(description="expected tok/s change vs the request")
     decode_ms_per_token: float
     fits_in_memory: bool
@@ -127,6 +142,7 @@ class StepBlock(BaseModel):
     decode_tok_s_per_stream: float
     components_ms: dict[str, float]
     ops: list[OpRecord]
+    interval: Interval | None = Field(None, description="expected only: its 80 % interval")
 
 
 class BatchPoint(BaseModel):
@@ -134,6 +150,10 @@ class BatchPoint(BaseModel):
     step_ms: float
     tok_s_per_stream: float
     aggregate_tok_s: float
+    step_ms_low: float | None = None
+    step_ms_high: float | None = None
+    tok_s_per_stream_low: float | None = None
+    tok_s_per_stream_high: float | None = None
 
 
 class ModelSummary(BaseModel):

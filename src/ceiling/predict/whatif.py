@@ -188,10 +188,13 @@ def what_ifs(req: PredictRequest, pred: Prediction) -> list[WhatIf]:
             continue
         if not p.fits_in_memory:
             note = (note + "; " if note else "") + "KV for this batch x context does not fit"
+        iv = p.expected.interval if p.expected is not None else None
         rows.append(
             WhatIf(
                 change=change,
                 decode_tok_s_per_stream=p.decode_tok_s_per_stream,
+                tok_s_low=iv.tok_s_low if iv else None,
+                tok_s_high=iv.tok_s_high if iv else None,
                 delta_pct=round((p.decode_tok_s_per_stream / base - 1) * 100, 1),
                 decode_ms_per_token=p.decode_ms_per_token,
                 fits_in_memory=p.fits_in_memory,

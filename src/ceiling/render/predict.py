@@ -41,6 +41,13 @@ def print_prediction(p: Prediction) -> None:
         )
         + (f", {p.aggregate_tok_s:.0f} tok/s aggregate" if p.batch > 1 or d.dp > 1 else "")
     )
+    iv = p.expected.interval if p.expected is not None else None
+    if iv is not None:
+        con.print(
+            f"  {iv.coverage * 100:.0f} % interval: {iv.step_ms_low:.2f}-{iv.step_ms_high:.2f} "
+            f"ms/token = {iv.tok_s_low:.1f}-{iv.tok_s_high:.1f} tok/s per stream "
+            f"[dim](wider for: {esc(iv.reason)})[/dim]"
+        )
     if p.details.llamacpp is not None:
         _llamacpp_line(p.details.llamacpp)
     t = Table(title="decode step breakdown (ms per token)", title_justify="left")
@@ -83,20 +90,22 @@ def print_prediction(p: Prediction) -> None:
         )
     if p.batch_curve:
         bt = Table(title="batch curve (up to KV capacity)", title_justify="left")
-        for col in ("batch", "ms/step", "tok/s per stream", "tok/s aggregate"):
+        for col in ("batch", "ms/step", "80 % ms", "tok/s per stream", "80 %", "tok/s aggregate"):
             bt.add_column(col, justify="right")
         for pt in p.batch_curve:
             bt.add_row(
                 str(pt.batch),
                 f"{pt.step_ms:.2f}",
+                _range(pt.step_ms_low, pt.step_ms_high, 2),
                 f"{pt.tok_s_per_stream:.1f}",
+                _range(pt.tok_s_per_stream_low, pt.tok_s_per_stream_high, 1),
                 f"{pt.aggregate_tok_s:.0f}",
             )
         con.print(bt)
     if p.what_if:
         wt = Table(title="what if (one change at a time, ranked by expected)", title_justify="left")
         wt.add_column("change")
-        wt.add_column("expected tok/s", justify="right")
+        wt.add_column("expected tok/s (80 %)", justify="right")
         wt.add_column("delta", justify="right")
         wt.add_column("bound", justify="right")
         wt.add_column("what moves")
@@ -108,7 +117,8 @@ def print_prediction(p: Prediction) -> None:
             style = "green" if w.delta_pct > 0.5 else ("red" if w.delta_pct < -0.5 else "")
             wt.add_row(
                 esc(w.change),
-                f"{w.decode_tok_s_per_stream:.1f}",
+                f"{w.decode_tok_s_per_stream:.1f}"
+                + (f" ({_range(w.tok_s_low, w.tok_s_high, 0)})" if w.tok_s_low else ""),
                 f"[{style}]{w.delta_pct:+.1f} %[/{style}]" if style else f"{w.delta_pct:+.1f} %",
                 f"{w.bound_tok_s_per_stream:.1f}",
                 esc(w.moved),
@@ -118,6 +128,11 @@ def print_prediction(p: Prediction) -> None:
     con.print("[dim]assumptions:[/dim]")
     for a in p.assumptions:
         con.print(f"[dim]  - {esc(a)}[/dim]")
+
+
+def _range(low: float | None, high: float | None, digits: int) -> str:
+    """'low-high' of an interval ('' when there is none)."""
+    return "" if low is None or high is None else f"{low:.{digits}f}-{high:.{digits}f}"
 
 
 def _llamacpp_line(lc: LlamaCppDetails) -> None:
