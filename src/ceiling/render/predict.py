@@ -135,8 +135,13 @@ def _what_if_table(p: Prediction) -> None:
             esc(w.moved.removesuffix(" ms")),
         )
     out().print(wt)
-    for i, note in enumerate(notes, 1):
-        out().print(f"  ({i}) {esc(note)}")
+    if notes:  # a grid: a note wraps under its own text, indented
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(justify="right", min_width=5)
+        grid.add_column(overflow="fold")
+        for i, note in enumerate(notes, 1):
+            grid.add_row(f"({i})", esc(note))
+        out().print(grid)
 
 
 def _llamacpp_line(lc: LlamaCppDetails) -> None:
