@@ -157,7 +157,7 @@ def test_cpu_host_bound_headline_and_flag_answer():
     assert (b.case, b.hardware_kind) == ("host-bound", "cpu")
     assert b.unexplained_pct == pytest.approx(100 * (4.0 - 0.18) / 4.0)  # 95.5 %
     assert v.headline.startswith("Host / launch-overhead-bound, not bandwidth-bound")
-    assert "95.5 %" in v.headline  # the sentence states the field
+    assert "96 %" in v.headline  # the sentence states the field (ceiling.fmt.pct)
     flags = {h.flag: h for h in v.hypotheses if isinstance(h, FlagHypothesis)}
     assert flags["--num-scheduler-steps"].rejected == "unrecognized argument"
     assert flags["--num-scheduler-steps"].predicted_gain_pct == 0.0
@@ -288,4 +288,4 @@ def test_a_step_shorter_than_predicted_has_no_negative_inefficiency():
     )  # fmt: skip
     assert "-13.3" not in b.sentence and "shorter than the prediction's 5.49 ms" in b.sentence
     ok = b.model_copy(update={"unexplained_pct": 6.0})
-    assert ok.sentence.endswith("is 6 %.")
+    assert ok.sentence.endswith("is 6.0 %.")

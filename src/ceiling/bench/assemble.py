@@ -22,6 +22,7 @@ from ceiling.bench.metrics import (
 )
 from ceiling.bench.results import CI_METRICS, LevelResult, PerRequest, Summary, WorkerInfo
 from ceiling.bench.stats import mean_ci
+from ceiling.fmt import pct, share
 
 #: Loop lag (p99) above this share of the mean ITL gets a warning.
 LAG_WARN_SHARE = 0.10
@@ -128,11 +129,11 @@ def run_warnings(
         if lv.failed:
             out.append(tag + failed_warning(lv.failed, lv.errors, lv.error_messages))
     for lv in levels:
-        share = (lv.model_extra or {}).get("burst_chunk_share")
-        if share is not None and share > BURST_WARN_SHARE:
+        burst = (lv.model_extra or {}).get("burst_chunk_share")
+        if burst is not None and burst > BURST_WARN_SHARE:
             tag = f"c={lv.concurrency}: " if lv.concurrency is not None and len(levels) > 1 else ""
             out.append(
-                f"{tag}{share:.0%} of chunks arrived together with the previous one: tokens "
+                f"{tag}{share(burst)} of chunks arrived together with the previous one: tokens "
                 "were delivered in bursts (a starved server frontend or client); client TPOT "
                 "understates the decode step, compare server_metrics"
             )
@@ -142,7 +143,7 @@ def run_warnings(
         p99 = lag.get("p99")
         if itls and p99 is not None and p99 > LAG_WARN_SHARE * min(itls):
             out.append(
-                f"{who}event-loop lag p99 {p99:.2f} ms is {p99 / min(itls):.0%} of the "
+                f"{who}event-loop lag p99 {p99:.2f} ms is {pct(100 * p99 / min(itls))} of the "
                 f"mean ITL ({min(itls):.2f} ms): the client is part of what was measured"
             )
     if not clock_aligned:

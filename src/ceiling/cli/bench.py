@@ -135,12 +135,12 @@ def register(app: typer.Typer) -> None:
         from ceiling.bench.causes import failure_fix
         from ceiling.bench.config import make_config
         from ceiling.bench.failures import OVERFLOW_FIX, failure_statement
-        from ceiling.bench.render import render_result
         from ceiling.bench.results import summary_dict
         from ceiling.bench.runner import run_bench
         from ceiling.console import emit_json, say
         from ceiling.console import out as stdout
         from ceiling.errors import CeilingError, ExitStatus
+        from ceiling.render.bench import render_result
 
         model = renamed(served_model, old_model, "bench --model", "--served-model")
         timeout = renamed(request_timeout, old_timeout, "bench --timeout", "--request-timeout")
@@ -214,10 +214,10 @@ def register(app: typer.Typer) -> None:
           ceiling compare before.json after.json --metric mean_ttft_ms
         """
         from ceiling.bench.compare import compare
-        from ceiling.bench.render import render_comparison
         from ceiling.bench.results import load_result
         from ceiling.console import emit_json
         from ceiling.console import out as stdout
+        from ceiling.render.bench import render_comparison
 
         results = [load_result(f) for f in files]
         comp = compare(results, metric=metric, labels=[f.name for f in files])

@@ -36,7 +36,7 @@ COMPONENT_NOTES: dict[str, str] = {
     "kv": "KV-cache bytes read per step",
     "compute": "matrix math at peak throughput",
     "collectives": "allreduce / all-to-all latency for this layout",
-    "launch": "kernel launch overhead",
+    "launch": "fixed kernel costs and inefficiency vs the best known kernels",
     "host": "scheduler, sampling, Python",
 }
 

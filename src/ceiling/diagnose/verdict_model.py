@@ -22,6 +22,7 @@ from ceiling.diagnose.attribute import UNEXPLAINED_LABEL
 from ceiling.diagnose.hypotheses import Hypothesis
 from ceiling.diagnose.wording import HardwareKind, num, us_or_ms
 from ceiling.engines.llamacpp_gap import BandwidthGap
+from ceiling.fmt import pct
 from ceiling.result_model import ResultModel
 from ceiling.trace.schema import MeasuredSplit
 
@@ -109,7 +110,7 @@ class Bottleneck(ResultModel):
             return (
                 f"Measured inside the engine: {self.component} is "
                 f"{us_or_ms(self.component_ms or 0.0)} of the {step} traced step "
-                f"({self.component_share_pct or 0.0:.3g} %). Of the step, "
+                f"({pct(self.component_share_pct or 0.0)}). Of the step, "
                 f"{us_or_ms(self.floors_ms or 0.0)} is the bound of its classes (fundamental), "
                 f"{us_or_ms(self.configurable_ms or 0.0)} configurable"
                 + (
@@ -125,7 +126,7 @@ class Bottleneck(ResultModel):
                 else "bound by kernel inefficiency / host overhead, not by the hardware floors"
             )
             return (
-                f"{what[0].upper()}{what[1:]}: {self.unexplained_pct or 0.0:.4g} % of the {step} "
+                f"{what[0].upper()}{what[1:]}: {pct(self.unexplained_pct or 0.0)} of the {step} "
                 f"decode step is {UNEXPLAINED_LABEL}; the hardware floors (weights, KV, compute) "
                 f"account for {us_or_ms(self.floors_ms or 0.0)}."
             )
@@ -155,17 +156,17 @@ class Bottleneck(ResultModel):
         label = self.label
         head = (
             f"{label[0].upper()}{label[1:]}: {self.component} is "
-            f"{self.component_share_pct or 0.0:.3g} % of the {step} step; "
+            f"{pct(self.component_share_pct or 0.0)} of the {step} step; "
         )
         if (self.unexplained_pct or 0.0) < 0:
             # a step shorter than the predicted one leaves nothing unexplained: a negative
             # share of "inefficiency" reads as nonsense (seen on vLLM 0.25, an H200, priors)
             return head + (
-                f"the step is {-(self.unexplained_pct or 0.0):.3g} % shorter than the "
+                f"the step is {pct(-(self.unexplained_pct or 0.0))} shorter than the "
                 f"prediction's {us_or_ms(self.predicted_step_ms or 0.0)}: the prediction "
                 "overestimates it, nothing is left unexplained."
             )
-        return head + f"{UNEXPLAINED_LABEL} is {self.unexplained_pct or 0.0:.3g} %."
+        return head + f"{UNEXPLAINED_LABEL} is {pct(self.unexplained_pct or 0.0)}."
 
 
 # ------------------------------------------------------------------------------ changes
@@ -254,7 +255,7 @@ class TargetCheck(ResultModel):
     @property
     def text(self) -> str:
         t, m = self.target_tok_s, self.margin_pct
-        text = f"met by {m:+.3g} %" if self.met else f"missed by {-m:.3g} %"
+        text = f"met by {pct(m, signed=True)}" if self.met else f"missed by {pct(-m)}"
         if self.ci_low is not None and self.ci_high is not None:
             if self.met and self.ci_low < t:
                 text += " (on the mean only: the 95 % CI reaches below the target)"
@@ -391,19 +392,19 @@ class Verdict(ResultModel):
             out.append(self.cpu_read.sentence())
         if self.pct_of_predicted is not None:
             out.append(
-                f"Measured rate is {self.pct_of_predicted:.3g} % of the rate expected for this "
+                f"Measured rate is {pct(self.pct_of_predicted)} of the rate expected for this "
                 "configuration (this engine's kernels): the rest is the software and "
                 "configuration gap to explain."
             )
         if self.expected_pct_of_bound is not None and self.bound_tok_s is not None:
             out.append(
-                f"The expected rate is {self.expected_pct_of_bound:.3g} % of this layout's bound "
+                f"The expected rate is {pct(self.expected_pct_of_bound)} of this layout's bound "
                 f"({num(self.bound_tok_s)} tok/s: best kernels, best collective, no host time); "
                 "the difference is what better kernels or engine settings could recover."
             )
         elif self.pct_of_bound is not None and self.bound_tok_s is not None:
             out.append(
-                f"Measured rate is {self.pct_of_bound:.3g} % of the hardware floors' bound "
+                f"Measured rate is {pct(self.pct_of_bound)} of the hardware floors' bound "
                 f"({num(self.bound_tok_s)} tok/s)."
             )
         return out

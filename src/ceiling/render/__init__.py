@@ -5,8 +5,8 @@ one, then hands the result to its renderer here: ``--json`` prints the model as 
 document on stdout, otherwise Rich lines and tables on stdout (colour only on a terminal;
 piped, the same lines in plain text). Progress and notes go to stderr (``ceiling.console``:
 ``Progress``, ``say``), so that stdout stays the result. One module per command group:
-``engines`` (preflight, launch, shm, stop, inspect), ``probe``, ``env``, ``deploy``,
-``predict``, ``sanity``, ``doctor`` (doctor, sweep, report).
+``engines`` (preflight, launch, shm, stop, inspect), ``bench`` (bench, compare), ``probe``,
+``env``, ``deploy``, ``predict``, ``sanity``, ``trace``, ``doctor`` (doctor, sweep, report).
 
 The API (stable; a new command group adds a module of the same shape):
 

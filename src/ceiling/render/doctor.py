@@ -20,9 +20,9 @@ def doctor(result: DoctorResult, json_out: bool = False) -> None:
         emit_json(result)
         return
     o = out()
-    o.print(esc(result.verdict.headline if result.verdict else "no verdict"), soft_wrap=True)
+    o.print(esc(result.verdict.headline if result.verdict else "no verdict"))
     html, md = result.files.get("report_html"), result.files.get("report_md")
-    o.print(f"report: {esc(html)}  ({esc(md)})", soft_wrap=True)
+    o.print(f"report: {esc(html)}  ({esc(md)})")
 
 
 def sweep(result: SweepResult, out_dir: Path, json_out: bool = False) -> None:
@@ -44,8 +44,8 @@ def sweep(result: SweepResult, out_dir: Path, json_out: bool = False) -> None:
     header = ["variant", "status", "repeats", "tok/s per stream", "vs baseline", "verdict"]
     o = out()
     o.print(table("sweep", header, [[esc(c) for c in r] for r in rows]))
-    o.print(esc(result.verdict.headline), soft_wrap=True)
-    o.print(f"report: {esc(out_dir / 'report.html')}", soft_wrap=True)
+    o.print(esc(result.verdict.headline))
+    o.print(f"report: {esc(out_dir / 'report.html')}")
 
 
 def report_paths(paths: dict[str, str], json_out: bool = False) -> None:
@@ -54,4 +54,4 @@ def report_paths(paths: dict[str, str], json_out: bool = False) -> None:
         emit_json(paths)
         return
     for kind, path in paths.items():
-        out().print(f"{kind}: {esc(path)}", soft_wrap=True)
+        out().print(f"{kind}: {esc(path)}")

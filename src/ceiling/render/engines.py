@@ -116,38 +116,52 @@ def stop(report: StopReport, json_out: bool = False) -> None:
 
 
 def inspect(facts: EngineFacts, json_out: bool = False) -> None:
-    """A start-up log's facts, then each finding with its evidence, advice (or why it is
-    withheld) and its page."""
+    """A start-up log's facts (a key column and a value column that wraps), then each finding
+    with its evidence, advice (or why it is withheld) and its page, indented under it: every
+    line fits the terminal (80 columns included)."""
     if json_out:
         emit_json(facts)
         return
+    from rich.table import Table
+
     o = out()
     skip = {"findings", "evidence", "warnings", "errors", "non_default_args", "schema_version"}
     skip.add("start_failure")
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(overflow="fold")
     for key, value in facts.model_dump().items():
         if key in skip or value in (None, [], {}):
             continue
-        o.print(f"{key:>32}: {esc(value)}", soft_wrap=True)
+        grid.add_row(f"{key}:", esc(value))
     if facts.non_default_args:
-        o.print(f"{'non_default_args':>32}: {esc(facts.non_default_args)}", soft_wrap=True)
-    o.print(f"{'warnings/errors':>32}: {len(facts.warnings)} / {len(facts.errors)}")
+        grid.add_row("non_default_args:", esc(facts.non_default_args))
+    grid.add_row("warnings/errors:", f"{len(facts.warnings)} / {len(facts.errors)}")
+    o.print(grid)
     died = facts.start_failure
     if died is not None:
         o.print(f"[red]the server did not start[/red]: {esc(died.cause)}")
         for line in died.evidence[:3]:
-            o.print(f"    | {esc(line)}", soft_wrap=True)
+            _under(f"| {esc(line)}")
         for note in died.removed_flags:
-            o.print(f"    {esc(note)}", soft_wrap=True)
+            _under(esc(note))
         if died.fix:
-            o.print(f"    fix: {esc(died.fix)}", soft_wrap=True)
+            _under(f"fix: {esc(died.fix)}")
     for f in facts.findings:
         colour = {"critical": "red", "warning": "yellow"}.get(f.severity, "cyan")
         o.print(f"[{colour}]{f.severity}[/{colour}] {esc(f.title)} ({f.kind})")
         for line in f.evidence[:3]:
-            o.print(f"    | {esc(line)}", soft_wrap=True)
+            _under(f"| {esc(line)}")
         if f.fix:
-            o.print(f"    fix: {esc(f.fix)}", soft_wrap=True)
+            _under(f"fix: {esc(f.fix)}")
         elif f.withheld:
-            o.print(f"    {esc(f.withheld)}", soft_wrap=True)
+            _under(esc(f.withheld))
         if f.doc:
-            o.print(f"    why and what to do: {f.doc}", soft_wrap=True)
+            _under(f"why and what to do: {f.doc}")
+
+
+def _under(markup: str) -> None:
+    """A line under a finding, indented; it wraps (long words fold) under its own indent."""
+    from rich.padding import Padding
+
+    out().print(Padding(markup, (0, 0, 0, 4), expand=False), overflow="fold")

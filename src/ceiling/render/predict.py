@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ceiling.console import emit_json, out
+from ceiling.fmt import pct, share
 from ceiling.predict.api import Prediction
 from ceiling.predict.schema import LlamaCppDetails
 
@@ -35,33 +36,26 @@ def print_prediction(p: Prediction) -> None:
         f"tok/s per stream[/bold]"
         + (
             f"  |  bound {b.decode_ms_per_token:.2f} ms = {b.decode_tok_s_per_stream:.1f} tok/s "
-            f"(expected reaches {p.decode_tok_s_per_stream / b.decode_tok_s_per_stream * 100:.0f} %)"
+            f"(expected reaches {share(p.decode_tok_s_per_stream / b.decode_tok_s_per_stream)})"
             if b and b.decode_tok_s_per_stream
             else ""
         )
         + (f", {p.aggregate_tok_s:.0f} tok/s aggregate" if p.batch > 1 or d.dp > 1 else "")
     )
-    iv = p.expected.interval if p.expected is not None else None
-    if iv is not None:
-        con.print(
-            f"  {iv.coverage * 100:.0f} % interval: {iv.step_ms_low:.2f}-{iv.step_ms_high:.2f} "
-            f"ms/token = {iv.tok_s_low:.1f}-{iv.tok_s_high:.1f} tok/s per stream "
-            f"[dim](wider for: {esc(iv.reason)})[/dim]"
-        )
     if p.details.llamacpp is not None:
         _llamacpp_line(p.details.llamacpp)
     t = Table(title="decode step breakdown (ms per token)", title_justify="left")
-    t.add_column("component")
+    t.add_column("component", overflow="fold")
     t.add_column("expected", justify="right")
     t.add_column("share", justify="right")
     t.add_column("bound", justify="right")
-    t.add_column("fundamental / configurable")
+    t.add_column("fundamental / configurable", overflow="fold")
     bc = b.components_ms if b else {}
     for name, ms in sorted(p.components_ms.items(), key=lambda kv: -kv[1]):
         t.add_row(
             esc(name),
             f"{ms:.3f}",
-            f"{p.component_share[name] * 100:.0f} %",
+            share(p.component_share[name]),
             f"{bc.get(name, 0.0):.3f}",
             esc(p.component_kind.get(name, "")),
         )
@@ -90,49 +84,64 @@ def print_prediction(p: Prediction) -> None:
         )
     if p.batch_curve:
         bt = Table(title="batch curve (up to KV capacity)", title_justify="left")
-        for col in ("batch", "ms/step", "80 % ms", "tok/s per stream", "80 %", "tok/s aggregate"):
+        for col in ("batch", "ms/step", "tok/s per stream", "tok/s aggregate"):
             bt.add_column(col, justify="right")
         for pt in p.batch_curve:
             bt.add_row(
                 str(pt.batch),
                 f"{pt.step_ms:.2f}",
-                _range(pt.step_ms_low, pt.step_ms_high, 2),
                 f"{pt.tok_s_per_stream:.1f}",
-                _range(pt.tok_s_per_stream_low, pt.tok_s_per_stream_high, 1),
                 f"{pt.aggregate_tok_s:.0f}",
             )
         con.print(bt)
     if p.what_if:
-        wt = Table(title="what if (one change at a time, ranked by expected)", title_justify="left")
-        wt.add_column("change")
-        wt.add_column("expected tok/s (80 %)", justify="right")
-        wt.add_column("delta", justify="right")
-        wt.add_column("bound", justify="right")
-        wt.add_column("what moves")
-        wt.add_column("note")
-        for w in p.what_if:
-            if w.decode_tok_s_per_stream <= 0:
-                wt.add_row(esc(w.change), "-", "-", "-", "", esc(w.note))
-                continue
-            style = "green" if w.delta_pct > 0.5 else ("red" if w.delta_pct < -0.5 else "")
-            wt.add_row(
-                esc(w.change),
-                f"{w.decode_tok_s_per_stream:.1f}"
-                + (f" ({_range(w.tok_s_low, w.tok_s_high, 0)})" if w.tok_s_low else ""),
-                f"[{style}]{w.delta_pct:+.1f} %[/{style}]" if style else f"{w.delta_pct:+.1f} %",
-                f"{w.bound_tok_s_per_stream:.1f}",
-                esc(w.moved),
-                esc(w.note),
-            )
-        con.print(wt)
+        _what_if_table(p)
     con.print("[dim]assumptions:[/dim]")
     for a in p.assumptions:
         con.print(f"[dim]  - {esc(a)}[/dim]")
 
 
-def _range(low: float | None, high: float | None, digits: int) -> str:
-    """'low-high' of an interval ('' when there is none)."""
-    return "" if low is None or high is None else f"{low:.{digits}f}-{high:.{digits}f}"
+def _what_if_table(p: Prediction) -> None:
+    """Ranked what-ifs; a change's note is a numbered line under the table (80 columns)."""
+    from rich.markup import escape as esc
+    from rich.table import Table
+
+    wt = Table(
+        title="what if (one change at a time, ranked by expected; tok/s per stream)",
+        title_justify="left",
+    )
+    wt.add_column("change", overflow="fold")
+    wt.add_column("expected", justify="right")
+    wt.add_column("delta", justify="right")
+    wt.add_column("bound", justify="right")
+    wt.add_column("what moves (ms)", overflow="fold")
+    notes: list[str] = []
+    for w in p.what_if:
+        ref = ""
+        if w.note:
+            if w.note not in notes:
+                notes.append(w.note)
+            ref = f" ({notes.index(w.note) + 1})"
+        if w.decode_tok_s_per_stream <= 0:
+            wt.add_row(esc(w.change + ref), "-", "-", "-", "")
+            continue
+        style = "green" if w.delta_pct > 0.5 else ("red" if w.delta_pct < -0.5 else "")
+        delta = pct(w.delta_pct, signed=True)
+        wt.add_row(
+            esc(w.change + ref),
+            f"{w.decode_tok_s_per_stream:.1f}",
+            f"[{style}]{delta}[/{style}]" if style else delta,
+            f"{w.bound_tok_s_per_stream:.1f}",
+            esc(w.moved.removesuffix(" ms")),
+        )
+    out().print(wt)
+    if notes:  # a grid: a note wraps under its own text, indented
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(justify="right", min_width=5)
+        grid.add_column(overflow="fold")
+        for i, note in enumerate(notes, 1):
+            grid.add_row(f"({i})", esc(note))
+        out().print(grid)
 
 
 def _llamacpp_line(lc: LlamaCppDetails) -> None:
@@ -150,7 +159,8 @@ def _llamacpp_line(lc: LlamaCppDetails) -> None:
 
 
 def _op_table(p: Prediction) -> None:
-    """Per-operation table: expected vs bound per op (summed over layers), source, confidence."""
+    """Per-operation table: expected vs bound per op (summed over layers), source, confidence
+    (the gap is their difference: left out so that the table fits 80 columns)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -162,13 +172,16 @@ def _op_table(p: Prediction) -> None:
         r = rows.setdefault(o.name, [0.0, 0.0, o.source, o.confidence, o.kernel, o.note])
         r[0] += o.count
         r[1] += o.ms
-    t = Table(title="operations per decode step (this GPU)", title_justify="left")
-    for col in ("op", "count", "expected ms", "bound ms", "gap ms", "source", "conf", "kernel"):
+    t = Table(
+        title="operations per decode step (this GPU, ms; n: calls per step; "
+        "source: evidence and its confidence 0-1)",
+        title_justify="left",
+    )
+    for col in ("op", "n", "expected", "bound", "source", "kernel"):
         t.add_column(
             col,
-            justify="right"
-            if col in ("count", "expected ms", "bound ms", "gap ms", "conf")
-            else "left",
+            justify="right" if col in ("n", "expected", "bound") else "left",
+            overflow="fold",
         )
     total = p.decode_ms_per_token or 1.0
     for name, (count, ms, src, conf, kernel, _note) in sorted(
@@ -178,8 +191,8 @@ def _op_table(p: Prediction) -> None:
             continue
         bms = bound.get(name, 0.0)
         t.add_row(
-            escape(name), f"{count:g}", f"{ms:.3f}", f"{bms:.3f}", f"{ms - bms:.3f}", escape(src),
-            f"{conf:.1f}", escape(kernel),
+            escape(name), f"{count:g}", f"{ms:.3f}", f"{bms:.3f}", f"{escape(src)} {conf:.1f}",
+            escape(kernel),
         )  # fmt: skip
     out().print(t)
     ev = p.evidence
@@ -187,7 +200,7 @@ def _op_table(p: Prediction) -> None:
         out().print(
             f"[dim]evidence: tables {escape(str(ev.tables))}; share of expected by source "
             + ", ".join(
-                f"{k} {v * 100:.0f} %" for k, v in (ev.share_of_expected_by_source or {}).items()
+                f"{k} {share(v)}" for k, v in (ev.share_of_expected_by_source or {}).items()
             )
             + (
                 f"; low confidence: {escape(', '.join(ev.low_confidence_ops))}"

@@ -4,6 +4,7 @@ overlap, ranks and notes."""
 
 from __future__ import annotations
 
+from ceiling.fmt import share
 from ceiling.render import emit_json, esc, out, table
 from ceiling.trace.capture import TraceCapture
 from ceiling.trace.schema import TraceReport, TraceSplit
@@ -22,21 +23,19 @@ def report(rep: TraceReport, json_out: bool = False) -> None:
         return
     o = out()
     sp = rep.split
-    o.print(f"[bold]{esc(sp.headline)}[/bold]", soft_wrap=True)
+    o.print(f"[bold]{esc(sp.headline)}[/bold]")
     o.print(
         f"steps from {esc(sp.step_source)}; skipped: "
         + (", ".join(f"{v} {esc(k)}" for k, v in sp.steps_skipped.items()) or "none"),
-        soft_wrap=True,
     )
-    o.print(esc(stacked_bar(sp)), soft_wrap=True)
+    o.print(esc(stacked_bar(sp, min(_BAR, o.width - 2))))
     ms = rep.measured
     if ms is not None:
         o.print(
             f"predicted ({esc(rep.prediction)}): expected {rep.predicted_step_ms or 0:.3f} ms, "
             f"bound {rep.bound_step_ms or 0:.3f} ms per step",
-            soft_wrap=True,
         )
-        o.print(esc(f"{ms.sentence()} {ms.allreduce_sentence()}"), soft_wrap=True)
+        o.print(esc(f"{ms.sentence()} {ms.allreduce_sentence()}"))
         rows = [
             [esc(r.op_class), f"{r.measured_ms:.3f}", _ms(r.expected_ms), _ms(r.bound_ms),
              "" if r.gap_ms is None else f"{r.gap_ms:+.3f}"]
@@ -48,13 +47,13 @@ def report(rep: TraceReport, json_out: bool = False) -> None:
         o.print(table("measured vs predict (ms per step)", ["class", "measured", "expected",
                                                            "bound", "gap over bound"], rows))  # fmt: skip
     rows = [
-        [esc(c.op_class), f"{c.ms:.4f}", f"{c.share * 100:.1f} %", f"{c.calls:g}",
+        [esc(c.op_class), f"{c.ms:.4f}", share(c.share), f"{c.calls:g}",
          esc(", ".join(c.impl)),
          "" if c.wait_ms is None else f"{c.transfer_ms:.4f} / {c.wait_ms:.4f}"]
         for c in sp.classes
     ]  # fmt: skip
     rows.append(["idle (host/launch)", f"{sp.idle_ms:.4f}",
-                 f"{sp.idle_ms / sp.step_ms * 100 if sp.step_ms else 0:.1f} %", "", "", ""])  # fmt: skip
+                 share(sp.idle_ms / sp.step_ms if sp.step_ms else 0.0), "", "", ""])  # fmt: skip
     o.print(table("by op class (ms per step)", ["class", "ms", "share", "calls", "impl",
                                                "transfer / wait"], rows))  # fmt: skip
     rows = [
@@ -70,7 +69,6 @@ def report(rep: TraceReport, json_out: bool = False) -> None:
             f"overlap: stream {ov.stream} ran {ov.own_ms:.4f} ms/step of {esc(ov.op_class)} "
             f"({esc(', '.join(k[:50] for k in ov.top_kernels))}); {ov.hidden_ms:.4f} ms of it "
             "under the main stream, counted once",
-            soft_wrap=True,
         )
     if len(sp.ranks) > 1:
         rows = [
@@ -80,7 +78,7 @@ def report(rep: TraceReport, json_out: bool = False) -> None:
         ]  # fmt: skip
         o.print(table("ranks", ["rank", "step ms", "idle ms", "steps", "collective wait ms"], rows))
     for n in sp.notes:
-        o.print(f"[dim]note: {esc(n)}[/dim]", soft_wrap=True)
+        o.print(f"[dim]note: {esc(n)}[/dim]")
     for label, path in (
         ("result", rep.out),
         ("report", rep.report),
@@ -91,7 +89,8 @@ def report(rep: TraceReport, json_out: bool = False) -> None:
 
 
 def stacked_bar(sp: TraceSplit, width: int = _BAR) -> str:
-    """The step as one text bar, a glyph per class (idle as blanks), with its legend."""
+    """The step as one text bar, a glyph per class (idle as blanks), its legend on the next
+    line (it wraps; the bar does not)."""
     if sp.step_ms <= 0:
         return ""
     parts = [(c.op_class, c.ms) for c in sp.classes] + [("idle", sp.idle_ms)]
@@ -102,7 +101,7 @@ def stacked_bar(sp: TraceSplit, width: int = _BAR) -> str:
         bar += g * n
         if ms / sp.step_ms >= 0.005:
             legend.append(f"{'·' if g == ' ' else g} {name} {ms:.3f}")
-    return f"|{bar[:width]:<{width}}| " + "  ".join(legend)
+    return f"|{bar[:width]:<{width}}|\n" + "  ".join(legend)
 
 
 def capture(res: TraceCapture, json_out: bool = False) -> None:
@@ -112,24 +111,22 @@ def capture(res: TraceCapture, json_out: bool = False) -> None:
         return
     o = out()
     if not res.recorded or res.split is None:
-        o.print(f"[bold]no trace recorded[/bold]: {esc(res.why_not or '')}", soft_wrap=True)
+        o.print(f"[bold]no trace recorded[/bold]: {esc(res.why_not or '')}")
         return
     sp = res.split
-    o.print(f"[bold]{esc(sp.headline)}[/bold]", soft_wrap=True)
-    o.print(esc(stacked_bar(sp)), soft_wrap=True)
+    o.print(f"[bold]{esc(sp.headline)}[/bold]")
+    o.print(esc(stacked_bar(sp, min(_BAR, o.width - 2))))
     if res.engine_itl_ms is not None:
         o.print(
             f"the engine's own inter-token latency in the window: {res.engine_itl_ms:.3f} ms "
             f"({res.engine_itl_count} observations); trace step {res.step_vs_engine_pct:+.2f} %",
-            soft_wrap=True,
         )
     if res.stream_itl_ms is not None:
         o.print(
             f"the stream's inter-token latency over the same steps: {res.stream_itl_ms:.3f} ms "
             f"({res.stream_gaps} gaps); trace step {res.step_vs_stream_pct:+.2f} %",
-            soft_wrap=True,
         )
     for path in res.files:
-        o.print(f"trace: {esc(path)}", soft_wrap=True)
+        o.print(f"trace: {esc(path)}")
     for n in [*sp.notes, *res.notes]:
-        o.print(f"[dim]note: {esc(n)}[/dim]", soft_wrap=True)
+        o.print(f"[dim]note: {esc(n)}[/dim]")

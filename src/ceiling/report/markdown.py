@@ -13,6 +13,7 @@ import numpy as np
 from ceiling.diagnose.measured import ServerView
 from ceiling.diagnose.schema import DoctorResult
 from ceiling.diagnose.verdict_model import Verdict
+from ceiling.fmt import pct
 from ceiling.report.extract import (
     ci_text,
     decode_stat,
@@ -23,6 +24,7 @@ from ceiling.report.extract import (
     table,
     ttft_samples_ms,
 )
+from ceiling.report.glossary import glossary_lines
 from ceiling.report.trace import doctor_reports, trace_lines
 from ceiling.sweep.schema import SweepResult
 
@@ -34,6 +36,10 @@ _HIDDEN_FACTS = {"findings", "evidence", "source", "schema_version", "warnings"}
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _pct_or_dash(value: float | None) -> str:
+    return "–" if value is None else pct(value)
 
 
 def _quantiles(vals: list[float]) -> list[str]:
@@ -139,14 +145,14 @@ def _attribution(doc: Doc) -> list[str]:
     if a is None:
         return ["## Where the step time goes", "", "_No attribution: no decode measurement._", ""]
     rows: list[list[Any]] = [
-        [c.name, fmt(c.predicted_ms, 4), fmt(c.share_pct, 2, "%"), c.kind, c.note or ""]
+        [c.name, fmt(c.predicted_ms, 4), pct(c.share_pct), c.kind, c.note or ""]
         for c in a.components
     ]
     rows.append(
         [
             a.unexplained_label,
             fmt(a.unexplained_ms, 4),
-            fmt(a.unexplained_pct, 2, "%"),
+            pct(a.unexplained_pct),
             "unexplained",
             a.unexplained_note or "",
         ]
@@ -172,7 +178,7 @@ def _changes(doc: Doc) -> list[str]:
     if not ch:
         return [*out, "_No configurable change with an expected gain was found._", ""]
     rows = [
-        [i + 1, c.change, fmt(c.predicted_gain_pct, 1, "%"), c.source, c.evidence or ""]
+        [i + 1, c.change, _pct_or_dash(c.predicted_gain_pct), c.source, c.evidence or ""]
         for i, c in enumerate(ch)
     ]
     return [*out, table(["#", "change", "expected gain", "source", "evidence"], rows), ""]
@@ -440,9 +446,9 @@ def _trace(doc: Doc) -> list[str]:
 
 def render_markdown(doc: Doc) -> str:
     """The full Markdown report of a doctor or sweep result."""
-    parts = [f"# {doc.title or 'ceiling report'}", ""]
+    head = [f"# {doc.title or 'ceiling report'}", "", *verdict_lines(doc)]
+    parts: list[str] = []
     for section in (
-        verdict_lines,
         _sanity,
         _attribution,
         _trace,
@@ -460,4 +466,5 @@ def render_markdown(doc: Doc) -> str:
         _reproduce,
     ):
         parts += section(doc)
-    return "\n".join(parts).rstrip() + "\n"
+    names = glossary_lines("\n".join(head + parts))
+    return "\n".join(head + names + parts).rstrip() + "\n"
