@@ -42,7 +42,8 @@ FLAVOUR = {
                 "--threads": ("bad_value", None)},
         "usage_chunk": True,
         "tokens_source": "usage",
-        "concurrency": 4,  # n_slots
+        # full-length requests the KV cache holds: 4 slots share one unified 512-cell cache
+        "concurrency": 1,
         "unknown_flag_death": ("unrecognized arguments", 1, "--no-such-flag"),
         "bad_value": ["--ctx-size", "abc"],
         "bad_value_death": ("invalid flag value", 1, "--ctx-size"),
