@@ -60,7 +60,7 @@ def test_text_output_prints_interval_reason_and_columns(capsys):
     assert main([*H200_LLAMA, "--what-if"]) == 0
     text = capsys.readouterr().out
     assert "80 % interval:" in text and "wider for:" in text
-    assert "80 % ms" in text  # the batch curve's column
+    assert "ms/step (80 %)" in text  # the batch curve: the interval in the cell
 
 
 def test_width_grows_down_the_evidence_ladder():

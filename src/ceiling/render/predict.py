@@ -42,6 +42,13 @@ def print_prediction(p: Prediction) -> None:
         )
         + (f", {p.aggregate_tok_s:.0f} tok/s aggregate" if p.batch > 1 or d.dp > 1 else "")
     )
+    iv = p.expected.interval if p.expected is not None else None
+    if iv is not None:
+        con.print(
+            f"  {iv.coverage * 100:.0f} % interval: {iv.step_ms_low:.2f}-{iv.step_ms_high:.2f} "
+            f"ms/token = {iv.tok_s_low:.1f}-{iv.tok_s_high:.1f} tok/s per stream "
+            f"[dim](wider for: {esc(iv.reason)})[/dim]"
+        )
     if p.details.llamacpp is not None:
         _llamacpp_line(p.details.llamacpp)
     t = Table(title="decode step breakdown (ms per token)", title_justify="left")
@@ -84,13 +91,14 @@ def print_prediction(p: Prediction) -> None:
         )
     if p.batch_curve:
         bt = Table(title="batch curve (up to KV capacity)", title_justify="left")
-        for col in ("batch", "ms/step", "tok/s per stream", "tok/s aggregate"):
+        for col in ("batch", "ms/step (80 %)", "tok/s per stream (80 %)", "tok/s aggregate"):
             bt.add_column(col, justify="right")
-        for pt in p.batch_curve:
+        for pt in p.batch_curve:  # the interval in the cell: 80 columns hold four, not six
             bt.add_row(
                 str(pt.batch),
-                f"{pt.step_ms:.2f}",
-                f"{pt.tok_s_per_stream:.1f}",
+                f"{pt.step_ms:.2f}" + _range(pt.step_ms_low, pt.step_ms_high, 2),
+                f"{pt.tok_s_per_stream:.1f}"
+                + _range(pt.tok_s_per_stream_low, pt.tok_s_per_stream_high, 1),
                 f"{pt.aggregate_tok_s:.0f}",
             )
         con.print(bt)
@@ -111,7 +119,7 @@ def _what_if_table(p: Prediction) -> None:
         title_justify="left",
     )
     wt.add_column("change", overflow="fold")
-    wt.add_column("expected", justify="right")
+    wt.add_column("expected (80 %)", justify="right")
     wt.add_column("delta", justify="right")
     wt.add_column("bound", justify="right")
     wt.add_column("what moves (ms)", overflow="fold")
@@ -129,7 +137,7 @@ def _what_if_table(p: Prediction) -> None:
         delta = pct(w.delta_pct, signed=True)
         wt.add_row(
             esc(w.change + ref),
-            f"{w.decode_tok_s_per_stream:.1f}",
+            f"{w.decode_tok_s_per_stream:.1f}" + _range(w.tok_s_low, w.tok_s_high, 0),
             f"[{style}]{delta}[/{style}]" if style else delta,
             f"{w.bound_tok_s_per_stream:.1f}",
             esc(w.moved.removesuffix(" ms")),
@@ -142,6 +150,11 @@ def _what_if_table(p: Prediction) -> None:
         for i, note in enumerate(notes, 1):
             grid.add_row(f"({i})", esc(note))
         out().print(grid)
+
+
+def _range(low: float | None, high: float | None, digits: int) -> str:
+    """' (low-high)' of an interval ('' when there is none)."""
+    return "" if low is None or high is None else f" ({low:.{digits}f}-{high:.{digits}f})"
 
 
 def _llamacpp_line(lc: LlamaCppDetails) -> None:
