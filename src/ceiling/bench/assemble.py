@@ -8,6 +8,7 @@ warnings that travel with a result.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ceiling.bench import server_metrics
 from ceiling.bench.causes import early_end_warning, failed_warning
@@ -21,6 +22,7 @@ from ceiling.bench.metrics import (
     summarize,
 )
 from ceiling.bench.results import CI_METRICS, LevelResult, PerRequest, Summary, WorkerInfo
+from ceiling.bench.slo import checks, goodput, percentiles_for
 from ceiling.bench.stats import mean_ci
 
 #: Loop lag (p99) above this share of the mean ITL gets a warning.
@@ -49,12 +51,27 @@ def _token_weighted_tpot(records: list[RequestRecord]) -> float | None:
     return num / den if den else None
 
 
+def _summary(
+    cfg: BenchConfig,
+    records: list[RequestRecord],
+    duration_s: float,
+    level: int | None,
+    steady: bool,
+) -> dict[str, Any]:
+    """summarize() with the chosen percentiles, plus goodput when SLOs are given."""
+    out = summarize(records, duration_s, level, steady, percentiles_for(cfg.percentiles, cfg.slo))
+    if cfg.slo:
+        out["good_completed"], out["request_goodput"] = goodput(records, cfg.slo, duration_s)
+    return out
+
+
 def level_result(cfg: BenchConfig, level: int | None, ms: list[Measurement]) -> LevelResult:
     """Pooled summary over repeats, per-repeat summaries, CIs across repeats, server deltas."""
     records = [r for m in ms for r in m.records]
     aligned = all(m.aligned for m in ms)
-    pooled = summarize(records, sum(m.duration_s for m in ms), level, steady=aligned)
-    repeats = [Summary(**summarize(m.records, m.duration_s, level, m.aligned)) for m in ms]
+    pooled = _summary(cfg, records, sum(m.duration_s for m in ms), level, aligned)
+    repeats = [Summary(**_summary(cfg, m.records, m.duration_s, level, m.aligned)) for m in ms]
+    slo = checks(pooled, records, cfg.slo)
     ci = {
         k: mean_ci([getattr(s, k) for s in repeats if getattr(s, k) is not None])
         for k in CI_METRICS
@@ -78,6 +95,8 @@ def level_result(cfg: BenchConfig, level: int | None, ms: list[Measurement]) -> 
         finish_reasons=finish_reasons(records),
         early_ends=early_ends(records),
         ci=ci,
+        slo=slo,
+        slo_met=all(c.met for c in slo) if slo else None,
         repeats=repeats,
         server_metrics=server_metrics.compare_to_client(
             delta or None,

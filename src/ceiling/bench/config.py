@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ceiling.bench.client import base_url
 from ceiling.bench.failures import MAX_FAILED_PCT
+from ceiling.bench.slo import DEFAULT_PERCENTILES, Slo
 from ceiling.choices import BenchMode
 from ceiling.errors import CeilingError
 from ceiling.inputs import check_server_url
@@ -60,6 +61,11 @@ class BenchConfig(BaseModel):
     # above this share of failed requests (%) the run is a failure: exit 1, no verdict
     max_failed_pct: float = Field(default=MAX_FAILED_PCT, ge=0, le=100, allow_inf_nan=False)
     ray: str | None = None  # Ray address ("auto", "host:port", "ray://...", "local")
+    slo: list[Slo] = Field(default_factory=list)  # ceiling.bench.slo.parse_slos
+    # the p<N>_<metric>_ms keys reported (an SLO's own percentile is always added)
+    percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(
+        default_factory=lambda: list(DEFAULT_PERCENTILES), min_length=1
+    )
 
     @model_validator(mode="after")
     def _check(self) -> BenchConfig:

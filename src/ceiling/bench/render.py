@@ -57,6 +57,20 @@ def render_result(result: RunResult, console: Console, path: str | None = None) 
             _f(lv.steady_state_output_throughput, "{:.1f}"),
         )
     console.print(table)
+    for lv in result.levels:
+        if not lv.slo:
+            continue
+        level = (
+            f"c={lv.concurrency}" if lv.concurrency is not None else f"{lv.request_rate:g} req/s"
+        )
+        checks = "; ".join(
+            f"{c.slo}: {_f(c.value_ms)} ms {'met' if c.met else '[red]MISSED[/red]'}"
+            for c in lv.slo
+        )
+        console.print(
+            f"{level}: goodput {_f(lv.request_goodput)} req/s ({lv.good_completed}/"
+            f"{lv.completed} requests met every SLO); {checks}"
+        )
     sm = result.server_metrics or {}
     if sm.get("available"):
         parts = []

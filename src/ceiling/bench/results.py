@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ceiling.bench.metrics import EarlyEnd, RequestRecord
+from ceiling.bench.slo import SloCheck
 from ceiling.bench.stats import Interval
 from ceiling.console import dumps
 from ceiling.errors import CeilingError, ExitStatus
@@ -29,6 +30,7 @@ CI_METRICS: dict[str, str] = {
     "decode_tok_s_per_stream": "higher",
     "output_throughput": "higher",
     "request_throughput": "higher",
+    "request_goodput": "higher",
     "steady_state_output_throughput": "higher",
     "mean_tpot_ms": "lower",
     "mean_ttft_ms": "lower",
@@ -41,7 +43,9 @@ class Summary(BaseModel):
     """Run summary: ``vllm bench serve`` names (ms, tok/s, req/s) plus ours (extra keys kept).
 
     Stats keys exist for ttft, tpot, itl, e2el and ttfct (time to first *content* token):
-    ``mean_/median_/std_/p50_/p90_/p99_<name>_ms``.
+    ``mean_/median_/std_<name>_ms`` and ``p<N>_<name>_ms`` for each of ``--percentiles``
+    (default 50, 90, 99) and each percentile an SLO names. ``request_goodput`` and
+    ``good_completed`` only with ``--slo`` (ceiling.bench.slo: the per-request rule).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -68,6 +72,12 @@ class Summary(BaseModel):
     p99_e2el_ms: float | None = None
     decode_tok_s_per_stream: float | None = None
     steady_state_output_throughput: float | None = None
+    good_completed: int | None = Field(
+        None, description="completed requests that met every SLO (None: no --slo)"
+    )
+    request_goodput: float | None = Field(
+        None, description="good_completed per second of duration (vllm bench serve's key)"
+    )
 
 
 class PerRequest(BaseModel):
@@ -103,6 +113,8 @@ class LevelResult(Summary):
         default_factory=list, description="completed requests that ended before max_tokens"
     )
     ci: dict[str, Interval] = Field(default_factory=dict)
+    slo: list[SloCheck] = Field(default_factory=list, description="each --slo on this level")
+    slo_met: bool | None = Field(None, description="every SLO's statistic met (None: no --slo)")
     repeats: list[Summary] = Field(default_factory=list)
     server_metrics: dict[str, Any] | None = None
     per_request: PerRequest = Field(default_factory=PerRequest)

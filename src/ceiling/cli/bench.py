@@ -117,6 +117,14 @@ def register(app: typer.Typer) -> None:
         max_failed_pct: float = typer.Option(
             5.0, "--max-failed-pct", help="Above this share of failed requests (%) the run fails."
         ),
+        slo: str = typer.Option(
+            None,
+            "--slo",
+            help="Objectives METRIC:STAT<=TIME, e.g. ttft:p99<=500ms,itl:p90<=50ms (goodput).",
+        ),
+        percentiles: str = typer.Option(
+            "50,90,99", "--percentiles", help="Percentiles reported (p<N>_ttft_ms, ...)."
+        ),
     ) -> None:
         """Measure a running OpenAI-compatible server: TTFT, ITL, TPOT, throughput, with CIs.
 
@@ -138,6 +146,7 @@ def register(app: typer.Typer) -> None:
         from ceiling.bench.render import render_result
         from ceiling.bench.results import summary_dict
         from ceiling.bench.runner import run_bench
+        from ceiling.bench.slo import parse_percentiles, parse_slos
         from ceiling.console import emit_json, say
         from ceiling.console import out as stdout
         from ceiling.errors import CeilingError, ExitStatus
@@ -173,6 +182,8 @@ def register(app: typer.Typer) -> None:
             workers=workers,
             ray=ray,
             max_failed_pct=max_failed_pct,
+            slo=parse_slos(slo),
+            percentiles=parse_percentiles(percentiles),
         )
         result = run_bench(cfg, progress=not quiet)
         why = failure_statement(result, cfg.max_failed_pct)
