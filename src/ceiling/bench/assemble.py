@@ -116,6 +116,29 @@ def level_result(cfg: BenchConfig, level: int | None, ms: list[Measurement]) -> 
     )
 
 
+#: Counts that add up over levels: the top level of a multi-level run carries their totals.
+_TOTALS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens")
+
+
+def run_head(levels: list[LevelResult]) -> dict[str, Any]:
+    """The top-level fields of a run. One level: that level (a single-stream result reads like
+    a ``vllm bench serve`` one). Several: the totals over every level and no per-level figure
+    (a mean or rate of the first level passed off as the run's would mislead: read ``levels``).
+    Error kinds, messages and finish reasons are summed over every level either way."""
+    if len(levels) == 1:
+        head = levels[0].model_dump()
+    else:
+        head = {k: sum(getattr(lv, k) for lv in levels) for k in _TOTALS}
+    for key in ("errors", "error_messages", "finish_reasons"):
+        total: dict[str, int] = {}
+        for lv in levels:
+            for k, v in getattr(lv, key).items():
+                total[k] = total.get(k, 0) + v
+        by_count = key == "error_messages"  # the most common message first, kinds by name
+        head[key] = dict(sorted(total.items(), key=lambda kv: -kv[1] if by_count else kv[0]))
+    return head
+
+
 def run_warnings(
     levels: list[LevelResult],
     lag_ms: dict[str, float | None],

@@ -18,6 +18,10 @@ Mode = BenchMode  # ceiling.choices: the CLI offers the same
 
 #: Defaults that depend on the mode: single-stream decode wants long generations.
 DEFAULT_MAX_TOKENS = {"single": 2048, "concurrency": 256, "rate": 256}
+#: --mode concurrency without --concurrency.
+DEFAULT_LEVELS = (1, 2, 4, 8)
+#: The modes that send requests at a rate (open loop): --rate and --burstiness belong to them.
+RATE_MODES = ("rate",)
 
 
 #: More tokens than any model's context (the longest, Llama 4 Scout's, is 10 M): a larger
@@ -39,7 +43,8 @@ class BenchConfig(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_SEQ_TOKENS)
     input_len: int = Field(default=128, ge=1, le=MAX_SEQ_TOKENS)
     dataset: Path | None = None
-    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    # None: not given (the concurrency mode's default levels); given in another mode: refused
+    concurrency: list[int] | None = None
     rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     requests: int | None = Field(default=None, ge=1, le=MAX_COUNT)
@@ -72,8 +77,13 @@ class BenchConfig(BaseModel):
         check_server_url(base_url(self.url))
         if self.mode == "rate" and self.rate is None:
             raise CeilingError("--mode rate needs --rate", fix="e.g. --rate 4 (requests/s)")
-        if self.mode == "concurrency" and (
-            not self.concurrency or any(not 1 <= c <= MAX_CONCURRENCY for c in self.concurrency)
+        self._check_conflicts()
+        if (
+            self.mode == "concurrency"
+            and self.concurrency is not None
+            and (
+                not self.concurrency or any(not 1 <= c <= MAX_CONCURRENCY for c in self.concurrency)
+            )
         ):
             raise CeilingError(
                 "--concurrency needs positive integers", fix="e.g. --concurrency 1,2,4,8"
@@ -81,6 +91,29 @@ class BenchConfig(BaseModel):
         if self.dataset is not None and not self.dataset.is_file():
             raise CeilingError(f"dataset {self.dataset} not found", fix="pass a JSONL file")
         return self
+
+    def _check_conflicts(self) -> None:
+        """An option the mode would ignore is refused: a run that silently measured something
+        else than asked (--mode single --concurrency 1,4: one stream) is worse than an error."""
+        given = f"--mode {self.mode}"
+        if self.concurrency is not None and self.mode != "concurrency":
+            levels = ",".join(str(c) for c in self.concurrency)
+            raise CeilingError(
+                f"--concurrency {levels} conflicts with {given}: that mode does not use levels",
+                fix=f"run --mode concurrency --concurrency {levels}, or drop --concurrency",
+            )
+        if self.rate is not None and self.mode not in RATE_MODES:
+            raise CeilingError(
+                f"--rate {self.rate:g} conflicts with {given}: it sends a fixed number of "
+                "streams, not requests per second",
+                fix=f"run --mode rate --rate {self.rate:g}, or drop --rate",
+            )
+        if self.burstiness != 1.0 and self.mode not in RATE_MODES:
+            raise CeilingError(
+                f"--burstiness {self.burstiness:g} conflicts with {given}: arrivals are open "
+                "loop only in --mode rate",
+                fix="run --mode rate, or drop --burstiness",
+            )
 
     @property
     def effective_max_tokens(self) -> int:
@@ -92,7 +125,7 @@ class BenchConfig(BaseModel):
         if self.mode == "single":
             return [1]
         if self.mode == "concurrency":
-            return list(self.concurrency)
+            return list(self.concurrency or DEFAULT_LEVELS)
         return [None]
 
     def requests_for(self, level: int | None) -> int | None:

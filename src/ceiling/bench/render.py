@@ -114,3 +114,5 @@ def render_comparison(comp: Comparison, console: Console) -> None:
     console.print(table)
     for n in notes:
         console.print(f"note: {escape(n)}")
+    for w in comp.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}")

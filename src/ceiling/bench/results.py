@@ -1,8 +1,9 @@
 """The result file: one JSON per run, ``vllm bench serve`` key names where they overlap.
 
-Top-level keys carry the first level's summary (for ``--mode single`` the only one), so a
-single-stream result reads like a ``vllm bench serve`` result; ``levels`` holds every level of
-a sweep. Per-repeat summaries sit under ``repeats`` and confidence intervals under ``ci``.
+With one level (``--mode single``, ``rate``, one concurrency) the top-level keys carry that
+level's summary, so such a result reads like a ``vllm bench serve`` result; with several the
+top level carries totals (requests, tokens, duration, errors) and no per-level figure (null);
+``levels`` holds every level. Per-repeat summaries sit under ``repeats`` and confidence intervals under ``ci``.
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ class WorkerInfo(BaseModel):
 
 
 class RunResult(LevelResult):
-    """A whole ``ceiling bench`` run; the top level mirrors ``levels[0]``."""
+    """A whole ``ceiling bench`` run: the only level's figures at the top level, or with
+    several levels their totals (ceiling.bench.assemble.run_head); every level in ``levels``."""
 
     schema_version: int = SCHEMA_VERSION
     kind: str = KIND

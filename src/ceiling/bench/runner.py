@@ -29,7 +29,7 @@ from rich.progress import (
 
 from ceiling import __version__, interrupts
 from ceiling.bench import server_metrics
-from ceiling.bench.assemble import Measurement, level_result, run_warnings
+from ceiling.bench.assemble import Measurement, level_result, run_head, run_warnings
 from ceiling.bench.client import Client, RawStream
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.load import (
@@ -392,14 +392,7 @@ def _assemble(
         ms = [m for m in measurements if m.level == level]
         if ms:
             levels.append(level_result(cfg, level, ms))
-    head = levels[0].model_dump() if levels else {}
-    for key in ("errors", "error_messages", "finish_reasons"):  # over every level
-        total: dict[str, int] = {}
-        for lv in levels:
-            for k, v in getattr(lv, key).items():
-                total[k] = total.get(k, 0) + v
-        by_count = key == "error_messages"  # the most common message first, kinds by name
-        head[key] = dict(sorted(total.items(), key=lambda kv: -kv[1] if by_count else kv[0]))
+    head = run_head(levels)
     config = cfg.model_dump(mode="json")
     config["url"] = redact(config["url"])
     workers = ctx.pool.book.result() if ctx.pool is not None else []

@@ -10,9 +10,11 @@ from ceiling.choices import BenchMode
 from ceiling.cli._vocab import renamed
 
 
-def _levels(text: str) -> list[int]:
+def _levels(text: str | None) -> list[int] | None:
     from ceiling.errors import CeilingError
 
+    if text is None:
+        return None
     try:
         return [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError as err:
@@ -60,7 +62,7 @@ def register(app: typer.Typer) -> None:
             None, "--dataset", dir_okay=False, help="JSONL prompts instead of synthetic."
         ),
         concurrency: str = typer.Option(
-            "1,2,4,8", "--concurrency", help="Levels for --mode concurrency."
+            None, "--concurrency", help="Levels for --mode concurrency (default 1,2,4,8)."
         ),
         rate: float = typer.Option(None, "--rate", help="Requests/s for --mode rate (Poisson)."),
         burstiness: float = typer.Option(
