@@ -17,11 +17,11 @@ from ceiling.inputs import check_server_url
 Mode = BenchMode  # ceiling.choices: the CLI offers the same
 
 #: Defaults that depend on the mode: single-stream decode wants long generations.
-DEFAULT_MAX_TOKENS = {"single": 2048, "concurrency": 256, "rate": 256}
+DEFAULT_MAX_TOKENS = {"single": 2048, "concurrency": 256, "rate": 256, "capacity": 256}
 #: --mode concurrency without --concurrency.
 DEFAULT_LEVELS = (1, 2, 4, 8)
 #: The modes that send requests at a rate (open loop): --rate and --burstiness belong to them.
-RATE_MODES = ("rate",)
+RATE_MODES = ("rate", "capacity")
 
 
 #: More tokens than any model's context (the longest, Llama 4 Scout's, is 10 M): a larger
@@ -67,6 +67,10 @@ class BenchConfig(BaseModel):
     max_failed_pct: float = Field(default=MAX_FAILED_PCT, ge=0, le=100, allow_inf_nan=False)
     ray: str | None = None  # Ray address ("auto", "host:port", "ray://...", "local")
     slo: list[Slo] = Field(default_factory=list)  # ceiling.bench.slo.parse_slos
+    # --mode capacity (ceiling.bench.capacity): goodput may fall this share below the offered
+    # rate; the search ends when the knee is bracketed within `precision` (None: the defaults)
+    tolerance: float | None = Field(default=None, ge=0, lt=1, allow_inf_nan=False)
+    precision: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
     # the p<N>_<metric>_ms keys reported (an SLO's own percentile is always added)
     percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(
         default_factory=lambda: list(DEFAULT_PERCENTILES), min_length=1
@@ -77,6 +81,11 @@ class BenchConfig(BaseModel):
         check_server_url(base_url(self.url))
         if self.mode == "rate" and self.rate is None:
             raise CeilingError("--mode rate needs --rate", fix="e.g. --rate 4 (requests/s)")
+        if self.mode == "capacity" and not self.slo:
+            raise CeilingError(
+                "--mode capacity needs --slo: capacity is the highest rate served within them",
+                fix="e.g. --mode capacity --slo ttft:p99<=500ms,itl:p90<=50ms",
+            )
         self._check_conflicts()
         if (
             self.mode == "concurrency"
@@ -108,6 +117,18 @@ class BenchConfig(BaseModel):
                 "streams, not requests per second",
                 fix=f"run --mode rate --rate {self.rate:g}, or drop --rate",
             )
+        for name in ("tolerance", "precision"):
+            if getattr(self, name) is not None and self.mode != "capacity":
+                raise CeilingError(
+                    f"--{name} conflicts with {given}: only the capacity search uses it",
+                    fix=f"run --mode capacity --slo ..., or drop --{name}",
+                )
+        if self.mode == "capacity" and self.repeat > 1:
+            raise CeilingError(
+                f"--repeat {self.repeat} conflicts with --mode capacity: each rate runs once "
+                "(the search's bracket, --precision, is its resolution)",
+                fix="drop --repeat; run the search again to see its spread",
+            )
         if self.burstiness != 1.0 and self.mode not in RATE_MODES:
             raise CeilingError(
                 f"--burstiness {self.burstiness:g} conflicts with {given}: arrivals are open "
@@ -130,6 +151,8 @@ class BenchConfig(BaseModel):
 
     def requests_for(self, level: int | None) -> int | None:
         """Requests per level: ``--requests``, else unbounded with ``--duration``, else a default."""
+        if self.mode == "capacity":
+            return None  # per level: ceiling.bench.capacity.level_requests
         if self.requests is not None:
             return self.requests
         if self.duration is not None:

@@ -146,6 +146,31 @@ class WorkerInfo(BaseModel):
     streams: int = 0
 
 
+class CapacityPoint(BaseModel):
+    """One level of the search: a point of the throughput/latency curve."""
+
+    rate: float = Field(description="the Poisson rate asked, req/s")
+    sent: int
+    good_completed: int
+    request_goodput: float | None
+    request_throughput: float | None
+    passed: bool = Field(description="good_completed >= (1 - tolerance) x sent")
+    slo: list[SloCheck] = Field(default_factory=list)
+
+
+class CapacityResult(BaseModel):
+    """What the search found (ceiling.bench.capacity; docs/bench.md)."""
+
+    knee_rate: float | None = Field(description="the highest rate that passed (None: none did)")
+    first_failing_rate: float | None = Field(description="the lowest failing rate above it")
+    binding_slo: str | None = Field(description="the SLO most requests missed just above the knee")
+    tolerance: float
+    precision: float
+    level_rule: str = Field(description="how long each level ran, and why")
+    stopped: str = Field(description="why the search ended")
+    curve: list[CapacityPoint] = Field(default_factory=list)
+
+
 class RunResult(LevelResult):
     """A whole ``ceiling bench`` run: the only level's figures at the top level, or with
     several levels their totals (ceiling.bench.assemble.run_head); every level in ``levels``."""
@@ -184,6 +209,7 @@ class RunResult(LevelResult):
     workers: list[WorkerInfo] = Field(default_factory=list)
     clock_aligned: bool = True
     levels: list[LevelResult] = Field(default_factory=list)
+    capacity: CapacityResult | None = Field(None, description="--mode capacity: the search")
 
     def level(self, concurrency: int | None) -> LevelResult | None:
         """The level with this concurrency (None: the rate level)."""

@@ -64,7 +64,9 @@ def register(app: typer.Typer) -> None:
         concurrency: str = typer.Option(
             None, "--concurrency", help="Levels for --mode concurrency (default 1,2,4,8)."
         ),
-        rate: float = typer.Option(None, "--rate", help="Requests/s for --mode rate (Poisson)."),
+        rate: float = typer.Option(
+            None, "--rate", help="Requests/s for --mode rate (Poisson); capacity: the first."
+        ),
         burstiness: float = typer.Option(
             1.0, "--burstiness", help="Gamma shape: <1 burstier, 1 Poisson."
         ),
@@ -123,6 +125,16 @@ def register(app: typer.Typer) -> None:
             None,
             "--slo",
             help="Objectives METRIC:STAT<=TIME, e.g. ttft:p99<=500ms,itl:p90<=50ms (goodput).",
+        ),
+        tolerance: float = typer.Option(
+            None,
+            "--tolerance",
+            help="Capacity: goodput may fall this share below the offered rate (default 0.05).",
+        ),
+        precision: float = typer.Option(
+            None,
+            "--precision",
+            help="Capacity: stop when the knee is bracketed this close (default 0.02).",
         ),
         percentiles: str = typer.Option(
             "50,90,99", "--percentiles", help="Percentiles reported (p<N>_ttft_ms, ...)."
@@ -185,6 +197,8 @@ def register(app: typer.Typer) -> None:
             ray=ray,
             max_failed_pct=max_failed_pct,
             slo=parse_slos(slo),
+            tolerance=tolerance,
+            precision=precision,
             percentiles=parse_percentiles(percentiles),
         )
         result = run_bench(cfg, progress=not quiet)
