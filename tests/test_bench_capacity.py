@@ -92,13 +92,15 @@ def test_capacity_options_are_checked(options: dict[str, object], problem: str) 
 
 
 # -- the knee of a server with a known service rate ------------------------------------------
-SLOTS, TTFT_S, ITL_S, TOKENS = 8, 0.01, 0.01, 5
-SERVICE_S = TTFT_S + (TOKENS - 1) * ITL_S  # 50 ms a request: capacity 160 req/s
-TTFT_SLO_MS = 60.0  # a request may wait 50 ms (one service time) in the queue
-MIN_REQUESTS, MIN_SECONDS, TOLERANCE, SEED = 160, 0.1, 0.05, 0
+# Slow requests at a low rate: a few hundred chunks/s, so that a busy shared machine (the
+# client and server share its cores) is not what saturates first.
+SLOTS, TTFT_S, ITL_S, TOKENS = 8, 0.05, 0.05, 5
+SERVICE_S = TTFT_S + (TOKENS - 1) * ITL_S  # 250 ms a request: capacity 32 req/s
+TTFT_SLO_MS = 300.0  # a request may wait 250 ms (one service time) in the queue
+MIN_REQUESTS, MIN_SECONDS, TOLERANCE, SEED = 80, 0.1, 0.05, 0
 
 
-def _model_passes(rate: float) -> bool:
+def _model_passes(rate: float, service_s: float, ttft_s: float) -> bool:
     """The level at ``rate`` on the queueing model of the server (K slots, deterministic
     service, FIFO), fed the very arrivals the bench sends (same seed, same generator)."""
     n = level_requests(rate, MIN_REQUESTS, MIN_SECONDS)
@@ -107,18 +109,18 @@ def _model_passes(rate: float) -> bool:
     good = 0
     for t in sends:
         start = max(t, heapq.heappop(free))
-        heapq.heappush(free, start + SERVICE_S)
-        good += (start - t + TTFT_S) * 1000.0 <= TTFT_SLO_MS
+        heapq.heappush(free, start + service_s)
+        good += (start - t + ttft_s) * 1000.0 <= TTFT_SLO_MS
     return good >= (1.0 - TOLERANCE) * n
 
 
-def _true_knee() -> float:
+def _true_knee(service_s: float = SERVICE_S, ttft_s: float = TTFT_S) -> float:
     """The highest rate the model passes (a fine bisection: with a fixed request count the
     arrivals only scale with the rate, so passing is monotone in it)."""
-    lo, hi = 1.0, 10.0 * SLOTS / SERVICE_S
+    lo, hi = 1.0, 10.0 * SLOTS / service_s
     while hi / lo > 1.0005:
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _model_passes(mid) else (lo, mid)
+        lo, hi = (mid, hi) if _model_passes(mid, service_s, ttft_s) else (lo, mid)
     return lo
 
 
@@ -141,25 +143,32 @@ def queue_server() -> Iterator[str]:
 def test_capacity_finds_the_knee_of_a_server_with_a_known_service_rate(
     queue_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    true_knee = _true_knee()
-    # the model's knee is the server's service rate, less what Poisson queueing costs
-    assert 0.8 * SLOTS / SERVICE_S < true_knee < 1.2 * SLOTS / SERVICE_S
+    # on the schedule alone the model's knee is near the service rate (Poisson queueing moves it)
+    assert 0.8 * SLOTS / SERVICE_S < _true_knee() < 1.2 * SLOTS / SERVICE_S
     out = tmp_path / "cap.json"
     rc = main(
         [
             "bench", "--url", queue_server, "--mode", "capacity",
-            "--slo", f"ttft:p99<={TTFT_SLO_MS:g}ms", "--rate", "80",
+            "--slo", f"ttft:p99<={TTFT_SLO_MS:g}ms", "--rate", "20",
             "--requests", str(MIN_REQUESTS), "--duration", str(MIN_SECONDS),
-            "--tolerance", str(TOLERANCE), "--precision", "0.02",
+            "--tolerance", str(TOLERANCE), "--precision", "0.03",
             "--max-tokens", str(TOKENS), "--input-len", "4", "--warmup", "1",
             "--seed", str(SEED), "--quiet", "--json", "--out", str(out),
         ]
     )  # fmt: skip
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
-    cap = load_result(out).capacity
+    res = load_result(out)
+    cap = res.capacity
     assert cap is not None and cap.knee_rate is not None
-    print(f"knee found {cap.knee_rate:.1f} req/s, true {true_knee:.1f} req/s")
+    # The server keeps its schedule only as well as a shared machine lets it: the model takes
+    # the service and first-token times it really gave at the lowest rate (20 req/s, where
+    # requests rarely queue), so the truth is this server's, not the schedule's.
+    low = res.levels[0]
+    assert low.median_e2el_ms is not None and low.median_ttft_ms is not None
+    true_knee = _true_knee(low.median_e2el_ms / 1000.0, low.median_ttft_ms / 1000.0)
+    print(f"knee found {cap.knee_rate:.1f} req/s, true {true_knee:.1f} req/s "
+          f"(schedule alone {_true_knee():.1f}; service {low.median_e2el_ms:.1f} ms)")  # fmt: skip
     assert cap.knee_rate == pytest.approx(true_knee, rel=0.05)
     assert cap.binding_slo == f"ttft:p99<={TTFT_SLO_MS:g}ms"
     assert cap.first_failing_rate is not None and cap.first_failing_rate > cap.knee_rate
