@@ -6,8 +6,13 @@ across processes) taken just before the write, so that a test can measure the cl
 timestamp error against what really happened. Plans also inject faults: HTTP errors, stalls,
 dropped connections, malformed chunks, error events, and a server that dies mid-run.
 
+A service model for capacity tests: ``slots=K`` serves at most K requests at once and queues
+the rest in arrival order (their TTFT includes the wait), so with a request of n tokens taking
+S = ttft + (n - 1) x itl the server completes at most K / S requests per second: a known
+service rate, as a batched engine's.
+
 Run in a thread (``SSEServer(scenario)`` as a context manager) or as a process:
-``python tests/sse_server.py --itl 0.005 --ttft 0.01`` prints ``READY <url>``.
+``python tests/sse_server.py --itl 0.005 --ttft 0.01 [--slots 8]`` prints ``READY <url>``.
 """
 
 from __future__ import annotations
@@ -79,6 +84,7 @@ class SSEServer:
         version: str | None = None,
         max_model_len: int | None = None,
         props: dict[str, Any] | None = None,
+        slots: int | None = None,
     ) -> None:
         if scenario is None:
             scenario = Plan()
@@ -99,6 +105,8 @@ class SSEServer:
         self.version = version  # GET /version answers {"version": ...} as vLLM's (None: 404)
         self.max_model_len = max_model_len  # in the /v1/models entry, as vLLM's
         self.props = props  # GET /props answers it, as llama-server's (None: 404)
+        self.slots = slots  # requests served at once; the rest queue (None: no limit)
+        self._slots: asyncio.Semaphore | None = None  # made on the server's loop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -186,6 +194,23 @@ class SSEServer:
                 },
                 status=plan.status,
             )
+        if self.slots is None:
+            return await self._stream(req, body, plan, index, t_arrival, t_arrival)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.slots)
+        async with self._slots:  # FIFO: a queued request starts when a slot frees
+            return await self._stream(req, body, plan, index, t_arrival, time.perf_counter())
+
+    async def _stream(
+        self,
+        req: web.Request,
+        body: dict[str, Any],
+        plan: Plan,
+        index: int,
+        t_arrival: float,
+        t_start: float,
+    ) -> web.StreamResponse:
+        """Stream the answer on the plan's schedule from ``t_start`` (when a slot took it)."""
         chat = req.path.endswith("/chat/completions")
         n_tokens = plan.tokens if plan.tokens is not None else int(body.get("max_tokens", 16))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -210,7 +235,7 @@ class SSEServer:
         t_first = None
         t_prev = None
         for ci, (k, reasoning) in enumerate(chunks):
-            target = t_arrival + plan.ttft_s + ci * plan.itl_s
+            target = t_start + plan.ttft_s + ci * plan.itl_s
             if plan.stall_at == ci:
                 target += plan.stall_s
             delay = target - time.perf_counter()
@@ -253,7 +278,7 @@ class SSEServer:
                 frame.replace(b'"t_emit_ns": 0', b'"t_emit_ns": %d' % time.perf_counter_ns())
             )
         self.hist["e2e"].add(time.perf_counter() - t_arrival)
-        self.hist["queue"].add(0.0)
+        self.hist["queue"].add(t_start - t_arrival)
         if plan.usage:
             usage = {
                 "prompt_tokens": len(str(body.get("prompt", "")).split()) or 1,
@@ -352,6 +377,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ttft", type=float, default=0.005)
     ap.add_argument("--itl", type=float, default=0.002)
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
+    ap.add_argument("--slots", type=int, default=None, help="requests served at once")
     ap.add_argument("--uvloop", action="store_true")
     args = ap.parse_args(argv)
     defaults = {"ttft_s": args.ttft, "itl_s": args.itl, "tokens_per_chunk": args.tokens_per_chunk}
@@ -361,7 +387,7 @@ def main(argv: list[str] | None = None) -> None:
         extra = body.get("x_plan") if isinstance(body.get("x_plan"), dict) else {}
         return Plan(**{**defaults, **extra})
 
-    server = SSEServer(scenario, port=args.port)
+    server = SSEServer(scenario, port=args.port, slots=args.slots)
 
     async def serve() -> None:
         await server._start()

@@ -8,6 +8,7 @@ warnings that travel with a result.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ceiling.bench import server_metrics
 from ceiling.bench.causes import early_end_warning, failed_warning
@@ -21,6 +22,7 @@ from ceiling.bench.metrics import (
     summarize,
 )
 from ceiling.bench.results import CI_METRICS, LevelResult, PerRequest, Summary, WorkerInfo
+from ceiling.bench.slo import checks, goodput, percentiles_for
 from ceiling.bench.stats import mean_ci
 from ceiling.fmt import pct, share
 
@@ -50,12 +52,27 @@ def _token_weighted_tpot(records: list[RequestRecord]) -> float | None:
     return num / den if den else None
 
 
+def _summary(
+    cfg: BenchConfig,
+    records: list[RequestRecord],
+    duration_s: float,
+    level: int | None,
+    steady: bool,
+) -> dict[str, Any]:
+    """summarize() with the chosen percentiles, plus goodput when SLOs are given."""
+    out = summarize(records, duration_s, level, steady, percentiles_for(cfg.percentiles, cfg.slo))
+    if cfg.slo:
+        out["good_completed"], out["request_goodput"] = goodput(records, cfg.slo, duration_s)
+    return out
+
+
 def level_result(cfg: BenchConfig, level: int | None, ms: list[Measurement]) -> LevelResult:
     """Pooled summary over repeats, per-repeat summaries, CIs across repeats, server deltas."""
     records = [r for m in ms for r in m.records]
     aligned = all(m.aligned for m in ms)
-    pooled = summarize(records, sum(m.duration_s for m in ms), level, steady=aligned)
-    repeats = [Summary(**summarize(m.records, m.duration_s, level, m.aligned)) for m in ms]
+    pooled = _summary(cfg, records, sum(m.duration_s for m in ms), level, aligned)
+    repeats = [Summary(**_summary(cfg, m.records, m.duration_s, level, m.aligned)) for m in ms]
+    slo = checks(pooled, records, cfg.slo)
     ci = {
         k: mean_ci([getattr(s, k) for s in repeats if getattr(s, k) is not None])
         for k in CI_METRICS
@@ -79,6 +96,8 @@ def level_result(cfg: BenchConfig, level: int | None, ms: list[Measurement]) -> 
         finish_reasons=finish_reasons(records),
         early_ends=early_ends(records),
         ci=ci,
+        slo=slo,
+        slo_met=all(c.met for c in slo) if slo else None,
         repeats=repeats,
         server_metrics=server_metrics.compare_to_client(
             delta or None,
@@ -96,6 +115,29 @@ def level_result(cfg: BenchConfig, level: int | None, ms: list[Measurement]) -> 
         ),
         requests=records if cfg.save_detailed else None,
     )
+
+
+#: Counts that add up over levels: the top level of a multi-level run carries their totals.
+_TOTALS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens")
+
+
+def run_head(levels: list[LevelResult]) -> dict[str, Any]:
+    """The top-level fields of a run. One level: that level (a single-stream result reads like
+    a ``vllm bench serve`` one). Several: the totals over every level and no per-level figure
+    (a mean or rate of the first level passed off as the run's would mislead: read ``levels``).
+    Error kinds, messages and finish reasons are summed over every level either way."""
+    if len(levels) == 1:
+        head = levels[0].model_dump()
+    else:
+        head = {k: sum(getattr(lv, k) for lv in levels) for k in _TOTALS}
+    for key in ("errors", "error_messages", "finish_reasons"):
+        total: dict[str, int] = {}
+        for lv in levels:
+            for k, v in getattr(lv, key).items():
+                total[k] = total.get(k, 0) + v
+        by_count = key == "error_messages"  # the most common message first, kinds by name
+        head[key] = dict(sorted(total.items(), key=lambda kv: -kv[1] if by_count else kv[0]))
+    return head
 
 
 def run_warnings(

@@ -15,6 +15,7 @@ import math
 
 from pydantic import BaseModel, Field
 
+from ceiling.bench.config import DEFAULT_MAX_TOKENS
 from ceiling.bench.results import CI_METRICS, LevelResult, RunResult, Summary
 from ceiling.bench.stats import bootstrap_pooled_ratio_pct, bootstrap_ratio_pct, welch
 from ceiling.errors import CeilingError
@@ -22,6 +23,10 @@ from ceiling.errors import CeilingError
 SAME = "no significant difference"
 FASTER = "B faster"
 SLOWER = "B slower"
+UNLIKE = "unlike workloads: no verdict"
+#: Measured mean prompt or output tokens per request further apart than this (relative) make
+#: two runs unlike workloads, whatever their options said (EOS stops, another dataset).
+UNLIKE_TOKENS = 0.05
 
 #: Summary metric -> (per-request series, invert) for the bootstrap. ``mean_itl_ms`` is the
 #: mean of every ITL sample: it is bootstrapped from the per-request ITL sums and counts
@@ -63,6 +68,8 @@ class Comparison(BaseModel):
     delta_pct: float | None
     ci_pct: list[float] | None
     rows: list[ComparisonRow]
+    like_workloads: bool = True
+    warnings: list[str] = Field(default_factory=list)
 
 
 def _values(level: LevelResult, metric: str) -> list[float]:
@@ -220,6 +227,46 @@ def _check_completed(level: LevelResult, label: str, side: str) -> None:
     )
 
 
+def _workload(res: RunResult) -> dict[str, object]:
+    """What a run asked the server for: lengths, prompt source, endpoint."""
+    cfg = res.config
+    max_tokens = cfg.get("max_tokens") or DEFAULT_MAX_TOKENS.get(res.mode)
+    return {
+        "input length": None if cfg.get("dataset") else cfg.get("input_len"),
+        "max tokens": max_tokens,
+        "dataset": cfg.get("dataset"),
+        "endpoint": res.endpoint or None,
+    }
+
+
+def _per_request(lv: LevelResult) -> tuple[float, float] | None:
+    if not lv.completed:
+        return None
+    return lv.total_input_tokens / lv.completed, lv.total_output_tokens / lv.completed
+
+
+def unlike_workloads(a: RunResult, b: RunResult, label_a: str, label_b: str) -> list[str]:
+    """Why A and B did not measure the same workload (empty: they did). A speed difference
+    between a 128-token and a 2048-token prompt is the workload's, not the server's."""
+    out = []
+    wa, wb = _workload(a), _workload(b)
+    for key, va in wa.items():
+        if va != wb[key]:
+            out.append(f"{key}: {label_a} {va}, {label_b} {wb[key]}")
+    for lv in a.levels:
+        other = b.level(lv.concurrency)
+        pa, pb = _per_request(lv), _per_request(other) if other is not None else None
+        if pa is None or pb is None:
+            continue
+        for name, x, y in (("prompt", pa[0], pb[0]), ("output", pa[1], pb[1])):
+            if max(x, y) > 0 and abs(x - y) / max(x, y) > UNLIKE_TOKENS:
+                at = f" at c={lv.concurrency}" if lv.concurrency is not None else ""
+                out.append(
+                    f"measured {name} tokens per request{at}: {label_a} {x:.1f}, {label_b} {y:.1f}"
+                )
+    return out
+
+
 def compare(
     results: list[RunResult],
     metric: str = "decode_tok_s_per_stream",
@@ -250,6 +297,18 @@ def compare(
             _check_completed(other, label, "B")
             rows.append(compare_levels(lv, other, metric, label))
     _check_values(rows, results, labels)
+    warnings = []
+    for res, label in zip(results[1:], labels[1:], strict=True):
+        unlike = unlike_workloads(base, res, labels[0], label)
+        if not unlike:
+            continue
+        warnings.append(
+            f"{label} ran another workload than {labels[0]} (" + "; ".join(unlike) + "): "
+            "the difference is not the server's, so no winner is called"
+        )
+        for row in rows:
+            if row.label_b == label:
+                row.verdict = UNLIKE
     first = rows[0]
     return Comparison(
         baseline=labels[0],
@@ -258,4 +317,6 @@ def compare(
         delta_pct=first.delta_pct,
         ci_pct=first.ci_pct,
         rows=rows,
+        like_workloads=not warnings,
+        warnings=warnings,
     )

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ceiling.bench.client import base_url
 from ceiling.bench.failures import MAX_FAILED_PCT
+from ceiling.bench.slo import DEFAULT_PERCENTILES, Slo
 from ceiling.choices import BenchMode
 from ceiling.errors import CeilingError
 from ceiling.inputs import check_server_url
@@ -16,7 +17,11 @@ from ceiling.inputs import check_server_url
 Mode = BenchMode  # ceiling.choices: the CLI offers the same
 
 #: Defaults that depend on the mode: single-stream decode wants long generations.
-DEFAULT_MAX_TOKENS = {"single": 2048, "concurrency": 256, "rate": 256}
+DEFAULT_MAX_TOKENS = {"single": 2048, "concurrency": 256, "rate": 256, "capacity": 256}
+#: --mode concurrency without --concurrency.
+DEFAULT_LEVELS = (1, 2, 4, 8)
+#: The modes that send requests at a rate (open loop): --rate and --burstiness belong to them.
+RATE_MODES = ("rate", "capacity")
 
 
 #: More tokens than any model's context (the longest, Llama 4 Scout's, is 10 M): a larger
@@ -38,7 +43,8 @@ class BenchConfig(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_SEQ_TOKENS)
     input_len: int = Field(default=128, ge=1, le=MAX_SEQ_TOKENS)
     dataset: Path | None = None
-    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    # None: not given (the concurrency mode's default levels); given in another mode: refused
+    concurrency: list[int] | None = None
     rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     requests: int | None = Field(default=None, ge=1, le=MAX_COUNT)
@@ -60,14 +66,33 @@ class BenchConfig(BaseModel):
     # above this share of failed requests (%) the run is a failure: exit 1, no verdict
     max_failed_pct: float = Field(default=MAX_FAILED_PCT, ge=0, le=100, allow_inf_nan=False)
     ray: str | None = None  # Ray address ("auto", "host:port", "ray://...", "local")
+    slo: list[Slo] = Field(default_factory=list)  # ceiling.bench.slo.parse_slos
+    # --mode capacity (ceiling.bench.capacity): goodput may fall this share below the offered
+    # rate; the search ends when the knee is bracketed within `precision` (None: the defaults)
+    tolerance: float | None = Field(default=None, ge=0, lt=1, allow_inf_nan=False)
+    precision: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    # the p<N>_<metric>_ms keys reported (an SLO's own percentile is always added)
+    percentiles: list[Annotated[float, Field(gt=0, le=100)]] = Field(
+        default_factory=lambda: list(DEFAULT_PERCENTILES), min_length=1
+    )
 
     @model_validator(mode="after")
     def _check(self) -> BenchConfig:
         check_server_url(base_url(self.url))
         if self.mode == "rate" and self.rate is None:
             raise CeilingError("--mode rate needs --rate", fix="e.g. --rate 4 (requests/s)")
-        if self.mode == "concurrency" and (
-            not self.concurrency or any(not 1 <= c <= MAX_CONCURRENCY for c in self.concurrency)
+        if self.mode == "capacity" and not self.slo:
+            raise CeilingError(
+                "--mode capacity needs --slo: capacity is the highest rate served within them",
+                fix="e.g. --mode capacity --slo ttft:p99<=500ms,itl:p90<=50ms",
+            )
+        self._check_conflicts()
+        if (
+            self.mode == "concurrency"
+            and self.concurrency is not None
+            and (
+                not self.concurrency or any(not 1 <= c <= MAX_CONCURRENCY for c in self.concurrency)
+            )
         ):
             raise CeilingError(
                 "--concurrency needs positive integers", fix="e.g. --concurrency 1,2,4,8"
@@ -75,6 +100,41 @@ class BenchConfig(BaseModel):
         if self.dataset is not None and not self.dataset.is_file():
             raise CeilingError(f"dataset {self.dataset} not found", fix="pass a JSONL file")
         return self
+
+    def _check_conflicts(self) -> None:
+        """An option the mode would ignore is refused: a run that silently measured something
+        else than asked (--mode single --concurrency 1,4: one stream) is worse than an error."""
+        given = f"--mode {self.mode}"
+        if self.concurrency is not None and self.mode != "concurrency":
+            levels = ",".join(str(c) for c in self.concurrency)
+            raise CeilingError(
+                f"--concurrency {levels} conflicts with {given}: that mode does not use levels",
+                fix=f"run --mode concurrency --concurrency {levels}, or drop --concurrency",
+            )
+        if self.rate is not None and self.mode not in RATE_MODES:
+            raise CeilingError(
+                f"--rate {self.rate:g} conflicts with {given}: it sends a fixed number of "
+                "streams, not requests per second",
+                fix=f"run --mode rate --rate {self.rate:g}, or drop --rate",
+            )
+        for name in ("tolerance", "precision"):
+            if getattr(self, name) is not None and self.mode != "capacity":
+                raise CeilingError(
+                    f"--{name} conflicts with {given}: only the capacity search uses it",
+                    fix=f"run --mode capacity --slo ..., or drop --{name}",
+                )
+        if self.mode == "capacity" and self.repeat > 1:
+            raise CeilingError(
+                f"--repeat {self.repeat} conflicts with --mode capacity: each rate runs once "
+                "(the search's bracket, --precision, is its resolution)",
+                fix="drop --repeat; run the search again to see its spread",
+            )
+        if self.burstiness != 1.0 and self.mode not in RATE_MODES:
+            raise CeilingError(
+                f"--burstiness {self.burstiness:g} conflicts with {given}: arrivals are open "
+                "loop only in --mode rate",
+                fix="run --mode rate, or drop --burstiness",
+            )
 
     @property
     def effective_max_tokens(self) -> int:
@@ -86,11 +146,13 @@ class BenchConfig(BaseModel):
         if self.mode == "single":
             return [1]
         if self.mode == "concurrency":
-            return list(self.concurrency)
+            return list(self.concurrency or DEFAULT_LEVELS)
         return [None]
 
     def requests_for(self, level: int | None) -> int | None:
         """Requests per level: ``--requests``, else unbounded with ``--duration``, else a default."""
+        if self.mode == "capacity":
+            return None  # per level: ceiling.bench.capacity.level_requests
         if self.requests is not None:
             return self.requests
         if self.duration is not None:

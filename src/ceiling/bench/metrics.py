@@ -326,10 +326,12 @@ def summarize(
     duration_s: float,
     level: int | None = None,
     steady: bool = True,
+    percentiles: Sequence[float] = (50, 90, 99),
 ) -> dict[str, Any]:
     """Run-level summary with ``vllm bench serve`` key names plus ours.
 
-    ``steady`` False (send times not on one clock): no steady-state window."""
+    ``steady`` False (send times not on one clock): no steady-state window. ``percentiles``:
+    the ``p<N>_<metric>_ms`` keys reported (``p99.9_ttft_ms`` for 99.9, as vLLM's)."""
     ok = [r for r in records if r.ok]
     out: dict[str, Any] = {
         "duration": duration_s,
@@ -352,9 +354,10 @@ def summarize(
         "ttfct": [r.ttfct_ms for r in ok if r.ttfct_ms is not None],
     }
     for name, vals in series.items():
-        d = describe(vals)
-        for stat in ("mean", "median", "std", "p50", "p90", "p99"):
-            out[f"{stat}_{name}_ms"] = d[stat]
+        d = describe(vals, percentiles)
+        for stat, value in d.items():
+            if stat not in ("min", "max"):
+                out[f"{stat}_{name}_ms"] = value
     mean_tpot = out["mean_tpot_ms"]
     out["decode_tok_s_per_stream"] = 1000.0 / mean_tpot if mean_tpot else None
     itls = series["itl"]

@@ -1,8 +1,9 @@
 """The result file: one JSON per run, ``vllm bench serve`` key names where they overlap.
 
-Top-level keys carry the first level's summary (for ``--mode single`` the only one), so a
-single-stream result reads like a ``vllm bench serve`` result; ``levels`` holds every level of
-a sweep. Per-repeat summaries sit under ``repeats`` and confidence intervals under ``ci``.
+With one level (``--mode single``, ``rate``, one concurrency) the top-level keys carry that
+level's summary, so such a result reads like a ``vllm bench serve`` result; with several the
+top level carries totals (requests, tokens, duration, errors) and no per-level figure (null);
+``levels`` holds every level. Per-repeat summaries sit under ``repeats`` and confidence intervals under ``ci``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ceiling.bench.metrics import EarlyEnd, RequestRecord
+from ceiling.bench.slo import SloCheck
 from ceiling.bench.stats import Interval
 from ceiling.console import dumps
 from ceiling.errors import CeilingError, ExitStatus
@@ -29,6 +31,7 @@ CI_METRICS: dict[str, str] = {
     "decode_tok_s_per_stream": "higher",
     "output_throughput": "higher",
     "request_throughput": "higher",
+    "request_goodput": "higher",
     "steady_state_output_throughput": "higher",
     "mean_tpot_ms": "lower",
     "mean_ttft_ms": "lower",
@@ -41,7 +44,9 @@ class Summary(BaseModel):
     """Run summary: ``vllm bench serve`` names (ms, tok/s, req/s) plus ours (extra keys kept).
 
     Stats keys exist for ttft, tpot, itl, e2el and ttfct (time to first *content* token):
-    ``mean_/median_/std_/p50_/p90_/p99_<name>_ms``.
+    ``mean_/median_/std_<name>_ms`` and ``p<N>_<name>_ms`` for each of ``--percentiles``
+    (default 50, 90, 99) and each percentile an SLO names. ``request_goodput`` and
+    ``good_completed`` only with ``--slo`` (ceiling.bench.slo: the per-request rule).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -68,6 +73,12 @@ class Summary(BaseModel):
     p99_e2el_ms: float | None = None
     decode_tok_s_per_stream: float | None = None
     steady_state_output_throughput: float | None = None
+    good_completed: int | None = Field(
+        None, description="completed requests that met every SLO (None: no --slo)"
+    )
+    request_goodput: float | None = Field(
+        None, description="good_completed per second of duration (vllm bench serve's key)"
+    )
 
 
 class PerRequest(BaseModel):
@@ -103,6 +114,8 @@ class LevelResult(Summary):
         default_factory=list, description="completed requests that ended before max_tokens"
     )
     ci: dict[str, Interval] = Field(default_factory=dict)
+    slo: list[SloCheck] = Field(default_factory=list, description="each --slo on this level")
+    slo_met: bool | None = Field(None, description="every SLO's statistic met (None: no --slo)")
     repeats: list[Summary] = Field(default_factory=list)
     server_metrics: dict[str, Any] | None = None
     per_request: PerRequest = Field(default_factory=PerRequest)
@@ -133,8 +146,34 @@ class WorkerInfo(BaseModel):
     streams: int = 0
 
 
+class CapacityPoint(BaseModel):
+    """One level of the search: a point of the throughput/latency curve."""
+
+    rate: float = Field(description="the Poisson rate asked, req/s")
+    sent: int
+    good_completed: int
+    request_goodput: float | None
+    request_throughput: float | None
+    passed: bool = Field(description="good_completed >= (1 - tolerance) x sent")
+    slo: list[SloCheck] = Field(default_factory=list)
+
+
+class CapacityResult(BaseModel):
+    """What the search found (ceiling.bench.capacity; docs/bench.md)."""
+
+    knee_rate: float | None = Field(description="the highest rate that passed (None: none did)")
+    first_failing_rate: float | None = Field(description="the lowest failing rate above it")
+    binding_slo: str | None = Field(description="the SLO most requests missed just above the knee")
+    tolerance: float
+    precision: float
+    level_rule: str = Field(description="how long each level ran, and why")
+    stopped: str = Field(description="why the search ended")
+    curve: list[CapacityPoint] = Field(default_factory=list)
+
+
 class RunResult(LevelResult):
-    """A whole ``ceiling bench`` run; the top level mirrors ``levels[0]``."""
+    """A whole ``ceiling bench`` run: the only level's figures at the top level, or with
+    several levels their totals (ceiling.bench.assemble.run_head); every level in ``levels``."""
 
     schema_version: int = SCHEMA_VERSION
     kind: str = KIND
@@ -170,6 +209,7 @@ class RunResult(LevelResult):
     workers: list[WorkerInfo] = Field(default_factory=list)
     clock_aligned: bool = True
     levels: list[LevelResult] = Field(default_factory=list)
+    capacity: CapacityResult | None = Field(None, description="--mode capacity: the search")
 
     def level(self, concurrency: int | None) -> LevelResult | None:
         """The level with this concurrency (None: the rate level)."""

@@ -28,8 +28,8 @@ from rich.progress import (
 )
 
 from ceiling import __version__, interrupts
-from ceiling.bench import server_metrics
-from ceiling.bench.assemble import Measurement, level_result, run_warnings
+from ceiling.bench import capacity, server_metrics
+from ceiling.bench.assemble import Measurement, level_result, run_head, run_warnings
 from ceiling.bench.client import Client, RawStream
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.load import (
@@ -43,7 +43,7 @@ from ceiling.bench.load import (
 )
 from ceiling.bench.looplag import LoopLagMonitor, lag_stats
 from ceiling.bench.rayworkers import RayPool
-from ceiling.bench.results import LevelResult, RunResult, save_result
+from ceiling.bench.results import CapacityResult, LevelResult, RunResult, save_result
 from ceiling.bench.telemetry import Telemetry
 from ceiling.bench.workers import ProcessPool, merge, plan_shares
 from ceiling.bench.workloads import Prompt, load_jsonl, synthetic_prompts
@@ -213,12 +213,15 @@ async def _run(
             lag = LoopLagMonitor()
             lag.start()
             measurements: list[Measurement] = []
+            found: tuple[list[LevelResult], CapacityResult] | None = None
             with _progress(show_progress) as prog:
                 ctx = _Ctx(cfg, client, model, path, prompts, state, prog, options, pool)
                 beat = asyncio.ensure_future(_heartbeat(prog, show_progress))
                 try:
                     await _warmup(ctx)
-                    for rep in range(cfg.repeat):
+                    if cfg.mode == "capacity":
+                        found = await _capacity(ctx, measurements)
+                    for rep in range(cfg.repeat if found is None else 0):
                         for level in cfg.levels():
                             if state.stopped:
                                 break
@@ -231,7 +234,33 @@ async def _run(
             _restore_handlers(loop, previous)
             if pool is not None:
                 await pool.close()
-    return _assemble(ctx, started, len_source, measurements, lag_ms, tele, served_ctx, ctx_source)
+    return _assemble(
+        ctx, started, len_source, measurements, lag_ms, tele, served_ctx, ctx_source, found
+    )
+
+
+async def _capacity(
+    ctx: _Ctx, measurements: list[Measurement]
+) -> tuple[list[LevelResult], CapacityResult]:
+    """The capacity search (ceiling.bench.capacity), each level an open-loop run at its rate."""
+    cfg = ctx.cfg
+
+    async def measure(rate: float, n: int) -> LevelResult | None:
+        if ctx.state.stopped:
+            return None
+        at = cfg.model_copy(update={"mode": "rate", "rate": rate, "requests": n, "duration": None})
+        m = await _measure(ctx, 0, None, at)
+        measurements.append(m)
+        return level_result(at, None, [m])
+
+    return await capacity.search(
+        measure,
+        start=cfg.rate or capacity.DEFAULT_START_RATE,
+        tolerance=capacity.DEFAULT_TOLERANCE if cfg.tolerance is None else cfg.tolerance,
+        precision=cfg.precision or capacity.DEFAULT_PRECISION,
+        min_requests=cfg.requests or capacity.DEFAULT_LEVEL_REQUESTS,
+        min_seconds=cfg.duration or capacity.DEFAULT_LEVEL_SECONDS,
+    )
 
 
 def fit_default_max_tokens(
@@ -331,9 +360,12 @@ def _rejects_extensions(raw: RawStream) -> bool:
     return raw.status == 400 and ("ignore_eos" in text or "min_tokens" in text)
 
 
-async def _measure(ctx: _Ctx, rep: int, level: int | None) -> Measurement:
-    """One level of one repeat, between two /metrics scrapes."""
-    cfg, state, pool = ctx.cfg, ctx.state, ctx.pool
+async def _measure(
+    ctx: _Ctx, rep: int, level: int | None, at: BenchConfig | None = None
+) -> Measurement:
+    """One level of one repeat, between two /metrics scrapes (``at``: this level's options,
+    when they are not the run's: a rate of the capacity search)."""
+    cfg, state, pool = at or ctx.cfg, ctx.state, ctx.pool
     n = cfg.requests_for(level)
     label = f"c={level}" if level is not None else f"rate={cfg.rate:g}/s"
     if cfg.repeat > 1:
@@ -385,21 +417,15 @@ def _assemble(
     tele: dict[str, Any] | None,
     served_ctx: int | None = None,
     ctx_source: str | None = None,
+    found: tuple[list[LevelResult], CapacityResult] | None = None,
 ) -> RunResult:
     cfg = ctx.cfg
-    levels: list[LevelResult] = []
-    for level in cfg.levels():
+    levels: list[LevelResult] = list(found[0]) if found is not None else []
+    for level in cfg.levels() if found is None else []:
         ms = [m for m in measurements if m.level == level]
         if ms:
             levels.append(level_result(cfg, level, ms))
-    head = levels[0].model_dump() if levels else {}
-    for key in ("errors", "error_messages", "finish_reasons"):  # over every level
-        total: dict[str, int] = {}
-        for lv in levels:
-            for k, v in getattr(lv, key).items():
-                total[k] = total.get(k, 0) + v
-        by_count = key == "error_messages"  # the most common message first, kinds by name
-        head[key] = dict(sorted(total.items(), key=lambda kv: -kv[1] if by_count else kv[0]))
+    head = run_head(levels)
     config = cfg.model_dump(mode="json")
     config["url"] = redact(config["url"])
     workers = ctx.pool.book.result() if ctx.pool is not None else []
@@ -431,6 +457,7 @@ def _assemble(
         clock_aligned=aligned,
         timestamp_fallbacks=ctx.stamp_fallbacks + ctx.client.timestamp_fallbacks,
         levels=levels,
+        capacity=found[1] if found is not None else None,
     )
     reused = ctx.prompts.reused or ctx.prompts_reused
     result.warnings = ctx.state.notes + run_warnings(

@@ -180,18 +180,21 @@ def bootstrap_pooled_ratio_pct(
     return point, float(low), float(high)
 
 
-def describe(values: Sequence[float]) -> dict[str, float | None]:
-    """mean/median/std/p50/p90/p99/min/max (population std, as ``vllm bench serve``)."""
+def describe(
+    values: Sequence[float], percentiles: Sequence[float] = (50, 90, 99)
+) -> dict[str, float | None]:
+    """mean/median/std/min/max and ``p<N>`` for each percentile (population std, as ``vllm
+    bench serve``; ``p99.9`` for 99.9, as its keys)."""
     vals = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    names = [f"p{int(p) if int(p) == p else p}" for p in percentiles]
     if len(vals) == 0:
-        return dict.fromkeys(("mean", "median", "std", "p50", "p90", "p99", "min", "max"))
-    return {
+        return dict.fromkeys(("mean", "median", "std", *names, "min", "max"))
+    out: dict[str, float | None] = {
         "mean": float(vals.mean()),
         "median": float(np.median(vals)),
         "std": float(vals.std()),
-        "p50": float(np.percentile(vals, 50)),
-        "p90": float(np.percentile(vals, 90)),
-        "p99": float(np.percentile(vals, 99)),
-        "min": float(vals.min()),
-        "max": float(vals.max()),
     }
+    for name, p in zip(names, percentiles, strict=True):
+        out[name] = float(np.percentile(vals, p))
+    out["min"], out["max"] = float(vals.min()), float(vals.max())
+    return out

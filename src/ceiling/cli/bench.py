@@ -10,9 +10,11 @@ from ceiling.choices import BenchMode
 from ceiling.cli._vocab import renamed
 
 
-def _levels(text: str) -> list[int]:
+def _levels(text: str | None) -> list[int] | None:
     from ceiling.errors import CeilingError
 
+    if text is None:
+        return None
     try:
         return [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError as err:
@@ -60,9 +62,11 @@ def register(app: typer.Typer) -> None:
             None, "--dataset", dir_okay=False, help="JSONL prompts instead of synthetic."
         ),
         concurrency: str = typer.Option(
-            "1,2,4,8", "--concurrency", help="Levels for --mode concurrency."
+            None, "--concurrency", help="Levels for --mode concurrency (default 1,2,4,8)."
         ),
-        rate: float = typer.Option(None, "--rate", help="Requests/s for --mode rate (Poisson)."),
+        rate: float = typer.Option(
+            None, "--rate", help="Requests/s for --mode rate (Poisson); capacity: the first."
+        ),
         burstiness: float = typer.Option(
             1.0, "--burstiness", help="Gamma shape: <1 burstier, 1 Poisson."
         ),
@@ -117,6 +121,24 @@ def register(app: typer.Typer) -> None:
         max_failed_pct: float = typer.Option(
             5.0, "--max-failed-pct", help="Above this share of failed requests (%) the run fails."
         ),
+        slo: str = typer.Option(
+            None,
+            "--slo",
+            help="Objectives METRIC:STAT<=TIME, e.g. ttft:p99<=500ms,itl:p90<=50ms (goodput).",
+        ),
+        tolerance: float = typer.Option(
+            None,
+            "--tolerance",
+            help="Capacity: goodput may fall this share below the offered rate (default 0.05).",
+        ),
+        precision: float = typer.Option(
+            None,
+            "--precision",
+            help="Capacity: stop when the knee is bracketed this close (default 0.02).",
+        ),
+        percentiles: str = typer.Option(
+            "50,90,99", "--percentiles", help="Percentiles reported (p<N>_ttft_ms, ...)."
+        ),
     ) -> None:
         """Measure a running OpenAI-compatible server: TTFT, ITL, TPOT, throughput, with CIs.
 
@@ -137,6 +159,7 @@ def register(app: typer.Typer) -> None:
         from ceiling.bench.failures import OVERFLOW_FIX, failure_statement
         from ceiling.bench.results import summary_dict
         from ceiling.bench.runner import run_bench
+        from ceiling.bench.slo import parse_percentiles, parse_slos
         from ceiling.console import emit_json, say
         from ceiling.console import out as stdout
         from ceiling.errors import CeilingError, ExitStatus
@@ -173,6 +196,10 @@ def register(app: typer.Typer) -> None:
             workers=workers,
             ray=ray,
             max_failed_pct=max_failed_pct,
+            slo=parse_slos(slo),
+            tolerance=tolerance,
+            precision=precision,
+            percentiles=parse_percentiles(percentiles),
         )
         result = run_bench(cfg, progress=not quiet)
         why = failure_statement(result, cfg.max_failed_pct)

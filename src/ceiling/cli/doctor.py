@@ -245,7 +245,7 @@ def sweep(
 
 
 def report(
-    result: Path = typer.Argument(..., help="doctor.json or sweep.json to render."),
+    result: Path = typer.Argument(..., help="doctor.json, sweep.json or a bench result."),
     out_dir: Path = typer.Option(
         None, "--out-dir", file_okay=False, help="Directory (default: beside the file)."
     ),
@@ -254,7 +254,7 @@ def report(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the written paths as JSON."),
 ) -> None:
-    """Re-render the Markdown and HTML report of a saved doctor or sweep result.
+    """Render the Markdown and HTML report of a saved doctor, sweep or bench result.
 
     \b
     Example:

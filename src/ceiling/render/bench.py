@@ -76,6 +76,19 @@ def render_result(result: RunResult, console: Console, path: str | None = None) 
             _f(lv.steady_state_output_throughput, "{:.1f}"),
         )
     console.print(tput)
+    for lv in result.levels:
+        if not lv.slo:
+            continue
+        checks = "; ".join(
+            f"{c.slo}: {_f(c.value_ms)} ms {'met' if c.met else '[red]MISSED[/red]'}"
+            for c in lv.slo
+        )
+        console.print(
+            f"{_level(lv)}: goodput {_f(lv.request_goodput)} req/s ({lv.good_completed}/"
+            f"{lv.completed} requests met every SLO); {checks}"
+        )
+    if result.capacity is not None:
+        _capacity_lines(result, console)
     sm = result.server_metrics or {}
     if sm.get("available"):
         parts = []
@@ -94,6 +107,21 @@ def render_result(result: RunResult, console: Console, path: str | None = None) 
         console.print(f"[yellow]warning:[/yellow] {escape(w)}")
     if path:
         console.print(f"result: {escape(str(path))}", overflow="fold")
+
+
+def _capacity_lines(result: RunResult, console: Console) -> None:
+    cap = result.capacity
+    assert cap is not None
+    if cap.knee_rate is None:
+        console.print(f"[red]capacity: no rate met the SLOs[/red] ({escape(cap.stopped)})")
+    else:
+        above = f", {cap.first_failing_rate:g} req/s did not" if cap.first_failing_rate else ""
+        binds = f"; binding SLO: {cap.binding_slo}" if cap.binding_slo else ""
+        console.print(
+            f"[bold]capacity: {cap.knee_rate:.3g} req/s within the SLOs[/bold]{above}"
+            f"{escape(binds)} ({escape(cap.stopped)}, tolerance {cap.tolerance:.0%})"
+        )
+    console.print(f"rule: {escape(cap.level_rule)}", overflow="fold")
 
 
 def render_comparison(comp: Comparison, console: Console) -> None:
@@ -131,3 +159,5 @@ def render_comparison(comp: Comparison, console: Console) -> None:
         console.print(f"B{i}: {escape(label)}", overflow="fold")
     for n in notes:
         console.print(f"note: {escape(n)}")
+    for w in comp.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}")

@@ -245,6 +245,37 @@ def lines(
     return _render("lines", title, draw)
 
 
+def curve(
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    knee: float | None = None,
+    limits: Mapping[str, float] | None = None,
+) -> str:
+    """Latency against throughput, one line per statistic, with the capacity knee (a vertical
+    line at its rate) and each SLO's threshold (a horizontal line, labelled)."""
+    if not any(series.values()):
+        return empty_plot(title, "no data points")
+
+    def draw(ax: Axes) -> None:
+        for i, (name, pts) in enumerate(series.items()):
+            xy = sorted(pts)
+            ax.plot([p[0] for p in xy], [p[1] for p in xy], color=PALETTE[i % len(PALETTE)],
+                    linewidth=2, marker="o", markersize=5, label=name)  # fmt: skip
+        for j, (name, v) in enumerate((limits or {}).items()):
+            ax.axhline(v, color=PALETTE[5 + j % 3], linestyle="--", linewidth=1, label=name)
+        if knee is not None:
+            ax.axvline(knee, color="#000000", linestyle=":", linewidth=1.5,
+                       label=f"knee {_fmt(knee)} req/s")  # fmt: skip
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.legend(loc="best")
+
+    return _render("curve", title, draw)
+
+
 def histogram(values: Sequence[float], title: str, unit: str = "ms", bins: int = 30) -> str:
     """Distribution of latencies (TTFT, ITL) with p50 and p99 marked."""
     import numpy as np
