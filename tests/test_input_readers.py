@@ -64,7 +64,7 @@ def _gpu(p: Path) -> Any:
 
 
 def _from_output(p: Path) -> Any:
-    from ceiling.predict.llamacpp import calibrate_cli
+    from ceiling.probe.llamacpp_calibrate import calibrate_cli
 
     return calibrate_cli(None, str(p), None, None)
 

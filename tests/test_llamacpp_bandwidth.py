@@ -21,7 +21,8 @@ from ceiling.errors import CeilingError
 from ceiling.flows.doctor_checks import check_config
 from ceiling.flows.doctor_llamacpp import for_doctor
 from ceiling.predict.gguf import GgufInfo
-from ceiling.predict.llamacpp import calibrate_cli, profile_from_sql
+from ceiling.predict.llamacpp import profile_from_sql
+from ceiling.probe.llamacpp_calibrate import calibrate_cli
 
 RES = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp"
 RUNS = RES / "call2"

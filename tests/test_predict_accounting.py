@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+from validation.accounting import first_scores, held_out_account, ledger
+from validation.calibration import evaluate, is_held_out, validation_csvs
 
-from ceiling.predict.accounting import first_scores, held_out_account, ledger
-from ceiling.predict.calibration import evaluate, is_held_out, validation_csvs
 from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,9 +12,7 @@ from importlib import util
 
 import numpy as np
 import pytest
-
-from ceiling.predict import tables
-from ceiling.predict.calibration import (
+from validation.calibration import (
     evaluate,
     is_held_out,
     pairs,
@@ -23,7 +21,9 @@ from ceiling.predict.calibration import (
     speed_error_pct,
     validation_csvs,
 )
-from ceiling.predict.calibration_report import CalibrationReport
+from validation.calibration_report import CalibrationReport
+
+from ceiling.predict import tables
 
 RATCHET_POINTS = 2.0
 
@@ -214,7 +214,7 @@ def test_ms_rows_are_scored_in_speed_terms(priors_only):
 def test_bound_is_physics_and_its_tightness_is_reported(priors_only):
     """No published row is faster than the bound at all (bytes at the datasheet peak); each row
     reports how far above it the bound sits (bound / measured in speed terms, >= 1)."""
-    from ceiling.predict.calibration import LATENCY_METRICS, VIOLATION_MARGIN
+    from validation.calibration import LATENCY_METRICS, VIOLATION_MARGIN
 
     assert VIOLATION_MARGIN == 0.0
     res = evaluate()
@@ -229,7 +229,7 @@ def test_bound_is_physics_and_its_tightness_is_reported(priors_only):
 def test_a_rows_spec_method_and_acceptance_are_read_from_its_columns():
     """The first word names the method when it is one (SGLang calls its MTP path EAGLE); the
     notes give a rate ('89.2% acceptance') or a length ('acceptance length 3.52')."""
-    from ceiling.predict.calibration import spec_decoding
+    from validation.calibration import spec_decoding
 
     row = {"spec_decode": "mtp (SGLang EAGLE on the MTP layer; steps=3, topk=1)",
            "notes": "acceptance length 3.52 reported"}  # fmt: skip

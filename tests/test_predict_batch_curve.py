@@ -7,9 +7,8 @@ from __future__ import annotations
 from importlib import util
 
 import pytest
-
-from ceiling.predict.batch_validation import evaluate, request_for
-from ceiling.predict.tables.silicon import SiliconRecord, silicon_records
+from validation.batch_validation import evaluate, request_for
+from validation.silicon import SiliconRecord, silicon_records
 
 pytestmark = pytest.mark.skipif(
     util.find_spec("aiconfigurator_core") is None, reason="tables extra absent"

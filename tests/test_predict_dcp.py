@@ -176,7 +176,7 @@ def test_published_dcp_rows_are_scored_with_their_dcp(priors_only):
     modelled; the row's ``dcp`` column now reaches the request and the rows are scored."""
     import csv
 
-    from ceiling.predict.calibration import reference_dir, request_for
+    from validation.calibration import reference_dir, request_for
 
     with (reference_dir() / "decode_validation.csv").open() as f:
         rows = {r["id"]: r for r in csv.DictReader(f)}

@@ -11,7 +11,8 @@ import pytest
 
 from ceiling.errors import CeilingError
 from ceiling.predict.gguf import bits_per_weight, read_gguf
-from ceiling.predict.llamacpp import calibrate_cli, predict_gguf, profile_from_sql
+from ceiling.predict.llamacpp import predict_gguf, profile_from_sql
+from ceiling.probe.llamacpp_calibrate import calibrate_cli
 
 FIX = Path(__file__).parent / "fixtures" / "gguf"
 RES = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp"

@@ -7,11 +7,11 @@ import json
 from importlib import util
 
 import pytest
+from validation.calibration import _validation_request, evaluate, validation_csvs
 
 from ceiling.errors import CeilingError
 from ceiling.predict import tables
 from ceiling.predict.api import PredictRequest, predict
-from ceiling.predict.calibration import _validation_request, evaluate, validation_csvs
 from ceiling.predict.tables import build as tables_build
 from ceiling.predict.tables import lookup as tables_lookup
 from ceiling.spec.hardware import list_gpus, load_gpu
@@ -178,8 +178,9 @@ def test_evidence_check_splits_each_measured_step(priors_only):
     exactly when it alone costs more than the slack, and it tells the two kinds of miss apart:
     the small-active MoE on an RTX 5090 (evidence too slow for the measured 3.9 ms step) and the
     2025 SGLang build on 8x H200 (the model leaves ~24 ms of a 33 ms step unexplained)."""
+    from validation.calibration import evidence_check, evidence_checks, request_for
+
     from ceiling.predict.api import predict_one
-    from ceiling.predict.calibration import evidence_check, evidence_checks, request_for
 
     rows = {r["id"]: r for p in validation_csvs() for r in csv.DictReader(p.open())}
     checks = {c.id: c for c in evidence_checks()}

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from validation.calibration import request_for, validation_csvs
 
 from ceiling.cli import main
 from ceiling.errors import CeilingError
 from ceiling.predict.api import PredictRequest, predict
-from ceiling.predict.calibration import request_for, validation_csvs
 from ceiling.predict.validate import check_request, vendor_of
 from ceiling.spec.hardware import load_gpu
 

@@ -213,7 +213,7 @@ def test_overestimate_names_the_evidence_the_measured_step_contradicts(priors_on
     beyond their floors. The verdict names that source and its largest op (the routed experts)
     instead of blaming the largest component; with a step the evidence can explain, it does
     not (predict.slack, the accuracy harness's evidence check on a user's measurement)."""
-    from ceiling.predict.calibration import model_ref
+    from validation.calibration import model_ref
 
     pred = predict(
         PredictRequest(

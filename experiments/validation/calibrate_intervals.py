@@ -42,11 +42,16 @@ import yaml
 from pydantic import BaseModel
 from scipy.optimize import minimize
 
+# the harness (validation/) sits at the repository root, outside the installed package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from validation import batch_validation, calibration
+from validation.silicon import silicon_records
+
 from ceiling.errors import CeilingError
-from ceiling.predict import batch_validation, calibration, interval
+from ceiling.predict import interval
 from ceiling.predict.core import predict_one
 from ceiling.predict.schema import Prediction
-from ceiling.predict.tables.silicon import silicon_records
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "src/ceiling/data/predict/intervals.yaml"

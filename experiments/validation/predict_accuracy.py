@@ -22,10 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+
+# the harness (validation/) sits at the repository root, outside the installed package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from validation.accounting import HeldOutAccount, held_out_account, ledger
+from validation.calibration import EvidenceCheck, evaluate, evidence_checks, pairs
 
 from ceiling.predict import tables
-from ceiling.predict.accounting import HeldOutAccount, held_out_account, ledger
-from ceiling.predict.calibration import EvidenceCheck, evaluate, evidence_checks, pairs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,8 +15,11 @@ import json
 import sys
 from pathlib import Path
 
-from ceiling.predict.batch_validation import evaluate
-from ceiling.predict.tables.silicon import silicon_records
+# the harness (validation/) sits at the repository root, outside the installed package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from validation.batch_validation import evaluate
+from validation.silicon import silicon_records
 
 
 def main(argv: list[str] | None = None) -> int:

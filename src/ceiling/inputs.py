@@ -235,6 +235,16 @@ def mask_userinfo(url: str) -> str:
     return (scheme + sep if sep else "") + "***@" + rest.rsplit("@", 1)[1]
 
 
+def base_url(url: str) -> str:
+    """Normalize a server URL to its root (``http://h:p``), accepting a trailing ``/v1``."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:  # host:port alone; another scheme (ftp://) is refused by the checks
+        url = "http://" + url
+    if url.endswith("/v1"):
+        url = url[: -len("/v1")]
+    return url
+
+
 def check_server_url(url: str, option: str = "--url") -> None:
     """The root of an http(s) server: a host, a valid port, maybe a path prefix (a gateway's);
     no query, fragment, ``@`` outside the credentials, spaces or control characters."""

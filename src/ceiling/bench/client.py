@@ -22,9 +22,15 @@ import aiohttp
 
 from ceiling.bench.http import HTTPError, Sink, StreamProtocol
 from ceiling.bench.pool import StreamPool
-from ceiling.bench.sse import SSESplitter
+
+# RawStream and base_url are pure (bytes and strings, no socket): they live in bench.stream and
+# ceiling.inputs so the result nouns (bench.metrics, bench.config, trace.capture) use them
+# without importing this HTTP client (tests/test_import_contract.py: the purity closure).
+# Re-exported here: the client's callers keep their import.
+from ceiling.bench.stream import RawStream
 from ceiling.engines import all_engines
 from ceiling.errors import CeilingError, ExitStatus
+from ceiling.inputs import base_url
 from ceiling.redact import API_KEY_ENV, env_api_key, redact
 
 __all__ = ["API_KEY_ENV", "Client", "RawStream", "api_key", "base_url", "redact"]
@@ -49,87 +55,6 @@ def check_one_credential(url: str) -> None:
             f"({' / '.join(API_KEY_ENV)}): a request carries only one Authorization header",
             fix="drop the credentials from --url, or unset the API key variable",
         )
-
-
-def base_url(url: str) -> str:
-    """Normalize a server URL to its root (``http://h:p``), accepting a trailing ``/v1``."""
-    url = url.strip().rstrip("/")
-    if "://" not in url:  # host:port alone; another scheme (ftp://) is refused by the checks
-        url = "http://" + url
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
-    return url
-
-
-class RawStream:
-    """What one request produced on the wire: timestamps and raw bytes, nothing parsed.
-
-    ``reads``/``ends``: the time of each socket read that carried body bytes and the body
-    length once it was consumed; ``parts``: the body. ``events`` (``(arrival ns, payload)``
-    per SSE event, arrival = the read that completed the event) is split from them on first
-    use; it can also be set directly.
-    """
-
-    __slots__ = (
-        "_events",
-        "_leftover",
-        "ends",
-        "error",
-        "error_kind",
-        "parts",
-        "reads",
-        "status",
-        "t_end_ns",
-        "t_first_byte_ns",
-        "t_send_ns",
-    )
-
-    def __init__(self) -> None:
-        self.t_send_ns = 0
-        self.t_first_byte_ns = 0
-        self.t_end_ns = 0
-        self.status = 0
-        self.reads: list[int] = []
-        self.ends: list[int] = []
-        self.parts: list[bytes] = []
-        self.error_kind: str | None = None
-        self.error: str | None = None
-        self._events: list[tuple[int, bytes]] | None = None
-        self._leftover = b""
-
-    @property
-    def events(self) -> list[tuple[int, bytes]]:
-        if self._events is None:
-            self._split()
-        return self._events  # type: ignore[return-value]
-
-    @events.setter
-    def events(self, value: list[tuple[int, bytes]]) -> None:
-        self._events = value
-
-    @property
-    def leftover(self) -> bytes:
-        """Bytes after the last complete event (non-empty means a truncated stream)."""
-        if self._events is None:
-            self._split()
-        return self._leftover
-
-    @leftover.setter
-    def leftover(self, value: bytes) -> None:
-        self._leftover = value
-
-    def _split(self) -> None:
-        splitter = SSESplitter()
-        found = splitter.feed(b"".join(self.parts))
-        self._leftover = splitter.leftover()
-        reads, ends = self.reads, self.ends
-        out: list[tuple[int, bytes]] = []
-        i, last = 0, len(ends) - 1
-        for payload, end in found:
-            while i < last and ends[i] < end:
-                i += 1
-            out.append((reads[i], payload))
-        self._events = out
 
 
 class Client:

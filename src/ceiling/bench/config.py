@@ -7,12 +7,11 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from ceiling.bench.client import base_url
 from ceiling.bench.failures import MAX_FAILED_PCT
 from ceiling.bench.slo import DEFAULT_PERCENTILES, Slo
 from ceiling.choices import BenchMode
 from ceiling.errors import CeilingError
-from ceiling.inputs import check_server_url
+from ceiling.inputs import base_url, check_server_url
 
 Mode = BenchMode  # ceiling.choices: the CLI offers the same
 

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ceiling.bench.client import RawStream
 from ceiling.bench.stats import describe
+from ceiling.bench.stream import RawStream
 
 #: An inter-chunk gap below this (ms) means two chunks were delivered together.
 BURST_ITL_MS = 0.05

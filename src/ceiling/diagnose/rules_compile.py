@@ -238,7 +238,7 @@ def eager_mode(facts: EngineFacts, ctx: FindingContext) -> Finding | None:
         predicted_effect=(
             # llama.cpp launches its kernels from C++: the graph saves far less than PyTorch's
             "llama.cpp: decode step 4.27 -> 4.17 ms with CUDA graphs for a Llama-8B Q4_K_M on "
-            "one H200 (experiments/results/2026-12-02_h200-llamacpp); more for small models"
+            "one H200 (our recorded run, 2026-12-02); more for small models"
             if gpu.holds is not False and facts.engine == "llamacpp"
             else "decode step 9.71 -> 4.75 ms with a CUDA graph for a Llama-8B shape on one H200 "
             "(our probe); less for large models"

@@ -28,7 +28,7 @@ from ceiling.probe.telemetry_model import TelemetrySeries
 from ceiling.result_model import ResultModel
 from ceiling.sanity.report import SanityReport
 from ceiling.spec.hardware import Hardware
-from ceiling.trace.capture import TraceCapture
+from ceiling.trace.schema import TraceCapture
 
 SCHEMA_VERSION = 1
 FLAG_HYPOTHESES = ("--num-scheduler-steps",)

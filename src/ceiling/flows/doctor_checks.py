@@ -13,14 +13,13 @@ import json
 import shlex
 from pathlib import Path
 
-from ceiling.bench.client import base_url
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.failures import OVERFLOW_FIX, failure_statement
 from ceiling.diagnose.schema import BenchMode, DoctorConfig, DoctorResult
 from ceiling.engines import engine_names
 from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError, ExitStatus
-from ceiling.inputs import check_out_dir, check_server_url, read_text
+from ceiling.inputs import base_url, check_out_dir, check_server_url, read_text
 from ceiling.spec.hardware import load_gpu
 from ceiling.spec.model import catalog_name, did_you_mean
 

@@ -14,14 +14,13 @@ from pathlib import Path
 from pydantic import BaseModel
 from rich.markup import escape
 
-from ceiling.bench.client import base_url
 from ceiling.bench.config import MAX_SECONDS
 from ceiling.bench.served import served_models
 from ceiling.console import console
 from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError
 from ceiling.flows.target import engine_of
-from ceiling.inputs import check_server_url
+from ceiling.inputs import base_url, check_server_url
 from ceiling.redact import use_api_key
 from ceiling.run.launcher import launch
 from ceiling.sanity.checks import SanityReport, check_server

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ceiling.bench.client import base_url
 from ceiling.console import dumps
 from ceiling.engines import get_engine
 from ceiling.errors import CeilingError
 from ceiling.flows.target import engine_of, served_models, server_version
+from ceiling.inputs import base_url
 from ceiling.outputs import write_atomic
 from ceiling.trace.capture import TraceCapture, capture_window, engine_steps
 

@@ -22,7 +22,6 @@ token, flash attention) is ``details.llamacpp``. One stream only: no batch curve
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -30,8 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
-from ceiling.inputs import read_json, read_text
-from ceiling.outputs import write_atomic
+from ceiling.inputs import read_json
 from ceiling.predict.gguf import GgufInfo, GgufTensor, bits_per_weight, kernel_data, read_gguf
 from ceiling.predict.ladder import ladder
 from ceiling.predict.llamacpp_fit import (
@@ -412,23 +410,6 @@ def profile_from_sql(
     return prof
 
 
-def run_backend_ops(binary: str | Path, types: list[str], timeout_s: float = 300.0) -> str:
-    """Run llama.cpp's ``test-backend-ops perf`` for the mat-vec of ``types`` (one token, its
-    4096 x 14336 case: a matrix of 33-117 MB, past launch overhead) on the first CUDA device."""
-    names = "|".join(t.lower().replace("_k", "_K") for t in types)
-    argv = [str(binary), "perf", "-b", "CUDA0", "-o", "MUL_MAT", "--output", "sql",
-            "-p", f"type_a=({names}),type_b=f32,m=4096,n=1,k=14336,"]  # fmt: skip
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CeilingError(f"test-backend-ops did not run: {exc}",
-                           fix="pass --test-backend-ops PATH (experiments/gpu/llamacpp_cuda.sh builds it)") from None  # fmt: skip
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise CeilingError(f"test-backend-ops failed: {tail}", fix="check the CUDA device")
-    return proc.stdout
-
-
 def load_profile(path: str | Path) -> LlamaCppProfile:
     """A profile written by ``ceiling calibrate --engine llamacpp``."""
     p = Path(path)
@@ -470,28 +451,3 @@ def predict_llamacpp(req: PredictRequest) -> Prediction:
         req.model, gpu.name, gpu.mem_bw_GBps, req.context, req.cuda_graphs,
         req.flash_attention is not False, profile=prof, memory_GiB=gpu.memory_GiB, request=req,
     )  # fmt: skip
-
-
-def calibrate_cli(
-    binary: str | None, recorded: str | None, gguf: str | None, out: str | None
-) -> LlamaCppProfile:
-    """``ceiling calibrate --engine llamacpp``: run test-backend-ops (or read its recorded SQL
-    output) for the weight types of ``gguf`` (default: F16, Q8_0, Q6_K, Q5_K, Q4_K, IQ4_XS)."""
-    types = ["F16", "Q8_0", "Q6_K", "Q5_K", "Q4_K", "IQ4_XS"]
-    if gguf:
-        types = sorted({t.type for t, _ in weights_read(read_gguf(gguf))} - {"F32"}) or types
-    if recorded:
-        p = Path(recorded)
-        text = read_text(p, "--from-output", fix="pass the SQL file of `test-backend-ops perf`")
-        prof = profile_from_sql(text, source=str(p))
-    elif binary:
-        prof = profile_from_sql(run_backend_ops(binary, types), source=f"{binary} perf")
-    else:
-        raise CeilingError(
-            "calibrate --engine llamacpp needs llama.cpp's test-backend-ops",
-            fix="pass --test-backend-ops PATH (experiments/gpu/llamacpp_cuda.sh build makes it), or "
-            "--from-output FILE with a recorded `--output sql` run",
-        )
-    if out:
-        write_atomic(Path(out), prof.model_dump_json(indent=2) + "\n")
-    return prof

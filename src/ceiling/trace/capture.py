@@ -26,19 +26,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
-from ceiling.bench.client import base_url
 from ceiling.bench.served import served_models
 from ceiling.bench.server_metrics import delta, histogram_means_ms
 from ceiling.engines.profiling import ProfilerSetup
 from ceiling.errors import CeilingError
+from ceiling.inputs import base_url
 from ceiling.trace.reader import read_trace, trace_bytes
-from ceiling.trace.schema import RankTrace, TraceSplit
+
+# TraceCapture (the result noun) lives in trace.schema so the doctor's nouns read it without
+# importing this module's HTTP and file I/O; re-exported here for the capture's callers.
+from ceiling.trace.schema import RankTrace, TraceCapture
 from ceiling.trace.split import split
 from ceiling.trace.window_io import Streams, post, scrape, wait
 
-SCHEMA_VERSION = 1
 #: tokens every stream must have received before the window opens (past prefill and the first
 #: decode steps, whose timings differ)
 WARM_TOKENS = 8
@@ -60,55 +60,6 @@ def engine_steps(steps: int) -> int:
     begins (the host's turn between steps is part of it), so the last recorded step has no
     end and the split leaves it out: ``--steps N`` asks the engine for N + 1."""
     return steps + 1
-
-
-class TraceCapture(BaseModel):
-    """One recorded window: what was asked, what the engine wrote, and its measured split."""
-
-    schema_version: int = SCHEMA_VERSION
-    url: str
-    engine: str
-    engine_version: str | None = None
-    label: str = Field("single", description="which stage recorded it (single, concurrency N)")
-    streams: int = 1
-    steps_asked: int
-    recorded: bool = False
-    why_not: str | None = Field(None, description="not recorded: why, and how to turn it on")
-    files: list[str] = Field(default_factory=list, description="one per rank")
-    start_call_s: float | None = Field(None, description="how long the start call took")
-    stop_call_s: float | None = None
-    wall_s: float = Field(0.0, description="the whole window: streams up to files read")
-    window_epoch_s: list[float] | None = Field(
-        None, description="the counted steps' span (wall clock, epoch seconds)"
-    )
-    stream_itl_ms: float | None = Field(
-        None, description="mean gap between the streams' tokens inside the counted steps' span"
-    )
-    stream_gaps: int = Field(0, description="token gaps that mean is taken over")
-    step_vs_stream_pct: float | None = Field(
-        None, description="(trace step - stream ITL) / stream ITL, percent"
-    )
-    engine_itl_ms: float | None = Field(
-        None,
-        description="the engine's own mean inter-token latency (/metrics, engine-core "
-        "timestamps) over the middle of the window",
-    )
-    engine_itl_count: int = Field(0, description="observations that mean is over")
-    engine_itl_span_s: list[float] | None = Field(
-        None, description="when the two scrapes were taken (wall clock, epoch seconds)"
-    )
-    trace_step_in_span_ms: float | None = Field(
-        None, description="the trace's mean step over the steps that began between the scrapes"
-    )
-    step_vs_engine_pct: float | None = Field(
-        None, description="(trace step - engine ITL) / engine ITL, percent"
-    )
-    split: TraceSplit | None = None
-    streams_ended_early: bool = Field(
-        False, description="the generations ended before the window's steps were recorded"
-    )
-    attempts: int = Field(1, description="windows recorded to get this one")
-    notes: list[str] = Field(default_factory=list)
 
 
 def base_time_s(path: Path) -> float:

@@ -4,7 +4,7 @@ The package ships, beside its per-kernel tables, end-to-end serving measurements
 ("silicon"): a model served by vLLM, SGLang or TensorRT-LLM on a GPU system at one concurrency,
 with the layout (TP, PP, attention DP, MoE TP/EP), the formats, the input/output lengths and the
 measured TPOT. predict never fits anything to them: they are the batch curve's validation rows
-(``ceiling.predict.batch_validation``). This module only reads them (the one adapter to the
+(``validation.batch_validation``). This module only reads them (the one adapter to the
 package's files is ``ceiling.predict.tables``).
 """
 

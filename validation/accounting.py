@@ -18,9 +18,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from ceiling.predict.calibration import percentile, validation_csvs
-from ceiling.predict.calibration_report import CalibrationReport, ErrorStats, RowResult
 from ceiling.spec._data import DataModel, load_yaml
+from validation.calibration import percentile, validation_csvs
+from validation.calibration_report import CalibrationReport, ErrorStats, RowResult
 
 
 class FirstFigures(DataModel):

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from pydantic import BaseModel
 
 from ceiling.errors import CeilingError
-from ceiling.predict.calibration import percentile, speed_error_pct
 from ceiling.predict.core import predict_one
 from ceiling.predict.schema import PredictRequest
-from ceiling.predict.tables.silicon import SiliconRecord, silicon_records
 from ceiling.spec._data import DataModel, load_yaml
+from validation.calibration import percentile, speed_error_pct
+from validation.silicon import SiliconRecord, silicon_records
 
 
 class ModelMap(DataModel):

@@ -36,7 +36,8 @@ import numpy as np
 
 from ceiling.errors import CeilingError
 from ceiling.predict.api import Prediction, PredictRequest, load_spec, predict_one
-from ceiling.predict.calibration_report import (
+from ceiling.predict.slack import SlackSplit, split_slack
+from validation.calibration_report import (
     CalibrationReport,
     ErrorStats,
     PairResult,
@@ -44,7 +45,6 @@ from ceiling.predict.calibration_report import (
     SkippedRow,
     SpecDecoding,
 )
-from ceiling.predict.slack import SlackSplit, split_slack
 
 LATENCY_METRICS = {"tpot_ms", "e2e_batch_latency_s"}
 # a measurement faster than the bound at all is a bug in the bound (the bound is physics:

@@ -1,4 +1,4 @@
-"""The nouns of predict's validation against published runs (:mod:`ceiling.predict.calibration`):
+"""The nouns of predict's validation against published runs (:mod:`validation.calibration`):
 one scored row, the error figures of a set of rows, the whole evaluation, one before/after pair,
 and the speculative decoding a row names. Their JSON is what ``experiments/validation/
 predict_accuracy.py --json`` prints (the same keys as the dicts they replace)."""
