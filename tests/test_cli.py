@@ -50,7 +50,7 @@ def test_expected_failure_is_error_and_fix_lines_not_a_traceback(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert lines == [
         f"error: result file not found: {missing}",
-        "  fix: pass the doctor.json or sweep.json that `ceiling doctor`/`sweep` wrote",
+        "  fix: pass the doctor.json, sweep.json or bench result that ceiling wrote",
     ]
     assert proc.stdout == ""
 

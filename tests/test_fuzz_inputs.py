@@ -353,11 +353,12 @@ def test_report_and_compare_on_garbage(tmp_path_factory, data):
     assert check(["compare", str(path), str(path)], {2})[0] == 2
 
 
-def test_report_on_a_bench_result_is_refused(tmp_path):
+def test_report_on_a_bench_result_renders_it(tmp_path):
+    """A plain bench result gets its own report (issue 41), no traceback, no refusal."""
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(_bench_result()))
-    _rc, _, err = check(["report", str(path)], {2})
-    assert "bench result" in err and "compare" in err
+    check(["report", str(path)], {0})
+    assert (tmp_path / "bench-report.md").is_file()
 
 
 # ---- bench and doctor options (no server: nothing listens on the port) -----------------------
