@@ -304,7 +304,9 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
 
     graphs = s.dep.cuda_graphs if graphs is None else graphs
     ops = build_ops(s, batch, context)
-    ev = Evidence(s)
+    # each op at one sequence: where a table is judged, once for the whole curve (evidence.py)
+    anchors = {op.name: op for op in (ops if batch == 1 else build_ops(s, 1, context))}
+    ev = Evidence(s, anchors)
     rows: list[OpRow] = []
     comps = {k: 0.0 for k in ("weights", "kv", "collectives", "launch", "host")}
     bcomps = {k: 0.0 for k in ("weights", "kv", "collectives", "launch", "host")}
