@@ -243,3 +243,43 @@ def test_a_broken_variant_is_reported_broken_not_slow(tmp_path):
     # a finished state: resuming does not run it again
     again = run_sweep(plan, tmp_path / "out", resume=True, trial_fn=trial, preflight_fn=None)
     assert {v.name: v.status for v in again.variants}["fast"] == "broken"
+
+
+def test_a_random_weights_variant_is_measured_past_the_gate(tmp_path, monkeypatch):
+    """``--load-format dummy`` answers noise by design: the sweep measures it (the doctor's rule)
+    and the sanity event says why; the same broken verdict without it stops the trial."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from ceiling.bench.results import RunResult
+    from ceiling.flows import sweep_trial
+    from ceiling.flows.sweep_trial import TrialSpec, execute_trial
+
+    server = SimpleNamespace(url="http://127.0.0.1:1", model="m", log_path=tmp_path / "s.log",
+                             api_key=None, alive=lambda: True)  # fmt: skip
+
+    @contextlib.contextmanager
+    def fake_launch(*a, **k):
+        yield server
+
+    broken = SimpleNamespace(verdict="broken", headline="broken: known answers: 0 of 5 right",
+                             model_dump=lambda mode: {"verdict": "broken"})  # fmt: skip
+    monkeypatch.setattr(sweep_trial, "launch", fake_launch)
+    monkeypatch.setattr(sweep_trial, "doctor_gate", lambda *a, **k: broken)
+    monkeypatch.setattr(
+        sweep_trial, "run_bench",
+        lambda cfg, progress: RunResult.model_validate({"decode_tok_s_per_stream": 200.0}),
+    )  # fmt: skip
+
+    def events(args: str) -> list:
+        v = tmp_path / f"v{len(args)}.yaml"
+        v.write_text(f"engine: vllm\nmodel: /m\nargs: {args}\n")
+        spec = TrialSpec(name="x", variant_path=str(v), fingerprint="f", bench={"mode": "single"},
+                         repeats_total=1, out_dir=str(tmp_path), log_dir=str(tmp_path))  # fmt: skip
+        return list(execute_trial(spec))
+
+    dummy = events("{load-format: dummy}")
+    assert [type(e).__name__ for e in dummy] == ["Launched", "SanityPassed", "Repeat", "Done"]
+    assert "random weights" in dummy[1].sanity["override"]
+    plain = events("{dtype: bfloat16}")
+    assert [type(e).__name__ for e in plain] == ["Launched", "Broken"]
