@@ -21,7 +21,8 @@ class Streams:
 
     def __init__(self, url: str, model: str, n: int, max_tokens: int, extra: dict[str, Any]):
         self.client = SyncClient(url, timeout_s=120.0)
-        self.url, self.model, self.max_tokens, self.extra = url, model, max_tokens, extra
+        self.url = self.client.base  # without credentials: it may reach a message
+        self.model, self.max_tokens, self.extra = model, max_tokens, extra
         self.arrivals: list[list[float]] = [[] for _ in range(n)]
         self.errors: list[str] = []
         self.stop = threading.Event()
