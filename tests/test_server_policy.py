@@ -16,6 +16,8 @@ import asyncio
 import base64
 import json
 import logging
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -23,13 +25,14 @@ from typing import Any
 import pytest
 
 from ceiling.bench.client import Client
+from ceiling.bench.pool import StreamPool
 from ceiling.bench.served import served_models
 from ceiling.deploy.ready import wait_ready
 from ceiling.errors import CeilingError
 from ceiling.flows import target as doctor_target
 from ceiling.run.launcher import Server
 from ceiling.sanity.checks import _Server as SanityServer
-from ceiling.server.policy import is_loopback, proxy_for, target
+from ceiling.server.policy import Target, is_loopback, proxy_for, target
 from ceiling.trace import window_io
 from http_stub import serve
 from proxy_stub import ProxyLog, proxy
@@ -264,3 +267,40 @@ def test_url_credentials_and_an_api_key_are_refused_on_every_path(stub, path, mo
     with pytest.raises(CeilingError, match="one Authorization header"):
         PATHS[path](url.replace("http://", f"http://u:{PASSWORD}@"))
     assert seen == []
+
+
+@pytest.mark.parametrize(("answer", "ok"), [(b"HTTP/1.1 200 Connection established", True),
+                                            (b"HTTP/1.1 407 Proxy Authentication Required", False)])  # fmt: skip
+def test_the_streaming_pool_tunnels_https_through_the_proxy_with_connect(answer, ok):
+    """https via a proxy: CONNECT host:port (with the proxy's own credentials), then TLS inside;
+    a refused tunnel is a connection error the stream reports."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    got: list[bytes] = []
+
+    def proxy_side() -> None:
+        conn, _ = listener.accept()
+        got.append(conn.recv(4096))
+        conn.sendall(answer + b"\r\n\r\n")
+        conn.close()
+
+    threading.Thread(target=proxy_side, daemon=True).start()
+    tgt = Target(
+        "https://gpu.example:8443", None, f"http://pu:pp@127.0.0.1:{listener.getsockname()[1]}"
+    )
+    pool = StreamPool(tgt, {}, 4.0)
+
+    async def go() -> socket.socket:
+        return await pool._tunnel(socket.AF_INET, listener.getsockname())
+
+    try:
+        if ok:
+            asyncio.run(go()).close()
+        else:
+            with pytest.raises(OSError, match="refused a tunnel"):
+                asyncio.run(go())
+    finally:
+        pool.close()
+        listener.close()
+    head = got[0].decode()
+    assert head.startswith("CONNECT gpu.example:8443 HTTP/1.1\r\n")
+    assert "Proxy-Authorization: Basic " + base64.b64encode(b"pu:pp").decode() in head
