@@ -30,6 +30,7 @@ from ceiling.bench.served import served_models
 from ceiling.deploy.ready import wait_ready
 from ceiling.errors import CeilingError
 from ceiling.flows import target as doctor_target
+from ceiling.redact import redact
 from ceiling.run.launcher import Server
 from ceiling.sanity.checks import _Server as SanityServer
 from ceiling.server.policy import Target, is_loopback, proxy_for, target
@@ -88,7 +89,8 @@ def _bench(url: str) -> list[Any]:
             body = json.dumps({"model": model, "prompt": "a", "max_tokens": 2, "stream": True})
             raw = await client.stream("/v1/completions", body.encode())
             assert raw.error_kind is None, raw.error
-            return [model, client.base, raw.error, await client.get_text("/metrics")]
+            # what the result records of the URL: runner.py writes redact(client.base)
+            return [model, redact(client.base), raw.error, await client.get_text("/metrics")]
 
     return asyncio.run(go())
 

@@ -63,7 +63,9 @@ class Client:
 
     def __init__(self, url: str, *, timeout_s: float, stall_s: float | None = None) -> None:
         self.target = target(url)
-        self.base = self.target.base
+        #: The URL as given (normalized): what results record, redacted (``runner``); requests
+        #: go to ``target.base``, without the credentials.
+        self.base = base_url(url)
         self.timeout_s = timeout_s
         self.stall_s = stall_s if stall_s is not None else timeout_s
         self._headers = {"Accept": "text/event-stream"}
