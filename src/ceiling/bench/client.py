@@ -7,7 +7,8 @@ SSE parsing (:mod:`ceiling.bench.http`, :mod:`ceiling.bench.kstamp`); each SSE e
 stamp of the read that completed it. The request body is serialized before the send timestamp.
 Everything after the stream ends (SSE splitting, JSON parsing, token counting) happens later:
 the splitting when ``RawStream.events`` is first read, the rest in :mod:`ceiling.bench.metrics`.
-``/v1/models``, ``/tokenize`` and ``/metrics`` go through aiohttp.
+``/v1/models``, ``/tokenize`` and ``/metrics`` go through aiohttp (:mod:`ceiling.server.aio`);
+URL, credentials and proxy of both are :mod:`ceiling.server.policy`'s.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import asyncio
 import json
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -32,11 +32,19 @@ from ceiling.engines import all_engines
 from ceiling.errors import CeilingError, ExitStatus
 from ceiling.inputs import base_url
 from ceiling.redact import API_KEY_ENV, env_api_key, redact
+from ceiling.server.aio import AsyncClient
+from ceiling.server.policy import CONNECT_TIMEOUT_S, target
 
-__all__ = ["API_KEY_ENV", "Client", "RawStream", "api_key", "base_url", "redact"]
+__all__ = [
+    "API_KEY_ENV",
+    "CONNECT_TIMEOUT_S",
+    "Client",
+    "RawStream",
+    "api_key",
+    "base_url",
+    "redact",
+]
 
-#: Connecting (and the preflight) must fail fast: a wrong URL is an error in seconds, not minutes.
-CONNECT_TIMEOUT_S = 4.0
 #: Error text kept from a non-200 answer.
 ERROR_TEXT = 500
 
@@ -46,46 +54,33 @@ def api_key() -> str | None:
     return env_api_key()
 
 
-def check_one_credential(url: str) -> None:
-    """A request carries one Authorization header: an API key and ``user:password@`` in the
-    URL cannot both be sent (aiohttp refuses; which one the server wants is the user's call)."""
-    if "@" in urlsplit(url).netloc:
-        raise CeilingError(
-            "--url carries credentials (user:password@) and an API key is set "
-            f"({' / '.join(API_KEY_ENV)}): a request carries only one Authorization header",
-            fix="drop the credentials from --url, or unset the API key variable",
-        )
-
-
 class Client:
-    """A shared connection pool and the server's OpenAI-compatible endpoints."""
+    """A shared connection pool and the server's OpenAI-compatible endpoints.
+
+    URL, credentials and proxy are :func:`ceiling.server.policy.target`'s, for the timed
+    streams (:class:`StreamPool`) and the other calls (:class:`AsyncClient`) alike.
+    """
 
     def __init__(self, url: str, *, timeout_s: float, stall_s: float | None = None) -> None:
+        self.target = target(url)
+        #: The URL as given (normalized): what results record, redacted (``runner``); requests
+        #: go to ``target.base``, without the credentials.
         self.base = base_url(url)
         self.timeout_s = timeout_s
         self.stall_s = stall_s if stall_s is not None else timeout_s
-        headers = {"Accept": "text/event-stream"}
-        key = api_key()
-        if key:
-            check_one_credential(self.base)
-            headers["Authorization"] = f"Bearer {key}"
-        self._headers = headers
-        self._session: aiohttp.ClientSession | None = None
+        self._headers = {"Accept": "text/event-stream"}
+        self._api: AsyncClient | None = None
         self._pool: StreamPool | None = None
         #: Where chunk stamps come from: "kernel" (the kernel's receive time of each read,
         #: plain TCP on Linux) or "socket" (when the event loop hands the read over).
         self.timestamp_source = "kernel"
 
     async def __aenter__(self) -> Client:
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-            headers=self._headers,
-            auto_decompress=False,
-            timeout=aiohttp.ClientTimeout(
-                total=self.timeout_s, connect=CONNECT_TIMEOUT_S, sock_read=self.stall_s
-            ),
+        tmo = aiohttp.ClientTimeout(
+            total=self.timeout_s, connect=CONNECT_TIMEOUT_S, sock_read=self.stall_s
         )
-        self._pool = StreamPool(self.base, self._headers, CONNECT_TIMEOUT_S)
+        self._api = await AsyncClient(self.target, self._headers, tmo).__aenter__()
+        self._pool = StreamPool(self.target, self._headers, CONNECT_TIMEOUT_S)
         self.timestamp_source = self._pool.timestamp_source
         return self
 
@@ -93,9 +88,9 @@ class Client:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._api is not None:
+            await self._api.__aexit__()
+            self._api = None
 
     @property
     def timestamp_fallbacks(self) -> int:
@@ -103,18 +98,16 @@ class Client:
         return self._pool.kernel_misses[0] if self._pool is not None else 0
 
     @property
+    def api(self) -> AsyncClient:
+        assert self._api is not None, "use Client as an async context manager"
+        return self._api
+
+    @property
     def session(self) -> aiohttp.ClientSession:
-        assert self._session is not None, "use Client as an async context manager"
-        return self._session
+        return self.api.session
 
     async def _get_json(self, path: str, timeout_s: float = 5.0) -> tuple[int, Any]:
-        tmo = aiohttp.ClientTimeout(total=timeout_s, connect=CONNECT_TIMEOUT_S)
-        async with self.session.get(self.base + path, timeout=tmo) as resp:
-            try:
-                body = await resp.json(content_type=None)
-            except (json.JSONDecodeError, aiohttp.ContentTypeError, UnicodeDecodeError):
-                body = None
-            return resp.status, body
+        return await self.api.get_json(path, timeout_s)
 
     async def detect_model(self, model: str | None) -> str:
         """Check the server answers and return the model id (the first one served, or ``model``).
@@ -208,14 +201,10 @@ class Client:
 
     async def _tokenize(self, payload: dict[str, Any]) -> int | None:
         try:
-            tmo = aiohttp.ClientTimeout(total=10, connect=CONNECT_TIMEOUT_S)
-            async with self.session.post(
-                self.base + "/tokenize", json=payload, timeout=tmo
-            ) as resp:
-                if resp.status != 200:
-                    return None
-                body = await resp.json(content_type=None)
+            status, body = await self.api.post_json("/tokenize", payload, timeout_s=10)
         except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError):
+            return None
+        if status != 200:
             return None
         if isinstance(body, dict):
             if isinstance(body.get("count"), int):
@@ -225,38 +214,9 @@ class Client:
         return None
 
     async def get_text(self, path: str, timeout_s: float = 5.0, fresh: bool = False) -> str | None:
-        """GET a text resource (``/metrics``); None when absent or unreachable.
-
-        A failed answer (no answer in time, a dropped connection, a 5xx) is asked once more on
-        a new connection: one lost ``/metrics`` scrape costs a whole level its engine counters
-        (a level's deltas need every repeat's two scrapes), and a pooled keep-alive connection
-        that the server closed as idle (uvicorn's default: after 5 s) or one slow answer of a
-        busy API server are no reason to lose them. A 4xx (no such endpoint) is final.
-        ``fresh``: on a new connection from the start, and asked once (a liveness check must
-        not ride on a pooled connection that outlived the server's listening socket, and must
-        answer "dead" without a second wait).
-        """
-        tmo = aiohttp.ClientTimeout(total=timeout_s, connect=CONNECT_TIMEOUT_S)
-        for attempt in range(1 if fresh else 2):
-            new = fresh or attempt > 0
-            try:
-                if new:
-                    conn = aiohttp.TCPConnector(force_close=True)
-                    async with (
-                        aiohttp.ClientSession(connector=conn, headers=self._headers) as one,
-                        one.get(self.base + path, timeout=tmo) as resp,
-                    ):
-                        status, text = resp.status, await resp.text()
-                else:
-                    async with self.session.get(self.base + path, timeout=tmo) as resp:
-                        status, text = resp.status, await resp.text()
-            except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
-                continue
-            if status == 200:
-                return text
-            if status < 500:
-                return None
-        return None
+        """GET a text resource (``/metrics``); None when absent or unreachable (asked again
+        once on a new connection: :meth:`AsyncClient.get_text` says why)."""
+        return await self.api.get_text(path, timeout_s, fresh)
 
     async def stream(self, path: str, body: bytes) -> RawStream:
         """POST a streaming request and record the arrival time of every socket read.

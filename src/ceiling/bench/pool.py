@@ -9,14 +9,14 @@ transport (TLS, other platforms).
 from __future__ import annotations
 
 import asyncio
-import base64
 import socket
 import ssl
 import time
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from ceiling.bench.http import StreamProtocol
 from ceiling.bench.kstamp import SO_TIMESTAMPNS, KernelStampedSocket, kernel_stamps_supported
+from ceiling.server.policy import Target, basic_auth
 
 #: A pooled connection idle longer than this is not reused (uvicorn closes idle ones after 5 s;
 #: a fresh connection costs far less than a request lost to that race).
@@ -26,8 +26,8 @@ IDLE_REUSE_S = 2.0
 class StreamPool:
     """Keep-alive connections to one server, opened on demand (no limit), reused when idle."""
 
-    def __init__(self, url: str, headers: dict[str, str], connect_timeout_s: float) -> None:
-        parts = urlsplit(url)
+    def __init__(self, tgt: Target, headers: dict[str, str], connect_timeout_s: float) -> None:
+        parts = urlsplit(tgt.base)
         self.https = parts.scheme == "https"
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or (443 if self.https else 80)
@@ -36,11 +36,19 @@ class StreamPool:
         if self.port != default_port:
             host_hdr += f":{self.port}"
         lines = [f"Host: {host_hdr}", "Accept-Encoding: identity", "Connection: keep-alive"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        if parts.username is not None and not any(k.lower() == "authorization" for k in headers):
-            # Credentials in the URL (user:password@host): Basic auth, as aiohttp sends them.
-            cred = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            lines.append("Authorization: Basic " + base64.b64encode(cred).decode("ascii"))
+        lines += [f"{k}: {v}" for k, v in {**headers, **tgt.headers}.items()]
+        #: The proxy the policy chose (None: direct). Plain http goes to it with the
+        #: absolute URL in the request line; https through a CONNECT tunnel (:meth:`_tunnel`).
+        self.proxy = urlsplit(tgt.proxy) if tgt.proxy else None
+        self._target_prefix = b""
+        if self.proxy is not None:
+            if self.proxy.username is not None:
+                lines.append(
+                    "Proxy-Authorization: " + basic_auth(self.proxy.netloc.rsplit("@", 1)[0])
+                )
+            if not self.https:
+                self._target_prefix = f"http://{host_hdr}".encode("latin-1")
+        self._proxy_auth = [ln for ln in lines if ln.startswith("Proxy-Authorization")]
         self._headers = ("\r\n".join(lines) + "\r\n").encode("latin-1")
         self.connect_timeout_s = connect_timeout_s
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.https else None
@@ -64,15 +72,26 @@ class StreamPool:
 
     def request_bytes(self, path: str, body: bytes, content_type: str) -> bytes:
         return (
-            b"POST %s HTTP/1.1\r\n%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
-            % (path.encode("latin-1"), self._headers, content_type.encode("latin-1"), len(body))
+            b"POST %s%s HTTP/1.1\r\n%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
+            % (
+                self._target_prefix,
+                path.encode("latin-1"),
+                self._headers,
+                content_type.encode("latin-1"),
+                len(body),
+            )
             + body
         )
 
     async def _resolve(self) -> list[tuple[int, tuple[object, ...]]]:
         if self._addrs is None:
             loop = asyncio.get_running_loop()
-            infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            # Through a proxy the connection goes to the proxy (the server's name is the
+            # proxy's to resolve, as curl does).
+            host, port = self.host, self.port
+            if self.proxy is not None:
+                host, port = self.proxy.hostname or "127.0.0.1", self.proxy.port or 80
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
             self._addrs = [(fam, addr) for fam, _t, _p, _c, addr in infos]
         return self._addrs
 
@@ -91,20 +110,54 @@ class StreamPool:
                 return proto
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
-                    _tr, proto = await loop.create_connection(
-                        StreamProtocol,
-                        host=str(addr[0]),
-                        port=int(str(addr[1])),
-                        family=family,
-                        ssl=self._ssl,
-                        server_hostname=self.host if self._ssl else None,
-                    )
+                    if self.proxy is not None and self.https:
+                        sock = await self._tunnel(family, addr)
+                        _tr, proto = await loop.create_connection(
+                            StreamProtocol, sock=sock, ssl=self._ssl, server_hostname=self.host
+                        )
+                    else:
+                        _tr, proto = await loop.create_connection(
+                            StreamProtocol,
+                            host=str(addr[0]),
+                            port=int(str(addr[1])),
+                            family=family,
+                            ssl=self._ssl,
+                            server_hostname=self.host if self._ssl else None,
+                        )
             except OSError as err:
                 last = err
                 continue
             self._all.add(proto)
             return proto
         raise last or OSError(f"cannot connect to {self.host}:{self.port}")
+
+    async def _tunnel(self, family: int, addr: tuple[object, ...]) -> socket.socket:
+        """A socket to the proxy at ``addr`` with a CONNECT tunnel to the server open on it
+        (TLS then runs inside, end to end with the server)."""
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, addr)
+            hostport = (
+                f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+            )
+            head = "".join(f"{h}\r\n" for h in self._proxy_auth)
+            req = f"CONNECT {hostport} HTTP/1.1\r\nHost: {hostport}\r\n{head}\r\n"
+            await loop.sock_sendall(sock, req.encode("latin-1"))
+            answer = b""
+            while b"\r\n\r\n" not in answer:  # the proxy's answer head; nothing follows it
+                chunk = await loop.sock_recv(sock, 4096)
+                if not chunk or len(answer) > 65536:
+                    raise OSError(f"the proxy closed the tunnel to {hostport}")
+                answer += chunk
+            status = answer.split(b"\r\n", 1)[0].split()
+            if len(status) < 2 or status[1] != b"200":
+                raise OSError(f"the proxy refused a tunnel to {hostport}: {answer[:80]!r}")
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     async def _open_kernel_stamped(self, family: int, addr: tuple[object, ...]) -> StreamProtocol:
         loop = asyncio.get_running_loop()

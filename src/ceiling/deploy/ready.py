@@ -3,27 +3,18 @@
 
 from __future__ import annotations
 
-import http.client
 import os
 import time
-import urllib.error
-import urllib.request
 
 from pydantic import BaseModel
 
 from ceiling.errors import CeilingError, ExitStatus
 from ceiling.inputs import check_server_url
-
-# our own server: never through an HTTP(S)_PROXY from the environment
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+from ceiling.server.sync import SyncClient
 
 
-def _ok(url: str) -> bool:
-    try:
-        with _NO_PROXY.open(url, timeout=2) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, TimeoutError, ValueError, http.client.HTTPException):
-        return False
+def _ok(client: SyncClient, path: str) -> bool:
+    return client.health(path, timeout_s=2)
 
 
 def _alive(pid: int) -> bool:
@@ -42,9 +33,12 @@ def wait_ready(
     """Seconds until every ``url + path`` answered 200; CeilingError on timeout or when ``pid``
     (the server's main process) is gone first."""
     t0 = time.monotonic()
-    base = url.rstrip("/")
+    # URL, credentials and proxy by the one policy (ceiling.server.policy): a unit's own
+    # server is on loopback and never goes through a proxy; a remote one honours NO_PROXY.
+    client = SyncClient(url)
+    base = client.base
     while True:
-        if all(_ok(base + p) for p in paths):
+        if all(_ok(client, p) for p in paths):
             return time.monotonic() - t0
         if pid is not None and not _alive(pid):
             raise CeilingError(

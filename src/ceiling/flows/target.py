@@ -1,21 +1,18 @@
 """The server a doctor examines, over HTTP: is it there, what does it serve.
 
-Plain ``urllib`` (no event loop): a handful of GETs. Each carries the API key the bench client
-uses (a key a launched server requires, else ``CEILING_API_KEY``/``OPENAI_API_KEY``); what it
-serves, and how a failed ``/v1/models`` is reported, is :mod:`ceiling.bench.served`'s.
+A handful of GETs through :class:`ceiling.server.sync.SyncClient` (no event loop): the same
+URL, credentials and proxy policy as every other request (:mod:`ceiling.server.policy`); how a
+failed ``/v1/models`` is reported is the client's.
 """
 
 from __future__ import annotations
 
-import json
-
-from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ceiling.bench.served import UNREACHABLE, ServedModel, authorized_request, opener_for
-from ceiling.bench.served import served_models as _served_models
 from ceiling.engines import get_engine
 from ceiling.errors import CeilingError
+from ceiling.server.schema import ServedModel
+from ceiling.server.sync import SyncClient
 
 
 class LlamaServerProps(BaseModel):
@@ -30,49 +27,27 @@ class LlamaServerProps(BaseModel):
 
 def server_alive(url: str) -> bool:
     """Whether the server still answers (``/health``, else ``/v1/models``)."""
-    for path in ("/health", "/v1/models"):
-        try:
-            req = authorized_request(url.rstrip("/") + path)
-            with opener_for(url).open(req, timeout=5.0) as resp:
-                if resp.status == 200:
-                    return True
-        except UNREACHABLE:
-            continue
-    return False
+    return SyncClient(url).alive()
 
 
 def served_models(url: str) -> list[ServedModel]:
     """``/v1/models`` entries; CeilingError when the server is not there."""
-    return _served_models(url, timeout_s=5.0, command="doctor")
+    return SyncClient(url).models(command="doctor")
 
 
 def server_props(url: str) -> LlamaServerProps | None:
     """llama-server's ``/props`` (None: no such endpoint, or no answer; other engines have none)."""
+    body = SyncClient(url).get_json("/props")
     try:
-        req = authorized_request(url.rstrip("/") + "/props")
-        with opener_for(url).open(req, timeout=5.0) as resp:
-            return LlamaServerProps.model_validate(json.loads(resp.read().decode()))
-    except (*UNREACHABLE, ValidationError):
+        return LlamaServerProps.model_validate(body) if body is not None else None
+    except ValidationError:
         return None
 
 
 def server_version(url: str, path: str, key: str = "version") -> str | None:
     """The version a running server reports (``GET path`` -> ``{key: "0.32.0"}``); None when it
     does not answer or the answer is not a version (the caller then assumes the newest form)."""
-    try:
-        req = authorized_request(url.rstrip("/") + path)
-        with opener_for(url).open(req, timeout=5.0) as resp:
-            body = json.loads(resp.read().decode())
-    except UNREACHABLE:  # ValueError included: a body that is not JSON
-        return None
-    got = body.get(key) if isinstance(body, dict) else None
-    if not isinstance(got, str):
-        return None
-    try:
-        Version(got)  # an unparsable string would read as version 0 (no profiler at all)
-    except InvalidVersion:
-        return None
-    return got
+    return SyncClient(url).version(path, key)
 
 
 def engine_of(entry: ServedModel) -> str | None:

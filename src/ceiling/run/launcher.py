@@ -25,8 +25,6 @@ import os
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,11 +44,10 @@ from ceiling.run import guard
 from ceiling.run.guard import group_members as _group_members
 from ceiling.run.ports import check_port, free_port, port_in_use
 from ceiling.run.shm import scan
+from ceiling.server.sync import SyncClient
 
 __all__ = ["EngineDied", "Server", "free_port", "launch", "port_in_use", "redact_argv", "start"]
 
-# Health checks talk to our own server: never through an HTTP(S)_PROXY from the environment.
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 #: SIGTERM -> SIGKILL grace of a server that never became ready, or after an interrupt: vLLM's
 #: API server ignores SIGTERM while its engine core starts, and a user waits for us.
 QUICK_GRACE_S = 5.0
@@ -165,16 +162,11 @@ class Server:
         return [p for ln in text.splitlines() for p in ln.split("\r") if p.strip()], partial
 
     def _http_get(self, path: str) -> tuple[int | None, bytes | None]:
-        """(HTTP status, body) of GET ``path`` with the server's API key; (None, None): no answer."""
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        try:
-            req = urllib.request.Request(self.url + path, headers=headers)
-            with _NO_PROXY.open(req, timeout=2) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, None
-        except (urllib.error.URLError, OSError, TimeoutError, ValueError):
-            return None, None
+        """(HTTP status, body) of GET ``path`` with the server's own API key (not the
+        environment's: a 401 then says the variant names none); (None, None): no answer.
+        The server is ours, on this host: never through a proxy (ceiling.server.policy)."""
+        client = SyncClient(self.url, key=self.api_key, env_key=False, direct=True)
+        return client.get(path, timeout_s=2)
 
     def _check_ready(self) -> bool:
         """Ready when every health path answers 200, or 401/403 on an API path (``/v1/...``:

@@ -19,38 +19,34 @@ import urllib.error
 from typing import Any
 
 import ceiling.sanity.detect as detect
-from ceiling.bench.served import (
-    UNREACHABLE,
-    ServedModel,
-    authorized_request,
-    opener_for,
-    served_models,
-)
 from ceiling.errors import CeilingError, ExitStatus
+from ceiling.redact import redact
 from ceiling.sanity.report import Check, Probe, SanityReport, Status, Verdict
 from ceiling.sanity.spec import SanitySpec, load_spec
+from ceiling.server.schema import ServedModel
+from ceiling.server.sync import UNREACHABLE, SyncClient
 
 _RANK = {"skipped": -1, "ok": 0, "suspect": 1, "broken": 2}
 
 
 class _Server:
-    """POSTs to one OpenAI-compatible server (the bench's API key; no proxy for loopback)."""
+    """POSTs to one OpenAI-compatible server (:mod:`ceiling.server.policy`: the bench's API key,
+    URL credentials as Basic auth, no proxy for loopback)."""
 
     def __init__(self, url: str, model: str, timeout_s: float) -> None:
-        self.url, self.model, self.timeout_s = url.rstrip("/"), model, timeout_s
-        self.opener = opener_for(self.url)
+        self.client = SyncClient(url, timeout_s=timeout_s)
+        self.url, self.model, self.timeout_s = self.client.base, model, timeout_s
 
     def models(self) -> list[ServedModel]:
         """``/v1/models`` entries, failures reported as doctor's target reports them."""
-        return served_models(self.url, timeout_s=self.timeout_s, command="ceiling")
+        return self.client.models(command="ceiling")
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """The JSON answer; CeilingError for a refused request (with the server's message)."""
         data = json.dumps({"model": self.model, "temperature": 0, **body}).encode()
         headers = {"Content-Type": "application/json"}
-        req = authorized_request(self.url + "/v1/completions", headers, data)
         try:
-            with self.opener.open(req, timeout=self.timeout_s) as resp:
+            with self.client.open("/v1/completions", data, headers) as resp:
                 return json.loads(resp.read().decode())
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:300]
@@ -61,7 +57,7 @@ class _Server:
             ) from exc
         except UNREACHABLE as exc:
             raise CeilingError(
-                f"no answer from {self.url}: {exc}",
+                f"no answer from {self.url}: {redact(str(exc))}",
                 fix="start the server, or pass --variant FILE to let ceiling launch it",
                 exit_code=ExitStatus.SERVER,
             ) from exc

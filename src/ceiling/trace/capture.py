@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ceiling.bench.served import served_models
 from ceiling.bench.server_metrics import delta, histogram_means_ms
 from ceiling.engines.profiling import ProfilerSetup
 from ceiling.errors import CeilingError
 from ceiling.inputs import base_url
+from ceiling.server.sync import SyncClient
 from ceiling.trace.reader import read_trace, trace_bytes
 
 # TraceCapture (the result noun) lives in trace.schema so the doctor's nouns read it without
@@ -130,7 +130,7 @@ def _token_budget(url: str, model: str, steps: int) -> int:
     outlives its cancellation must still end), else enough for the window several times."""
     fallback = WARM_TOKENS + 4 * engine_steps(steps) + 256
     try:
-        served = served_models(url, timeout_s=5.0)
+        served = SyncClient(url).models()
     except CeilingError:
         return fallback
     ctx = next((m.max_model_len for m in served if m.id == model and m.max_model_len), None)
@@ -226,10 +226,10 @@ def _capture(
                 f"window of {recorded} steps could begin"
             )
             return res
-        status, text, res.start_call_s = post(url + setup.start_path, setup.start_body)
+        status, text, res.start_call_s = post(url, setup.start_path, setup.start_body)
         if status == 409 and setup.stop_path:  # a session left open: close it, then again
-            post(url + setup.stop_path, {})
-            status, text, res.start_call_s = post(url + setup.start_path, setup.start_body)
+            post(url, setup.stop_path, {})
+            status, text, res.start_call_s = post(url, setup.start_path, setup.start_body)
         if status != 200:
             res.why_not = (
                 f"{setup.start_path} answered HTTP {status} ({text.strip()[:160]}): "
@@ -258,7 +258,7 @@ def _capture(
             # ended early left it no steps to count, so the stop call is made at once
             wait(lambda: bool(_new_files(setup, folder, since, before)), 10.0, poll_s=0.05)
         if setup.stop_path:
-            status, text, res.stop_call_s = post(url + setup.stop_path, {})
+            status, text, res.stop_call_s = post(url, setup.stop_path, {})
             if status != 200 and not setup.bounded_by_engine:
                 res.notes.append(f"{setup.stop_path} answered HTTP {status}: {text[:120]}")
     finally:
@@ -336,10 +336,10 @@ def _capture_armed(
     since = time.time() - 1.0  # file times are whole seconds on some filesystems
     before = set(setup.trace_files(folder))  # an earlier window's files are not this one's
     body = {**setup.start_body, setup.delay_key: WARM_TOKENS}
-    status, text, res.start_call_s = post(url + setup.start_path, body)
+    status, text, res.start_call_s = post(url, setup.start_path, body)
     if status == 409 and setup.stop_path:  # a session left open: close it, then again
-        post(url + setup.stop_path, {})
-        status, text, res.start_call_s = post(url + setup.start_path, body)
+        post(url, setup.stop_path, {})
+        status, text, res.start_call_s = post(url, setup.start_path, body)
     if status != 200:
         res.why_not = (
             f"{setup.start_path} answered HTTP {status} ({text.strip()[:160]}): {setup.enable_hint}"
@@ -369,7 +369,7 @@ def _capture_armed(
         wait(lambda: gen.tokens() >= need or not gen.alive(), 30.0)
         ended_early = gen.tokens() < need
         if setup.stop_path:  # ends a window the engine did not finish (nothing if it did)
-            status, text, res.stop_call_s = post(url + setup.stop_path, {})
+            status, text, res.stop_call_s = post(url, setup.stop_path, {})
     finally:
         gen.close()
     if gen.errors and not _new_files(setup, folder, since, before):
