@@ -32,6 +32,7 @@ class RequestRecord(BaseModel):
 
     index: int
     repeat: int = 0
+    turn: int | None = None  # 1.. within a multi-turn session (--turns); None: no sessions
     t_send_s: float
     ok: bool
     error_kind: str | None = None
