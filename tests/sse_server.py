@@ -43,6 +43,7 @@ class Plan:
     reasoning_tokens: int = 0
     usage: bool = True
     usage_tokens_offset: int = 0  # lie in usage (to test mismatch reports)
+    prompt_tokens_offset: int = 0  # count the prompt longer/shorter than its words in usage
     token_ids: bool = False
     done: bool = True
     finish_reason: str = "length"
@@ -261,7 +262,7 @@ class SSEServer:
                 continue
             if plan.keepalive_comments:
                 await write(b": keep-alive\n\n")
-            text = "tok " * k
+            text = " tok" * k  # a token's text carries its leading space, as BPE vocabularies'
             ids = list(range(k)) if plan.token_ids else None
             finish = plan.finish_reason if ci == len(chunks) - 1 else None
             delta = {"reasoning_content": text} if reasoning else {"content": text}
@@ -281,7 +282,7 @@ class SSEServer:
         self.hist["queue"].add(t_start - t_arrival)
         if plan.usage:
             usage = {
-                "prompt_tokens": len(str(body.get("prompt", "")).split()) or 1,
+                "prompt_tokens": (self._prompt_words(body) or 1) + plan.prompt_tokens_offset,
                 "completion_tokens": n_tokens + plan.usage_tokens_offset,
                 "total_tokens": n_tokens + 1,
             }
@@ -292,6 +293,14 @@ class SSEServer:
             await write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+    @staticmethod
+    def _prompt_words(body: dict[str, Any]) -> int:
+        """The server's "tokenizer": one token per whitespace-separated word, of the prompt or
+        of every message's content (no chat template: the count is the words sent)."""
+        if isinstance(body.get("messages"), list):
+            return sum(len(str(m.get("content", "")).split()) for m in body["messages"])
+        return len(str(body.get("prompt", "")).split())
 
     @staticmethod
     def _frame(

@@ -117,6 +117,25 @@ def test_compare_calls_no_winner_across_unlike_workloads() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("prefix_len", 96, "shared prefix: a.json 0, b.json 96"),
+        ("turns", 3, "turns: a.json 1, b.json 3"),
+        ("input_range", 0.5, "input range: a.json 0.0, b.json 0.5"),
+        ("output_range", 0.5, "output range: a.json 0.0, b.json 0.5"),
+    ],
+)
+def test_compare_calls_no_winner_across_unlike_synthetic_workloads(
+    key: str, value: object, said: str
+) -> None:
+    # the same lengths per request, another workload: a cached prefix, a resent history
+    fast, slow = _run([85.0, 85.2, 84.9]), _run([81.4, 81.5, 81.3])
+    fast.config[key] = value
+    comp = compare([slow, fast], labels=["a.json", "b.json"])
+    assert comp.verdict == UNLIKE and said in comp.warnings[0]
+
+
 def test_compare_cli_prints_the_unlike_warning(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,6 +27,9 @@ Allreduce = Literal["auto", "nccl", "oneshot"]
 KvDtype = Literal["auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2"]  # spec.deployment sizes
 #: How ``bench`` drives the server (``BenchConfig.mode``).
 BenchMode = Literal["single", "concurrency", "rate", "capacity"]
+#: How ``bench --dataset`` reads its file (``auto``: ShareGPT when the file is a JSON list of
+#: objects with ``conversations``, else JSONL).
+DatasetFormat = Literal["auto", "jsonl", "sharegpt"]
 #: The element type of ``commbench``'s buffers (``--buffer-dtype``; torch's names).
 CommDtype = Literal["float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8"]
 #: The collective backend of ``commbench`` (``auto``: NCCL on GPUs, gloo on the CPU).

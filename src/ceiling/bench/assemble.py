@@ -140,6 +140,19 @@ def run_head(levels: list[LevelResult]) -> dict[str, Any]:
     return head
 
 
+def _prompt_len_warning(extra: dict[str, Any]) -> str:
+    """Requests whose prompt the server counted (usage) at another length than intended."""
+    n, of = extra["prompt_tokens_mismatches"], extra["prompt_tokens_checked"]
+    low, high = extra.get("prompt_tokens_diff") or (0, 0)
+    by = f"{low:+d}" if low == high else f"{low:+d} to {high:+d}"
+    return (
+        f"{n} of {of} requests reached the server with another prompt length than intended "
+        f"(its usage prompt_tokens minus the intended length: {by} tokens; a BOS token or chat "
+        "template adds a constant, a re-tokenized history or text varies): total_input_tokens "
+        "holds the server's counts"
+    )
+
+
 def run_warnings(
     levels: list[LevelResult],
     lag_ms: dict[str, float | None],
@@ -170,6 +183,8 @@ def run_warnings(
             )
         if lv.failed:
             out.append(tag + failed_warning(lv.failed, lv.errors, lv.error_messages))
+        if extra.get("prompt_tokens_mismatches"):
+            out.append(tag + _prompt_len_warning(extra))
     for lv in levels:
         burst = (lv.model_extra or {}).get("burst_chunk_share")
         if burst is not None and burst > BURST_WARN_SHARE:

@@ -236,6 +236,12 @@ def _workload(res: RunResult) -> dict[str, object]:
         "max tokens": max_tokens,
         "dataset": cfg.get("dataset"),
         "endpoint": res.endpoint or None,
+        # the same lengths on average, another workload: a cached prefix or a resent history
+        # serves prompts faster; a spread of lengths batches differently (older results: none)
+        "input range": cfg.get("input_range", 0.0),
+        "output range": cfg.get("output_range", 0.0),
+        "shared prefix": cfg.get("prefix_len", 0),
+        "turns": cfg.get("turns", 1),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -9,7 +10,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ceiling.bench.failures import MAX_FAILED_PCT
 from ceiling.bench.slo import DEFAULT_PERCENTILES, Slo
-from ceiling.choices import BenchMode
+from ceiling.choices import BenchMode, DatasetFormat
 from ceiling.errors import CeilingError
 from ceiling.inputs import base_url, check_server_url
 
@@ -31,6 +32,14 @@ MAX_COUNT = 10_000_000
 MAX_CONCURRENCY = 100_000
 #: A week: a longer time is a typo (socket and event-loop timers overflow near 1e308 s).
 MAX_SECONDS = 7 * 86400.0
+#: Turns of one multi-turn session: beyond this the history outgrows any context anyway.
+MAX_TURNS = 1000
+
+
+def length_bounds(length: int, ratio: float) -> tuple[int, int]:
+    """The closed integer range lengths are drawn from: [floor(L (1 - r)), ceil(L (1 + r))],
+    at least 1 (``vllm bench serve``'s ``--random-range-ratio``)."""
+    return max(1, math.floor(length * (1 - ratio))), max(1, math.ceil(length * (1 + ratio)))
 
 
 class BenchConfig(BaseModel):
@@ -42,6 +51,14 @@ class BenchConfig(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_SEQ_TOKENS)
     input_len: int = Field(default=128, ge=1, le=MAX_SEQ_TOKENS)
     dataset: Path | None = None
+    dataset_format: DatasetFormat = "auto"
+    # synthetic workloads (ceiling.bench.workloads): lengths drawn per request within
+    # [L (1 - range), L (1 + range)]; the first prefix_len tokens shared by every request;
+    # sessions of `turns` requests that resend the growing history
+    input_range: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
+    output_range: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
+    prefix_len: int = Field(default=0, ge=0, le=MAX_SEQ_TOKENS)
+    turns: int = Field(default=1, ge=1, le=MAX_TURNS)
     # None: not given (the concurrency mode's default levels); given in another mode: refused
     concurrency: list[int] | None = None
     rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -86,6 +103,7 @@ class BenchConfig(BaseModel):
                 fix="e.g. --mode capacity --slo ttft:p99<=500ms,itl:p90<=50ms",
             )
         self._check_conflicts()
+        self._check_workload()
         if (
             self.mode == "concurrency"
             and self.concurrency is not None
@@ -97,8 +115,57 @@ class BenchConfig(BaseModel):
                 "--concurrency needs positive integers", fix="e.g. --concurrency 1,2,4,8"
             )
         if self.dataset is not None and not self.dataset.is_file():
-            raise CeilingError(f"dataset {self.dataset} not found", fix="pass a JSONL file")
+            raise CeilingError(
+                f"dataset {self.dataset} not found", fix="pass a JSONL or ShareGPT JSON file"
+            )
         return self
+
+    def _check_workload(self) -> None:
+        """Workload options that contradict each other are refused: each names what it
+        shapes, so a run never silently measures another workload than the one asked for."""
+        if self.dataset is not None:
+            given = {
+                "--input-range": self.input_range > 0,
+                "--output-range": self.output_range > 0,
+                "--prefix-len": self.prefix_len > 0,
+                "--turns": self.turns > 1,
+            }
+            for name, on in given.items():
+                if on:
+                    raise CeilingError(
+                        f"{name} conflicts with --dataset: it shapes synthetic prompts, and a "
+                        "dataset brings its own prompts and lengths",
+                        fix=f"drop {name}, or drop --dataset",
+                    )
+        elif self.dataset_format != "auto":
+            raise CeilingError(
+                f"--dataset-format {self.dataset_format} needs --dataset",
+                fix="add --dataset FILE, or drop --dataset-format",
+            )
+        if self.prefix_len and self.dataset is None:
+            shortest = length_bounds(self.input_len, self.input_range)[0]
+            if self.prefix_len >= shortest:
+                what = (
+                    f"--input-len {self.input_len}"
+                    if not self.input_range
+                    else f"the shortest prompt of --input-len {self.input_len} "
+                    f"--input-range {self.input_range:g} ({shortest} tokens)"
+                )
+                raise CeilingError(
+                    f"--prefix-len {self.prefix_len} is not shorter than {what}: the prompts "
+                    "would be all prefix, identical, and a prefix cache would serve them whole",
+                    fix=f"a --prefix-len below {shortest}, or a longer --input-len",
+                )
+        if self.turns > 1 and self.mode == "capacity":
+            raise CeilingError(
+                f"--turns {self.turns} conflicts with --mode capacity: its rates are requests "
+                "per second, and a session sends its turns one after another",
+                fix="run --mode rate --rate R --turns K (R sessions per second), or drop --turns",
+            )
+
+    def input_bounds(self) -> tuple[int, int]:
+        """Shortest and longest synthetic prompt (first turn) in tokens."""
+        return length_bounds(self.input_len, self.input_range)
 
     def _check_conflicts(self) -> None:
         """An option the mode would ignore is refused: a run that silently measured something

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from ceiling.bench.client import Client, RawStream
 from ceiling.bench.failures import context_overflow
 from ceiling.bench.metrics import RequestRecord, process
-from ceiling.bench.workloads import Prompt, request_body
+from ceiling.bench.workloads import Prompt, next_turn, request_body
 
 #: Consecutive connection failures after which we check whether the server is still there.
 DEAD_SERVER_STREAK = 3
@@ -103,6 +103,7 @@ class Sent:
     repeat: int
     max_tokens: int
     expected_tokens: int | None
+    turn: int | None = None  # 1.. within a multi-turn session (--turns)
 
     def record(self) -> RequestRecord:
         rec = process(
@@ -112,6 +113,7 @@ class Sent:
             prompt_tokens_expected=self.expected_tokens,
         )
         rec.repeat = self.repeat
+        rec.turn = self.turn
         return rec
 
 
@@ -228,6 +230,35 @@ async def send_one(
     return Sent(raw, index, repeat, max_t, prompt.expected_tokens)
 
 
+async def send_session(
+    state: LoadState,
+    options: RequestOptions,
+    first: tuple[bytes, int],
+    prompt: Prompt,
+    index: int,
+    repeat: int,
+    sent: list[Sent],
+) -> None:
+    """A multi-turn session: each turn is sent when the previous answer has come back, with
+    the history before it (``workloads.next_turn``). A failed turn ends its session: the next
+    one would resend a history the server never produced. Request indexes: ``index`` x turns
+    + turn - 1, so every turn of every session has its own."""
+    turns = 1 + len(prompt.followups or [])
+    body, max_t = first
+    current = prompt
+    for t in range(turns):
+        if t:
+            user = (prompt.followups or [])[t - 1]
+            last = sent[-1].raw
+            if last.status != 200 or last.error_kind is not None or state.stopped:
+                return
+            current = next_turn(current, last, user, options.chat)
+            body, max_t = body_for(current, options, state.ignore_eos)
+        one = await send_one(state, options.path, body, max_t, current, index * turns + t, repeat)
+        one.turn = t + 1
+        sent.append(one)
+
+
 @dataclass
 class DriveOutput:
     """What a share produced: finished requests and when (this host's clock, ns)."""
@@ -273,9 +304,13 @@ async def drive(
         j = k % n_prompts
         if k >= n_prompts and not share.reusable:
             reused = True
-        body, max_t = prepared[j]
         index = share.first_index + k * share.index_step
-        sent.append(await send_one(state, opts.path, body, max_t, share.prompts[j], index, rep))
+        prompt = share.prompts[j]
+        if prompt.followups:
+            await send_session(state, opts, prepared[j], prompt, index, rep, sent)
+        else:
+            body, max_t = prepared[j]
+            sent.append(await send_one(state, opts.path, body, max_t, prompt, index, rep))
         if on_done is not None:
             on_done()
 

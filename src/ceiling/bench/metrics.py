@@ -32,6 +32,7 @@ class RequestRecord(BaseModel):
 
     index: int
     repeat: int = 0
+    turn: int | None = None  # 1.. within a multi-turn session (--turns); None: no sessions
     t_send_s: float
     ok: bool
     error_kind: str | None = None
@@ -371,6 +372,15 @@ def summarize(
     out["usage_mismatches"] = sum(1 for r in ok if r.usage_mismatch)
     out["usage_missing"] = sum(1 for r in ok if r.usage_tokens is None)
     out["short_requests"] = sum(1 for r in ok if r.short)
+    # the server's own prompt count (usage) against the length the request was built to have
+    diffs = [
+        r.prompt_tokens - r.prompt_tokens_expected
+        for r in ok
+        if r.prompt_tokens is not None and r.prompt_tokens_expected is not None
+    ]
+    out["prompt_tokens_checked"] = len(diffs)
+    out["prompt_tokens_mismatches"] = sum(1 for d in diffs if d)
+    out["prompt_tokens_diff"] = [min(diffs), max(diffs)] if any(diffs) else None
     out["reasoning_chunks"] = sum(r.reasoning_chunks for r in ok)
     tput, span = steady_state(records, level) if steady else (0.0, 0.0)
     out["steady_state_output_throughput"] = tput if span > 0 else None

@@ -32,6 +32,7 @@ from ceiling.bench import capacity, server_metrics
 from ceiling.bench.assemble import Measurement, level_result, run_head, run_warnings
 from ceiling.bench.client import Client, RawStream
 from ceiling.bench.config import BenchConfig
+from ceiling.bench.dataset import Dataset, build_prompts, read_dataset
 from ceiling.bench.load import (
     LoadState,
     PromptPool,
@@ -46,16 +47,12 @@ from ceiling.bench.rayworkers import RayPool
 from ceiling.bench.results import CapacityResult, LevelResult, RunResult, save_result
 from ceiling.bench.telemetry import Telemetry
 from ceiling.bench.workers import ProcessPool, merge, plan_shares
-from ceiling.bench.workloads import Prompt, load_jsonl, synthetic_prompts
+from ceiling.bench.workloads import Prompt
 from ceiling.console import console, say
 from ceiling.inputs import check_out_file
 from ceiling.redact import redact
 
 __all__ = ["BenchConfig", "RunResult", "run_bench"]
-
-#: Prompt pool when the request count is open (``--duration``); reused cyclically beyond it.
-OPEN_POOL = 512
-
 
 #: Seconds between progress lines when stderr is not a terminal.
 HEARTBEAT_S = 5.0
@@ -115,7 +112,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> RunResult:
 
     ``cfg.out`` is checked before the first request: a path that cannot be written is an error
     in a second, not after the whole measurement."""
-    dataset = load_jsonl(cfg.dataset) if cfg.dataset is not None else None  # before a request
+    # before a request: a bad file fails in a second
+    dataset = read_dataset(cfg.dataset, cfg.dataset_format) if cfg.dataset is not None else None
     check_out_file(cfg.out, "--out")  # after the inputs: a bad one leaves no folder behind
     _raise_fd_limit(cfg)
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
@@ -177,9 +175,7 @@ class _Ctx:
     stamp_fallbacks: int = 0  # in worker processes (the driver's own client counts its own)
 
 
-async def _run(
-    cfg: BenchConfig, show_progress: bool, dataset: list[Prompt] | None = None
-) -> RunResult:
+async def _run(cfg: BenchConfig, show_progress: bool, dataset: Dataset | None = None) -> RunResult:
     started = datetime.now(UTC)
     async with Client(cfg.url, timeout_s=cfg.timeout, stall_s=cfg.stall_timeout) as client:
         model = await client.detect_model(cfg.model)
@@ -203,7 +199,9 @@ async def _run(
         previous = _install_handlers(state, loop)
         pool = None
         try:
-            prompts, len_source = await _prompts(cfg, client, model, dataset)
+            prompts, reusable, len_source = await build_prompts(
+                cfg, client, model, max_tokens, dataset
+            )
             pool = await _start_pool(cfg, client.base)
             if pool is not None:
                 state.on_stop.append(pool.stop)
@@ -215,7 +213,8 @@ async def _run(
             measurements: list[Measurement] = []
             found: tuple[list[LevelResult], CapacityResult] | None = None
             with _progress(show_progress) as prog:
-                ctx = _Ctx(cfg, client, model, path, prompts, state, prog, options, pool)
+                pool_ = PromptPool(prompts, reusable)
+                ctx = _Ctx(cfg, client, model, path, pool_, state, prog, options, pool)
                 beat = asyncio.ensure_future(_heartbeat(prog, show_progress))
                 try:
                     await _warmup(ctx)
@@ -271,13 +270,15 @@ def fit_default_max_tokens(
     want = cfg.effective_max_tokens
     if cfg.max_tokens is not None or served_ctx is None or cfg.dataset is not None:
         return want, None
-    room = served_ctx - cfg.input_len
+    longest = cfg.input_bounds()[1]
+    room = served_ctx - longest
     if room < 1 or want <= room:  # a prompt that does not fit is the overflow check's to name
         return want, None
     return room, (
         f"max_tokens clipped from the {cfg.mode} default {want} to {room}: the server serves "
         f"{served_ctx} tokens of context per request ({source}) and prompts are "
-        f"{cfg.input_len} tokens (pass --max-tokens to choose)"
+        f"{'up to ' if longest != cfg.input_len else ''}{longest} tokens (pass --max-tokens to "
+        "choose)"
     )
 
 
@@ -295,21 +296,6 @@ async def _start_pool(cfg: BenchConfig, url: str) -> Any:
         await pool.close()
         raise
     return pool
-
-
-async def _prompts(
-    cfg: BenchConfig, client: Client, model: str, dataset: list[Prompt] | None = None
-) -> tuple[PromptPool, str]:
-    if dataset is not None or cfg.dataset is not None:
-        loaded = dataset if dataset is not None else load_jsonl(cfg.dataset)  # type: ignore[arg-type]
-        return PromptPool(loaded, reusable=True), "dataset"
-    counts = [cfg.requests_for(lv) for lv in cfg.levels()]
-    if any(c is None for c in counts):
-        total = OPEN_POOL
-    else:
-        total = cfg.warmup + cfg.repeat * sum(c for c in counts if c is not None)
-    prompts, source = await synthetic_prompts(client, model, total, cfg.input_len, cfg.seed)
-    return PromptPool(prompts, reusable=False), source
 
 
 async def _send(ctx: _Ctx, prompt: Prompt, index: int, repeat: int) -> Sent:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ceiling.choices import BenchMode
+from ceiling.choices import BenchMode, DatasetFormat
 from ceiling.cli._vocab import renamed
 
 
@@ -59,7 +59,31 @@ def register(app: typer.Typer) -> None:
             128, "--input-len", help="Synthetic prompt length in tokens."
         ),
         dataset: Path = typer.Option(
-            None, "--dataset", dir_okay=False, help="JSONL prompts instead of synthetic."
+            None,
+            "--dataset",
+            dir_okay=False,
+            help="Prompts from a file (JSONL or ShareGPT JSON) instead of synthetic.",
+        ),
+        dataset_format: DatasetFormat = typer.Option(
+            "auto",
+            "--dataset-format",
+            help="How to read --dataset (auto: ShareGPT if a JSON list of conversations).",
+        ),
+        input_range: float = typer.Option(
+            0.0,
+            "--input-range",
+            help="Draw each prompt's length within input-len x [1-R, 1+R] (0 <= R < 1).",
+        ),
+        output_range: float = typer.Option(
+            0.0,
+            "--output-range",
+            help="Draw each request's max tokens within max-tokens x [1-R, 1+R].",
+        ),
+        prefix_len: int = typer.Option(
+            0, "--prefix-len", help="Tokens at the start of every prompt, shared (prefix cache)."
+        ),
+        turns: int = typer.Option(
+            1, "--turns", help="Requests per session, each resending the history (multi-turn)."
         ),
         concurrency: str = typer.Option(
             None, "--concurrency", help="Levels for --mode concurrency (default 1,2,4,8)."
@@ -176,6 +200,11 @@ def register(app: typer.Typer) -> None:
             max_tokens=max_tokens,
             input_len=input_len,
             dataset=dataset,
+            dataset_format=dataset_format,
+            input_range=input_range,
+            output_range=output_range,
+            prefix_len=prefix_len,
+            turns=turns,
             concurrency=_levels(concurrency),
             rate=rate,
             burstiness=burstiness,
