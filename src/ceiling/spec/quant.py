@@ -153,13 +153,24 @@ NAMED_FORMATS: dict[str, Callable[[], WeightFormat]] = {
 }
 
 
+# llama.cpp's file types a user can name (--engine llamacpp --weight-format): names only, kept
+# here so the CLI offers them without reading YAML at start-up; their mix rules are
+# data/predict/gguf_mixes.yaml (a test keeps the two lists equal).
+GGUF_MIXES: tuple[str, ...] = ("q4_k_m", "q5_k_m", "q6_k", "q8_0", "f16", "iq4_xs")
+
+
 def named_format(name: str) -> WeightFormat:
     try:
         return NAMED_FORMATS[name]()
     except KeyError:
+        gguf = name.lower() in GGUF_MIXES  # a llama.cpp file type asked of another engine
         raise CeilingError(
-            f"unknown weight format '{name}'",
-            fix="one of: native, " + ", ".join(NAMED_FORMATS),
+            f"{name} is a llama.cpp file type (GGUF): only --engine llamacpp reads it"
+            if gguf
+            else f"unknown weight format '{name}'",
+            fix="one of: native, "
+            + ", ".join(NAMED_FORMATS)
+            + ("; or --engine llamacpp" if gguf else ""),
         ) from None
 
 
