@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ceiling.errors import CeilingError
@@ -206,8 +207,13 @@ class NameMatcher:
 
     def __init__(self, patterns: list[str]) -> None:
         self.patterns = list(patterns)
+
+    @cached_property
+    def _rx(self) -> re.Pattern[str] | None:
+        # compiled at the first match, not at parse: a MIXED_PRECISION export lists thousands
+        # of module names, and a reader that only wants the formats (what-if) never matches
         body = "|".join(_pattern_regex(p) for p in self.patterns if p)
-        self._rx = re.compile(body) if body else None
+        return re.compile(body) if body else None
 
     def __call__(self, name: str) -> bool:
         return bool(self._rx and self._rx.match(name))
