@@ -143,13 +143,14 @@ def test_predict_help_lists_the_spec_methods_and_weight_formats(capsys):
     """Read from the one place each is defined: ``choices.SpecMethod`` (which PredictRequest
     validates against) and spec.quant's table of named formats (which predict resolves)."""
     from ceiling.predict.schema import PredictRequest
-    from ceiling.spec.quant import NAMED_FORMATS
+    from ceiling.spec.quant import GGUF_MIXES, NAMED_FORMATS
 
     assert PredictRequest.model_fields["spec"].annotation is SpecMethod
     assert main(["predict", "--help"]) == 0
     out = capsys.readouterr().out
     assert "[" + "|".join(values(SpecMethod)) + "]" in out
-    assert "[" + "|".join(NAMED_FORMATS) + "]" in out
+    # then llama.cpp's file types (--engine llamacpp): one option, one list
+    assert "[" + "|".join((*NAMED_FORMATS, *GGUF_MIXES)) + "]" in out
 
 
 def test_an_unknown_weight_format_is_refused_while_parsing(capsys):
@@ -223,9 +224,9 @@ def _complete(words: str) -> list[str]:
 
 
 def test_shells_complete_the_choices():
-    from ceiling.spec.quant import NAMED_FORMATS
+    from ceiling.spec.quant import GGUF_MIXES, NAMED_FORMATS
 
     assert _complete("ceiling predict --kv-dtype ") == list(values(KvDtype))
     assert _complete("ceiling predict --spec ") == list(values(SpecMethod))
     assert _complete("ceiling predict --weight-format int4") == ["int4-g32", "int4-g128"]
-    assert set(_complete("ceiling predict --weight-format ")) == set(NAMED_FORMATS)
+    assert set(_complete("ceiling predict --weight-format ")) == {*NAMED_FORMATS, *GGUF_MIXES}

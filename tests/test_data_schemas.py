@@ -20,6 +20,7 @@ from ceiling.errors import CeilingError
 from ceiling.predict.datafiles import Constants, KernelPriorsFile, KernelsFile
 from ceiling.predict.engine_options import TrtllmOptions
 from ceiling.predict.gguf import LlamaCppKernelsFile
+from ceiling.predict.gguf_mix import GgufMixesFile
 from ceiling.predict.interval import IntervalsFile
 from ceiling.predict.ladder import Ladder
 from ceiling.predict.specdec import SpecData
@@ -48,6 +49,7 @@ SCHEMAS: dict[str, tuple[type[BaseModel], tuple[str | int, ...]]] = {
     "data/predict/constants.yaml": (Constants, ("bound_op_us",)),
     "data/predict/engines.yaml": (EnginesFile, ("vllm", "host_ms")),
     "data/predict/evidence.yaml": (Ladder, ("table_check", "max_ratio")),
+    "data/predict/gguf_mixes.yaml": (GgufMixesFile, ("mixes", "q4_k_m", "default")),
     "data/predict/intervals.yaml": (IntervalsFile, ("levels", "table", "sigma")),
     "data/predict/kernel_priors.yaml": (
         KernelPriorsFile,

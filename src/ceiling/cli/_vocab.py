@@ -19,10 +19,11 @@ else:  # the engines ceiling can launch and read: from the adapters' registry (c
     from ceiling.engines import engine_names
 
     ServerEngine = Literal[tuple(engine_names())]
-    # the formats a user can name: spec.quant's table is the one list (stdlib-only import)
-    from ceiling.spec.quant import NAMED_FORMATS
+    # the formats a user can name: spec.quant's table is the one list (stdlib-only import),
+    # then llama.cpp's file types (--engine llamacpp; predict refuses each for the other engines)
+    from ceiling.spec.quant import GGUF_MIXES, NAMED_FORMATS
 
-    WeightFormatName = Literal[tuple(NAMED_FORMATS)]
+    WeightFormatName = Literal[(*NAMED_FORMATS, *GGUF_MIXES)]
 
 
 def deprecated(old: str, new: str) -> None:

@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field
 from ceiling.errors import CeilingError
 from ceiling.inputs import read_json
 from ceiling.predict.gguf import GgufInfo, GgufTensor, bits_per_weight, kernel_data, read_gguf
+from ceiling.predict.gguf_mix import mix_assumption, mix_info
 from ceiling.predict.ladder import ladder
 from ceiling.predict.llamacpp_fit import (
     MatvecFit,
@@ -52,6 +53,7 @@ from ceiling.predict.schema import (
     StepBlock,
     StepDetails,
 )
+from ceiling.spec.quant import GGUF_MIXES
 
 SCHEMA_VERSION = 1
 
@@ -426,8 +428,10 @@ def load_profile(path: str | Path) -> LlamaCppProfile:
 def needs_gguf() -> CeilingError:
     """The error of a llama.cpp prediction without a GGUF file."""
     return CeilingError(
-        "predict --engine llamacpp reads the weight types from a GGUF file",
-        fix="pass --gguf FILE.gguf (its header is read; no tensor data)",
+        "predict --engine llamacpp reads the weight types from a GGUF file, or from a "
+        "llama.cpp file type applied to a model config",
+        fix="pass --gguf FILE.gguf (its header is read; no tensor data), or --model NAME "
+        "--weight-format " + "|".join(GGUF_MIXES),
     )
 
 
@@ -438,8 +442,16 @@ def predict_llamacpp(req: PredictRequest) -> Prediction:
     from ceiling.predict.gguf import gguf_error, is_gguf
     from ceiling.spec.hardware import load_gpu
 
+    model: str | GgufInfo = req.model
     if not is_gguf(req.model):
-        raise gguf_error(req.model) or needs_gguf()
+        if not req.weight_format or req.model.endswith(".gguf"):  # a file asked for: why not
+            raise gguf_error(req.model) or needs_gguf()
+        model = mix_info(req.model, req.weight_format)
+    elif req.weight_format:  # the file's own types are the answer: a format would be ignored
+        raise CeilingError(
+            f"--weight-format {req.weight_format} with a GGUF file: the file's types are read",
+            fix="drop --weight-format, or pass --model NAME to price a mix without a file",
+        )
     if req.batch > 1 or req.tp * req.pp > 1:
         raise CeilingError(
             "predict --engine llamacpp predicts one stream on one GPU",
@@ -447,7 +459,10 @@ def predict_llamacpp(req: PredictRequest) -> Prediction:
         )
     gpu = load_gpu(req.gpu_name())
     prof = load_profile(req.profile) if req.profile else None
-    return predict_gguf(
-        req.model, gpu.name, gpu.mem_bw_GBps, req.context, req.cuda_graphs,
+    pred = predict_gguf(
+        model, gpu.name, gpu.mem_bw_GBps, req.context, req.cuda_graphs,
         req.flash_attention is not False, profile=prof, memory_GiB=gpu.memory_GiB, request=req,
     )  # fmt: skip
+    if isinstance(model, GgufInfo):
+        pred.assumptions.insert(1, mix_assumption(req.weight_format or ""))
+    return pred

@@ -7,6 +7,8 @@ uses ``expected`` (what the engine would deliver); each row also carries the var
 
 from __future__ import annotations
 
+import json
+from functools import cache
 from math import gcd
 
 from pydantic import BaseModel, ConfigDict
@@ -18,6 +20,8 @@ from ceiling.predict.specdec import mtp_layers, spec_data
 from ceiling.predict.validate import max_dcp
 from ceiling.spec.deployment import engines_table
 from ceiling.spec.hardware import list_links, load_gpu, load_link
+from ceiling.spec.model import catalog
+from ceiling.spec.quant import NAMED_FORMATS, parse_quant
 
 
 class Patch(BaseModel):
@@ -68,6 +72,58 @@ def _p2p_twin(link_name: str) -> str | None:
 
 def _format_bytes(req: PredictRequest, fmt: str) -> float:
     return float(load_spec(req.model, fmt).weight_bytes())
+
+
+# What each format's row says (issue 39): "fp8" alone is four formats with different scale
+# layouts and kernels (kernels.yaml keys them apart), so a row names the one it priced.
+# WeightFormat.name -> words; a shipped format without words here shows its bare name.
+FORMAT_WORDS = {
+    "fp8-block128x128": "FP8 block-128 (a scale per 128x128 block, DeepSeek-style checkpoints)",
+    "fp8-tensor": "FP8 per-tensor (ModelOpt FP8; also vLLM --quantization fp8 on the fly)",
+    "fp8-channel": "FP8 per-channel (compressed-tensors FP8-dynamic: activations on the fly)",
+    "nvfp4": "NVFP4 (e2m1, an fp8 scale per 16)",
+    "mxfp4": "MXFP4 (e2m1, an e8m0 scale per 32)",
+    "int4-g32": "INT4 group-32 (W4A16, bf16 scales)",
+    "int4-g128": "INT4 group-128 (W4A16, bf16 scales)",
+}
+
+
+@cache
+def shipped_formats() -> tuple[str, ...]:
+    """The --weight-format names of every quantized format the catalog's checkpoints ship
+    (parse_quant over data/models, hf_quant_config.json included): each gets a what-if row."""
+    by_name = {make().name: key for key, make in NAMED_FORMATS.items()}
+    found: dict[str, None] = {}
+    for path in catalog().values():
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+        hf = path.parent / "hf_quant_config.json" if path.name == "config.json" else None
+        hf_quant = json.loads(hf.read_text(encoding="utf-8")) if hf and hf.is_file() else None
+        qc = text.get("quantization_config") or raw.get("quantization_config")
+        for _, fmt in parse_quant(qc, "bfloat16", hf_quant).rules:
+            found[by_name.get(fmt.name, fmt.name)] = None
+    return tuple(found)
+
+
+def _format_variants(req: PredictRequest, pred: Prediction) -> list[Knob]:
+    """One row per shipped format, named exactly: those no larger than today's weights (a
+    format of the same width with another scale layout is worth a row: its kernel differs)."""
+    out: list[Knob] = []
+    words = {make().name: key for key, make in NAMED_FORMATS.items()}
+    current = req.weight_format or "native"
+    for key in shipped_formats():
+        if key == current or key not in NAMED_FORMATS:
+            continue  # a format no --weight-format names cannot be patched in
+        if _format_bytes(req, key) > 1.01 * pred.model.weight_bytes:
+            continue  # bigger weights: never a what-if worth showing
+        name = next(n for n, k in words.items() if k == key)
+        if name in load_spec(req.model, req.weight_format).formats():
+            continue  # the checkpoint already stores its linears so
+        label = FORMAT_WORDS.get(name, name)
+        out.append(
+            _knob(f"all linear weights {label}", f"--weight-format {key}", weight_format=key)
+        )
+    return out
 
 
 def _knob(change: str, note: str = "", **patch: object) -> Knob:
@@ -130,11 +186,7 @@ def _variants(req: PredictRequest, pred: Prediction) -> list[Knob]:
         out.append(_knob(f"EP={req.tp} for experts (instead of TP-sharded experts)", ep=req.tp))
     if is_moe and req.ep > 1:
         out.append(_knob("TP-sharded experts (EP=1)", ep=1))
-    current = req.weight_format or "native"
-    for f in ("fp8", "nvfp4" if "fp4" in gpu.tflops else "int4-g128"):
-        # only formats that shrink the weights: a bigger format is never a what-if worth showing
-        if f != current and _format_bytes(req, f) < pred.model.weight_bytes:
-            out.append(_knob(f"all linear weights {f}", weight_format=f))
+    out += _format_variants(req, pred)
     if req.kv_dtype in ("auto", "bf16", "fp16"):
         out.append(_knob("KV cache fp8", kv_dtype="fp8"))
     out += _dcp_variants(req, pred)

@@ -78,6 +78,8 @@ class ModelSpec:
     moe_intermediate: int = 0
     mla: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # lm_head shares the embedding (tie_word_embeddings): a GGUF then has no output.weight
+    tied_embeddings: bool = False
 
     # ---------------------------------------------------------------- derived totals
     @property

@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ceiling.errors import CeilingError
@@ -153,13 +154,24 @@ NAMED_FORMATS: dict[str, Callable[[], WeightFormat]] = {
 }
 
 
+# llama.cpp's file types a user can name (--engine llamacpp --weight-format): names only, kept
+# here so the CLI offers them without reading YAML at start-up; their mix rules are
+# data/predict/gguf_mixes.yaml (a test keeps the two lists equal).
+GGUF_MIXES: tuple[str, ...] = ("q4_k_m", "q5_k_m", "q6_k", "q8_0", "f16", "iq4_xs")
+
+
 def named_format(name: str) -> WeightFormat:
     try:
         return NAMED_FORMATS[name]()
     except KeyError:
+        gguf = name.lower() in GGUF_MIXES  # a llama.cpp file type asked of another engine
         raise CeilingError(
-            f"unknown weight format '{name}'",
-            fix="one of: native, " + ", ".join(NAMED_FORMATS),
+            f"{name} is a llama.cpp file type (GGUF): only --engine llamacpp reads it"
+            if gguf
+            else f"unknown weight format '{name}'",
+            fix="one of: native, "
+            + ", ".join(NAMED_FORMATS)
+            + ("; or --engine llamacpp" if gguf else ""),
         ) from None
 
 
@@ -195,8 +207,13 @@ class NameMatcher:
 
     def __init__(self, patterns: list[str]) -> None:
         self.patterns = list(patterns)
+
+    @cached_property
+    def _rx(self) -> re.Pattern[str] | None:
+        # compiled at the first match, not at parse: a MIXED_PRECISION export lists thousands
+        # of module names, and a reader that only wants the formats (what-if) never matches
         body = "|".join(_pattern_regex(p) for p in self.patterns if p)
-        self._rx = re.compile(body) if body else None
+        return re.compile(body) if body else None
 
     def __call__(self, name: str) -> bool:
         return bool(self._rx and self._rx.match(name))

@@ -155,4 +155,5 @@ def build_model(
         moe_intermediate=c.moe_inter,
         mla=c.mla,
         notes=notes,
+        tied_embeddings=tied,
     )
