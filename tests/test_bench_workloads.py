@@ -236,13 +236,52 @@ def test_turns_are_the_seeds() -> None:
 # -- the server's counts -------------------------------------------------------------------------
 
 
-def test_prompt_tokens_come_from_usage_and_mismatches_are_reported() -> None:
+def _prompt_len_warnings(res: Any) -> list[str]:
+    return [w for w in res.warnings if "another prompt length than intended" in w]
+
+
+def test_prompt_tokens_come_from_usage_and_a_constant_offset_is_a_note() -> None:
     res, _ = _run(
         Plan(ttft_s=0.001, itl_s=0.0005, prompt_tokens_offset=2), input_len=10, requests=3
     )
     assert res.total_input_tokens == 3 * 12  # the server's count, not the intended 10
-    said = [w for w in res.warnings if "another prompt length than intended" in w]
-    assert len(said) == 1 and "3 of 3 requests" in said[0] and "+2 tokens" in said[0]
+    assert _prompt_len_warnings(res) == []  # the server's framing (a BOS token, a template)
+    assert res.prompt_tokens_offset == 2
+    said = [n for n in res.notes if "+2 tokens" in n]
+    assert len(said) == 1 and "every prompt" in said[0]
+
+
+def test_a_constant_offset_over_several_levels_is_said_once() -> None:
+    res, _ = _run(
+        Plan(ttft_s=0.001, itl_s=0.0005, prompt_tokens_offset=1),
+        input_len=10,
+        requests=2,
+        mode="concurrency",
+        concurrency=[1, 2],
+    )
+    assert [lv.prompt_tokens_offset for lv in res.levels] == [1, 1]
+    assert _prompt_len_warnings(res) == [] and len(res.notes) == 1
+
+
+def test_a_varying_prompt_length_difference_is_warned() -> None:
+    def plan(i: int, _body: dict[str, Any]) -> Plan:
+        return Plan(ttft_s=0.001, itl_s=0.0005, prompt_tokens_offset=1 + i % 2)
+
+    res, _ = _run(plan, input_len=10, requests=3)  # type: ignore[arg-type]
+    said = _prompt_len_warnings(res)
+    assert len(said) == 1 and "3 of 3 requests" in said[0] and "+1 to +2 tokens" in said[0]
+    assert res.prompt_tokens_offset is None and res.notes == []
+
+
+def test_a_bos_like_offset_with_turns_is_no_warning() -> None:
+    # A first turn counts the framing once more than intended; a later turn's intended length
+    # already holds the server's count of its history (framing included): two constants.
+    res, _ = _run(
+        Plan(ttft_s=0.001, itl_s=0.0005, prompt_tokens_offset=1), input_len=5, turns=3, requests=2
+    )
+    assert res.completed == 6
+    assert _prompt_len_warnings(res) == []
+    assert res.prompt_tokens_offset == 1 and res.later_turn_tokens_offset == 0
 
 
 # -- conflicts -----------------------------------------------------------------------------------

@@ -88,3 +88,12 @@ def test_server_overhead_keeps_its_sign():
     result = load_result(RUNTIME / "default_conc.json")
     text = _printed(render_result, result)
     assert "+-" not in text and "(-1.47)" in " ".join(text.split())
+
+
+def test_a_note_is_printed_as_a_note_not_a_warning():
+    result = load_result(RUNTIME / "default_conc.json")
+    result.notes = ["the server counted every prompt +1 tokens against the intended length"]
+    result.warnings = []
+    text = _printed(render_result, result)
+    assert "note: the server counted every prompt +1 tokens" in text
+    assert "warning" not in text

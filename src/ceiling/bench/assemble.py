@@ -153,6 +153,33 @@ def _prompt_len_warning(extra: dict[str, Any]) -> str:
     )
 
 
+def run_notes(levels: list[LevelResult]) -> list[str]:
+    """What a run states without warning: a constant difference between the server's prompt
+    count and the intended length (its framing: a BOS token, a chat template), said once."""
+    out: list[str] = []
+    for lv in levels:
+        extra = lv.model_extra or {}
+        if extra.get("prompt_tokens_varied", True):
+            continue
+        first, later = extra.get("prompt_tokens_offset"), extra.get("later_turn_tokens_offset")
+        parts = []
+        if first:
+            parts.append(f"every prompt {first:+d} tokens")
+        if later:
+            parts.append(f"every later turn of a session {later:+d} tokens")
+        if not parts:
+            continue
+        note = (
+            f"the server counted {' and '.join(parts)} against the intended length, a constant: "
+            "its own framing (a BOS token it adds, a chat template), recorded as "
+            "prompt_tokens_offset (later_turn_tokens_offset); total_input_tokens holds the "
+            "server's counts"
+        )
+        if note not in out:
+            out.append(note)
+    return out
+
+
 def run_warnings(
     levels: list[LevelResult],
     lag_ms: dict[str, float | None],
@@ -183,7 +210,7 @@ def run_warnings(
             )
         if lv.failed:
             out.append(tag + failed_warning(lv.failed, lv.errors, lv.error_messages))
-        if extra.get("prompt_tokens_mismatches"):
+        if extra.get("prompt_tokens_mismatches") and extra.get("prompt_tokens_varied", True):
             out.append(tag + _prompt_len_warning(extra))
     for lv in levels:
         burst = (lv.model_extra or {}).get("burst_chunk_share")

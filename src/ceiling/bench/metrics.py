@@ -372,17 +372,41 @@ def summarize(
     out["usage_mismatches"] = sum(1 for r in ok if r.usage_mismatch)
     out["usage_missing"] = sum(1 for r in ok if r.usage_tokens is None)
     out["short_requests"] = sum(1 for r in ok if r.short)
-    # the server's own prompt count (usage) against the length the request was built to have
-    diffs = [
-        r.prompt_tokens - r.prompt_tokens_expected
-        for r in ok
-        if r.prompt_tokens is not None and r.prompt_tokens_expected is not None
-    ]
-    out["prompt_tokens_checked"] = len(diffs)
-    out["prompt_tokens_mismatches"] = sum(1 for d in diffs if d)
-    out["prompt_tokens_diff"] = [min(diffs), max(diffs)] if any(diffs) else None
+    out.update(prompt_offsets(ok))
     out["reasoning_chunks"] = sum(r.reasoning_chunks for r in ok)
     tput, span = steady_state(records, level) if steady else (0.0, 0.0)
     out["steady_state_output_throughput"] = tput if span > 0 else None
     out["steady_state_duration"] = span
     return out
+
+
+def _constant(diffs: list[int]) -> int | None:
+    """The one value of ``diffs`` when they are all equal (None: none, or they vary)."""
+    return diffs[0] if diffs and len(set(diffs)) == 1 else None
+
+
+def prompt_offsets(ok: list[RequestRecord]) -> dict[str, Any]:
+    """The server's own prompt count (usage) against the length each request was built to have.
+
+    A constant difference is the server's framing (a BOS token it adds, a chat template), kept as
+    ``prompt_tokens_offset``; a later turn of a session (``--turns``) has its own constant, as its
+    intended length already holds the server's count of its history (framing included):
+    ``later_turn_tokens_offset``. ``prompt_tokens_varied``: the differences are not constant
+    within those two groups (a re-tokenized history or text), which a run warns about."""
+    firsts: list[int] = []
+    laters: list[int] = []
+    for r in ok:
+        if r.prompt_tokens is not None and r.prompt_tokens_expected is not None:
+            group = laters if (r.turn or 1) > 1 else firsts
+            group.append(r.prompt_tokens - r.prompt_tokens_expected)
+    diffs = firsts + laters
+    first, later = _constant(firsts), _constant(laters)
+    return {
+        "prompt_tokens_checked": len(diffs),
+        "prompt_tokens_mismatches": sum(1 for d in diffs if d),
+        "prompt_tokens_diff": [min(diffs), max(diffs)] if any(diffs) else None,
+        "prompt_tokens_offset": first,
+        "later_turn_tokens_offset": later,
+        "prompt_tokens_varied": (bool(firsts) and first is None)
+        or (bool(laters) and later is None),
+    }

@@ -204,6 +204,9 @@ class RunResult(LevelResult):
     interrupted: bool = False  # partial because of Ctrl-C/SIGTERM (CLI exit code 130)
     cancelled_in_flight: int = 0
     warnings: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(
+        default_factory=list, description="what the run states without warning (said once)"
+    )
     loop_lag_ms: dict[str, float | None] = Field(default_factory=dict)
     telemetry: dict[str, Any] | None = None
     workers: list[WorkerInfo] = Field(default_factory=list)

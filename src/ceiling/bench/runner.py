@@ -29,7 +29,13 @@ from rich.progress import (
 
 from ceiling import __version__, interrupts
 from ceiling.bench import capacity, server_metrics
-from ceiling.bench.assemble import Measurement, level_result, run_head, run_warnings
+from ceiling.bench.assemble import (
+    Measurement,
+    level_result,
+    run_head,
+    run_notes,
+    run_warnings,
+)
 from ceiling.bench.client import Client, RawStream
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.dataset import Dataset, build_prompts, read_dataset
@@ -446,6 +452,7 @@ def _assemble(
         capacity=found[1] if found is not None else None,
     )
     reused = ctx.prompts.reused or ctx.prompts_reused
+    result.notes = run_notes(levels)
     result.warnings = ctx.state.notes + run_warnings(
         levels,
         lag_ms,

@@ -103,6 +103,8 @@ def render_result(result: RunResult, console: Console, path: str | None = None) 
     lag = result.loop_lag_ms
     if lag.get("p99") is not None:
         console.print(f"client loop lag: mean {lag['mean']:.3f} ms, p99 {lag['p99']:.3f} ms")
+    for n in result.notes:
+        console.print(f"note: {escape(n)}")
     for w in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(w)}")
     if path:
