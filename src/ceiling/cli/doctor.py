@@ -85,7 +85,9 @@ def doctor(
         "--accept-broken-output",
         metavar="REASON",
         help="Measure even if the sanity gate calls the output broken (the gate still runs; "
-        "its verdict and REASON go into the report), e.g. 'random weights: kernel timing only'.",
+        "its verdict and REASON go into the report), e.g. 'random weights: kernel timing only'. "
+        "A server told to load random weights (--load-format dummy, in the variant or its log) "
+        "needs none: the doctor says so itself.",
     ),
     max_failed_pct: float = typer.Option(
         5.0, "--max-failed-pct", help="Above this share of failed requests (%): no verdict."

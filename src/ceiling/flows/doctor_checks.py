@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.failures import OVERFLOW_FIX, failure_statement
@@ -156,33 +157,32 @@ def bench_config(
 ) -> BenchConfig:
     """The bench a doctor stage runs (``mode``: single stream, or the concurrency sweep;
     ``model`` None: the server's first, as bench finds it)."""
+    # what every doctor bench shares; the doctor samples telemetry itself and keeps the series
+    common: dict[str, Any] = {
+        "url": url,
+        "model": model,
+        "input_len": cfg.input_len,
+        "save_detailed": True,
+        "out": out,
+        "stall_timeout": cfg.stall_timeout_s,
+    }
     if mode == "single":
         return BenchConfig(
-            url=url,
-            model=model,
+            **common,
             mode="single",
             max_tokens=cfg.max_tokens,
-            input_len=cfg.input_len,
             repeat=cfg.repeat,
             warmup=cfg.warmup,
-            telemetry=False,  # the doctor samples itself and keeps the series
-            save_detailed=True,
-            out=out,
-            stall_timeout=cfg.stall_timeout_s,
+            telemetry=False,
         )
     return BenchConfig(
-        url=url,
-        model=model,
+        **common,
         mode="concurrency",
         concurrency=cfg.concurrency,
         max_tokens=cfg.concurrency_max_tokens,
-        input_len=cfg.input_len,
         requests=cfg.concurrency_requests,
         repeat=1,
         warmup=0,
-        save_detailed=True,
-        out=out,
-        stall_timeout=cfg.stall_timeout_s,
     )
 
 
