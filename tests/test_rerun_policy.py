@@ -5,6 +5,7 @@ modules use, and reads how often its test ran."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,11 @@ def test_the_truth_modules_rerun_only_on_box_too_noisy():
 
 def test_cpu_times_read_the_box():
     before = CpuTimes.now()
-    sum(i * i for i in range(200_000))  # some CPU time of our own
+    # CPU time of our own until the box's busy counter moves (it counts in ticks: a short loop
+    # can finish inside one); 10 s at most, far past any tick
+    deadline = time.monotonic() + 10.0
+    while CpuTimes.now().busy == before.busy and time.monotonic() < deadline:
+        sum(i * i for i in range(50_000))
     share = CpuTimes.now().busy_share_since(before)
     assert 0.0 < share <= 1.0
     assert before.busy_share_since(before) == 0.0  # no time passed: nothing to divide

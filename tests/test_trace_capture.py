@@ -16,7 +16,9 @@ import pytest
 
 from ceiling.engines import get_engine
 from ceiling.trace import read_trace, split
-from ceiling.trace.capture import base_time_s, capture_window, stream_itl
+from ceiling.trace.capture import WARM_TOKENS, _compare, base_time_s, capture_window, stream_itl
+from ceiling.trace.engine_itl import counted_steps, engine_itl, widest_inside
+from ceiling.trace.schema import TraceCapture
 from http_stub import serve
 
 FIX = Path(__file__).parent / "fixtures" / "trace"
@@ -68,6 +70,109 @@ def test_stream_itl_counts_gaps_inside_the_span() -> None:
     assert gaps == 5
     assert ms == pytest.approx((0.015 + 0.012) / 5 * 1e3)
     assert stream_itl([[0.5]], (0.0, 1.0)) == (None, 0)
+
+
+def _itl_scrape(count: float, seconds: float) -> str:
+    return (
+        "# TYPE vllm:inter_token_latency_seconds histogram\n"
+        f'vllm:inter_token_latency_seconds_count{{model_name="m"}} {count}\n'
+        f'vllm:inter_token_latency_seconds_sum{{model_name="m"}} {seconds}\n'
+    )
+
+
+def test_the_server_s_token_count_names_the_steps_it_timed() -> None:
+    """Two streams armed at WARM_TOKENS steps: at the first scrape the server had counted 12
+    tokens per stream (11 ITLs each), at the second 40 (one stream a token behind): the tokens
+    13..40 were made by engine steps 12..39, the window's steps 4..31 (rounded outwards)."""
+    res = TraceCapture(url="http://x", engine="vllm", label="c2", streams=2, steps_asked=64)
+    zero, first, second = _itl_scrape(0, 0), _itl_scrape(22, 0.05), _itl_scrape(77, 0.2)
+    res.engine_itl_ms = 2.5
+    counted_steps(res, zero, first, second, WARM_TOKENS)
+    assert res.engine_itl_steps == [12 - WARM_TOKENS, 39 - WARM_TOKENS]
+    # no ITL histogram, or a scrape missing: nothing claimed
+    for missing in (None, "other_metric 1\n"):
+        res.engine_itl_steps = None
+        counted_steps(res, zero, first, missing, WARM_TOKENS)
+        assert res.engine_itl_steps is None
+
+
+def test_the_widest_pair_of_scrapes_inside_the_window_is_compared() -> None:
+    """97 engine steps recorded from step WARM_TOKENS (8), two streams: scrapes that counted
+    (per stream) 5 ITLs (before the window), 12, 60, 90 (inside: window steps 4..82) and
+    8 + 97 (past it) give the pair 12 -> 90; the server's count, not the scrape times."""
+    zero = _itl_scrape(0, 0)
+    counts = [5, 12, 60, 90, WARM_TOKENS + 97]
+    scrapes = [(float(i), _itl_scrape(2 * n, 0.01 * n)) for i, n in enumerate(counts)]
+    assert widest_inside(zero, scrapes, 2, 97, WARM_TOKENS) == (scrapes[1], scrapes[3])
+    # fewer than two inside (or no histogram, or none at all): the first and the last, whose
+    # comparison is then left out with a note
+    assert widest_inside(zero, [scrapes[0], scrapes[2], scrapes[4]], 2, 97, WARM_TOKENS) == (
+        scrapes[0],
+        scrapes[4],
+    )
+    assert widest_inside(None, scrapes, 2, 97, WARM_TOKENS) == (scrapes[0], scrapes[4])
+    assert widest_inside(zero, [], 2, 97, WARM_TOKENS) == ((0.0, None), (0.0, None))
+
+
+def test_the_engine_itl_is_per_token_when_the_server_merged_outputs() -> None:
+    """A server behind its engine gets several tokens in one output and observes one ITL for
+    them (seen on a loaded box: a histogram mean 16 steps long): the mean is the histogram's
+    sum over the tokens generated, from vLLM's counter."""
+    first = _itl_scrape(100, 0.25) + "vllm:generation_tokens_total 110\n"
+    second = _itl_scrape(106, 0.49) + "vllm:generation_tokens_total 206\n"
+    res = TraceCapture(url="http://x", engine="vllm", label="c2", streams=2, steps_asked=64)
+    engine_itl(res, first, second, 1.0, 2.0)
+    assert res.engine_itl_ms == pytest.approx(240 / 96) and res.engine_itl_count == 96
+    # without the counter: the histogram's own mean
+    res = TraceCapture(url="http://x", engine="vllm", label="c2", streams=2, steps_asked=64)
+    engine_itl(res, _itl_scrape(100, 0.25), _itl_scrape(196, 0.49), 1.0, 2.0)
+    assert res.engine_itl_ms == pytest.approx(2.5) and res.engine_itl_count == 96
+
+
+def test_a_stall_counted_inside_the_span_moves_the_first_scrape_past_it() -> None:
+    """Two streams steps apart put the profiler's start stall (an 8 s ITL) inside the window
+    by their mean count: the interval that holds it is dropped, not averaged in."""
+    zero = _itl_scrape(0, 0)
+    # per stream 20, 40, 60, 80 ITLs; 8 s between the first two scrapes, 2.5 ms a token after
+    sums = [0.05, 8.1, 8.2, 8.3]
+    scrapes = [
+        (float(i), _itl_scrape(2 * n, s))
+        for i, (n, s) in enumerate(zip([20, 40, 60, 80], sums, strict=True))
+    ]
+    assert widest_inside(zero, scrapes, 2, 97, WARM_TOKENS) == (scrapes[1], scrapes[3])
+    # steady throughout: the widest pair
+    steady = [
+        (float(i), _itl_scrape(2 * n, 0.0025 * 2 * n)) for i, n in enumerate([20, 40, 60, 80])
+    ]
+    assert widest_inside(zero, steady, 2, 97, WARM_TOKENS) == (steady[0], steady[3])
+
+
+def _with_split(**kw) -> TraceCapture:
+    res = TraceCapture(url="http://x", engine="vllm", label="single", streams=1, steps_asked=10,
+                       split=split([read_trace(VLLM_CPU)], "vllm"), **kw)  # fmt: skip
+    return res
+
+
+def test_steps_inside_the_recording_are_compared_whatever_the_scrape_times() -> None:
+    """A server that trailed its engine scraped after the recording ended, but the tokens it
+    counted were made inside it: compared over exactly those steps."""
+    res = _with_split(engine_itl_ms=1.0, engine_itl_count=6, engine_itl_steps=[2, 7],
+                      engine_itl_span_s=[1e9, 2e9])  # fmt: skip
+    _compare(res, VLLM_CPU, [])
+    steps = res.split.per_step[2:8]
+    want = sum(st.ms for st in steps) / len(steps)
+    assert res.trace_step_in_span_ms == pytest.approx(want)
+    assert res.step_vs_engine_pct == pytest.approx((want - 1.0) / 1.0 * 100, abs=0.01)
+    assert not any("partly outside" in n for n in res.notes)
+
+
+@pytest.mark.parametrize("steps", [[0, 6], [2, 9], [5, 6]])
+def test_steps_outside_the_recording_are_left_out_with_a_note(steps: list[int]) -> None:
+    """A first step before the window (or on its edge), a last one past it, or too few."""
+    res = _with_split(engine_itl_ms=1.0, engine_itl_count=6, engine_itl_steps=steps)
+    _compare(res, VLLM_CPU, [])
+    assert res.engine_itl_ms is None and res.step_vs_engine_pct is None
+    assert any("partly outside" in n and f"{steps[0]}..{steps[1]}" in n for n in res.notes)
 
 
 def test_an_engine_without_a_profiler_is_told_not_raised(tmp_path: Path) -> None:

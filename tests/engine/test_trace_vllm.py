@@ -45,9 +45,10 @@ def test_doctor_trace_records_real_windows_and_judges_by_them(tiny_model_dir, tm
             telemetry=False,
             measure_cpu=False,
             trace=True,
-            # 96 steps: the engine-ITL comparison spans ~45 of them between its two scrapes; over
-            # 32 (~13 in the span) one 2x step falling in or out of the span moved it ~7 %
-            trace_steps=96,
+            # 256 steps (~0.6 s): the server's count runs up to ~190 steps ahead of the streams'
+            # on this box, and the comparison needs two scrapes whose tokens the recording made
+            # (trace/engine_itl.py); over 32 steps one 2x step moved it ~7 %
+            trace_steps=256,
             out_dir=str(tmp_path),
             progress=False,
         ),

