@@ -99,7 +99,9 @@ def test_members_of_a_dead_leader_need_the_token(state_dir, capsys, tmp_path):
             rc, out, err = _stop(capsys)
             time.sleep(0.3)
             alive = guard.start_time(child) is not None and guard.group_members(lead.pid)
-            assert bool(alive) == survives, (token, env_token, out, err)
+            # the refusal's reason alone (the whole JSON is cut short in pytest's message)
+            why = [r.get("why") or r for r in json.loads(out or "{}").get("refused", [])]
+            assert bool(alive) == survives, (token, env_token, why, err[-300:])
             assert rc == (1 if survives else 0)
         finally:
             with contextlib.suppress(ProcessLookupError):
