@@ -23,6 +23,9 @@ too (the team's ``import_cycles.py`` counts the same way). Rules (issue 14):
   through ``spec._data``) is not counted: those are the one place each of them happens;
 - what the diagnosis reads of an engine (log grammars, fixes, streaming) is data
   (``ceiling.engines.diagnosis_data``): no pure module reaches an engine adapter;
+- one way to talk to a server (issue 40): no package but ``ceiling.bench`` imports the bench's
+  client modules (:data:`BENCH_CLIENT`); the server's nouns and the calls that are no timed
+  stream come from ``ceiling.server``;
 - the package never imports nor names in code a path under ``experiments/`` (issue 40: a pip
   install has no experiments; docstrings and comments may cite them as provenance).
 
@@ -63,7 +66,6 @@ IO_MODULES = (
     "ceiling.bench.rayworkers",
     "ceiling.bench.load",
     "ceiling.bench.telemetry",
-    "ceiling.bench.served",
     "ceiling.server.policy",
     "ceiling.server.sync",
     "ceiling.server.aio",
@@ -87,6 +89,9 @@ IO_MODULES = (
     "ceiling.deploy",
     *TOP,
 )
+#: The bench's own HTTP client: only ``ceiling.bench`` imports it (``bench.served``, the
+#: ``/v1/models`` wrapper other packages imported, is gone: ``ceiling.server.sync``).
+BENCH_CLIENT = ("ceiling.bench.client", "ceiling.bench.served")
 #: Standard-library modules that talk to processes or the network.
 IO_STDLIB = ("subprocess", "socket", "http", "urllib.request", "asyncio", "multiprocessing")
 #: Third-party libraries that talk to the network, to processes or to the hardware.
@@ -362,6 +367,21 @@ def test_the_diagnosis_reads_engines_as_data_never_through_an_adapter(graph):
         if mod in ADAPTER_MODULES
     }
     assert not reached, f"a pure module reaches an engine adapter:\n  {_fmt(reached)}"
+
+
+def test_only_the_bench_imports_the_bench_client(graph):
+    """Server nouns (``ServedModel``) and ``/v1/models`` come from ``ceiling.server``: other
+    packages used to import them through ``bench.served`` (issue 40: bench had become the client
+    package in all but name)."""
+    outside = {
+        f"{a} imports {b}"
+        for a, targets in graph.items()
+        if not _within(a, "ceiling.bench")
+        for b in targets
+        if any(_within(b, m) for m in BENCH_CLIENT)
+    }
+    assert not outside, f"import the server's nouns/calls from ceiling.server:\n  {_fmt(outside)}"
+    assert "ceiling.bench.client" in graph["ceiling.bench.runner"]  # the rule sees bench's own
 
 
 def test_the_package_never_imports_nor_names_experiments():
