@@ -4,12 +4,18 @@ It records every request that reached it (the absolute URL in the request line, 
 and forwards it to ``127.0.0.1`` at the URL's port, whatever the host name: a "remote" host
 (``http://remote.test:PORT``) that no DNS knows reaches the local stub server only through
 this proxy, so a request that arrives proves the client went through the proxy.
+
+``CONNECT host:PORT`` (how a client reaches an ``https://`` URL through a proxy) is answered with
+a tunnel to ``127.0.0.1:PORT``: the proxy records the request and then only relays bytes, so
+the TLS handshake is the client's with the server behind it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import select
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -55,6 +61,30 @@ class _Forward(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     do_GET = do_POST = _forward
+
+    def do_CONNECT(self) -> None:
+        self.log.seen.append((self.command, self.path, dict(self.headers)))
+        port = int(self.path.rpartition(":")[2])
+        try:
+            upstream = socket.create_connection(("127.0.0.1", port), timeout=30)
+        except OSError:
+            self.send_error(502)
+            return
+        self.send_response(200, "Connection established")
+        self.end_headers()
+        self.wfile.flush()
+        ends = [self.connection, upstream]
+        with upstream:
+            while True:
+                ready, _, _ = select.select(ends, [], [], 30)
+                if not ready:
+                    break
+                for end in ready:
+                    data = end.recv(65536)
+                    if not data:
+                        return
+                    (upstream if end is self.connection else self.connection).sendall(data)
+        self.close_connection = True
 
     def log_message(self, *args: object) -> None:
         pass

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from ceiling.bench.served import ServedModel
 from ceiling.diagnose.expect import GgufFile, expect, is_llamacpp, llamacpp_request
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Target
@@ -24,6 +23,7 @@ from ceiling.flows.target import engine_of, server_props
 from ceiling.predict.gguf import read_gguf
 from ceiling.predict.llamacpp import predict_gguf, weights_read
 from ceiling.predict.llamacpp_cpu import NO_CPU_MODEL
+from ceiling.server.schema import ServedModel
 from ceiling.spec.hardware import CpuHardware, GpuHardware, load_gpu
 from http_stub import serve
 

@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from ceiling.bench.config import BenchConfig
-from ceiling.bench.served import ServedModel
 from ceiling.cli import app, main
 from ceiling.diagnose.expect import expect
 from ceiling.diagnose.facts import EngineFacts
@@ -29,6 +28,7 @@ from ceiling.flows.doctor_checks import bench_config, reproduce
 from ceiling.flows.hardware import describe_hardware, find_model_dir
 from ceiling.flows.setup_seen import is_local, seen_of_server, shape_of, stated_setup
 from ceiling.predict.api import PredictRequest, predict
+from ceiling.server.schema import ServedModel
 from ceiling.spec.hardware import GpuHardware, load_gpu
 from gpu_box import gpu_box, use_gpu_box
 from http_stub import serve

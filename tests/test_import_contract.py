@@ -21,6 +21,11 @@ too (the team's ``import_cycles.py`` counts the same way). Rules (issue 14):
   a process (:data:`IO_MODULES`, or a module importing :data:`IO_STDLIB` / :data:`IO_THIRD_PARTY`).
   Reading and writing the user's files (``ceiling.inputs``, ``ceiling.outputs``, the packaged data
   through ``spec._data``) is not counted: those are the one place each of them happens;
+- what the diagnosis reads of an engine (log grammars, fixes, streaming) is data
+  (``ceiling.engines.diagnosis_data``): no pure module reaches an engine adapter;
+- one way to talk to a server (issue 40): no package but ``ceiling.bench`` imports the bench's
+  client modules (:data:`BENCH_CLIENT`); the server's nouns and the calls that are no timed
+  stream come from ``ceiling.server``;
 - the package never imports nor names in code a path under ``experiments/`` (issue 40: a pip
   install has no experiments; docstrings and comments may cite them as provenance).
 
@@ -61,7 +66,6 @@ IO_MODULES = (
     "ceiling.bench.rayworkers",
     "ceiling.bench.load",
     "ceiling.bench.telemetry",
-    "ceiling.bench.served",
     "ceiling.server.policy",
     "ceiling.server.sync",
     "ceiling.server.aio",
@@ -85,14 +89,28 @@ IO_MODULES = (
     "ceiling.deploy",
     *TOP,
 )
+#: The bench's own HTTP client: only ``ceiling.bench`` imports it (``bench.served``, the
+#: ``/v1/models`` wrapper other packages imported, is gone: ``ceiling.server.sync``).
+BENCH_CLIENT = ("ceiling.bench.client", "ceiling.bench.served")
 #: Standard-library modules that talk to processes or the network.
 IO_STDLIB = ("subprocess", "socket", "http", "urllib.request", "asyncio", "multiprocessing")
 #: Third-party libraries that talk to the network, to processes or to the hardware.
 IO_THIRD_PARTY = ("aiohttp", "requests", "httpx", "urllib3", "psutil", "pynvml", "ray", "torch")
-#: I/O modules the purity closure still reaches: ``diagnose.logs`` reads the engines' log
-#: grammars through the adapters (engines.base: locate, flag dumps through a subprocess). Empty
-#: once the grammars are data apart from the adapters (issue 40, "llama.cpp as one engine").
-KNOWN_IMPURE_CLOSURE: set[str] = {"ceiling.engines.base", "ceiling.engines.install"}
+#: I/O modules the purity closure still reaches (none: ``diagnose.logs`` reads the engines' log
+#: grammars as data, ``engines.diagnosis_data``, not through the adapters any more).
+KNOWN_IMPURE_CLOSURE: set[str] = set()
+#: What the diagnosis reads of an engine is data (``ceiling.engines.diagnosis_data``): it never
+#: reaches an adapter (they find, probe and launch engines) nor ``ceiling.engines`` itself (whose
+#: ``get_engine`` imports the adapters by name, which the graph cannot see).
+ADAPTER_MODULES = (
+    "ceiling.engines",
+    "ceiling.engines.base",
+    "ceiling.engines.install",
+    "ceiling.engines.vllm",
+    "ceiling.engines.sglang",
+    "ceiling.engines.llamacpp",
+    "ceiling.engines.llamacpp_server",
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -332,6 +350,38 @@ def test_the_nouns_and_the_diagnosis_reach_no_io_through_their_whole_closure(gra
         f"a pure module reaches I/O (move the noun out of the I/O module):\n  {_fmt(new)}"
     )
     assert not gone, f"no longer reached, remove from KNOWN_IMPURE_CLOSURE:\n  {_fmt(gone)}"
+
+
+def test_the_diagnosis_reads_engines_as_data_never_through_an_adapter(graph):
+    """Issue 40: the log grammars were read through the adapters (``diagnose.logs`` ->
+    ``engines.base`` -> ``engines.install``, a subprocess); now they are data apart from them."""
+    io = _io_modules()
+    assert {"ceiling.engines.base", "ceiling.engines.install"} <= io  # the closure rule sees them
+    from ceiling.engines.names import ADAPTERS
+
+    assert {m for m, _ in ADAPTERS.values()} <= set(ADAPTER_MODULES)  # every adapter is listed
+    reached = {
+        f"{root} reaches {mod}"
+        for root in sorted(_pure_roots(graph))
+        for mod in _reached(graph, root)
+        if mod in ADAPTER_MODULES
+    }
+    assert not reached, f"a pure module reaches an engine adapter:\n  {_fmt(reached)}"
+
+
+def test_only_the_bench_imports_the_bench_client(graph):
+    """Server nouns (``ServedModel``) and ``/v1/models`` come from ``ceiling.server``: other
+    packages used to import them through ``bench.served`` (issue 40: bench had become the client
+    package in all but name)."""
+    outside = {
+        f"{a} imports {b}"
+        for a, targets in graph.items()
+        if not _within(a, "ceiling.bench")
+        for b in targets
+        if any(_within(b, m) for m in BENCH_CLIENT)
+    }
+    assert not outside, f"import the server's nouns/calls from ceiling.server:\n  {_fmt(outside)}"
+    assert "ceiling.bench.client" in graph["ceiling.bench.runner"]  # the rule sees bench's own
 
 
 def test_the_package_never_imports_nor_names_experiments():

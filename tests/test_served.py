@@ -1,4 +1,4 @@
-"""``GET /v1/models`` (ceiling.bench.served): doctor's target and the sanity checks report each
+"""``GET /v1/models`` (ceiling.server.sync): doctor's target and the sanity checks report each
 failure the same way, with the message and fix that say which failure it was."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from ceiling.bench.served import ServedModel, served_models
 from ceiling.errors import CeilingError, ExitStatus
 from ceiling.flows.target import served_models as doctor_models
 from ceiling.sanity.checks import _Server
+from ceiling.server.schema import ServedModel
+from ceiling.server.sync import served_models
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -26,7 +26,6 @@ import pytest
 
 from ceiling.bench.client import Client
 from ceiling.bench.pool import StreamPool
-from ceiling.bench.served import served_models
 from ceiling.deploy.ready import wait_ready
 from ceiling.errors import CeilingError
 from ceiling.flows import target as doctor_target
@@ -34,6 +33,7 @@ from ceiling.redact import redact
 from ceiling.run.launcher import Server
 from ceiling.sanity.checks import _Server as SanityServer
 from ceiling.server.policy import Target, is_loopback, proxy_for, target
+from ceiling.server.sync import served_models
 from ceiling.trace import window_io
 from http_stub import serve
 from proxy_stub import ProxyLog, proxy

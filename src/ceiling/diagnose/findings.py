@@ -15,6 +15,8 @@ one whose preconditions are unknown says which facts are missing and how to get 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.finding_types import (
     COMPONENTS,
@@ -69,7 +71,7 @@ def derive_findings(
     facts: EngineFacts,
     concurrency: int | None = None,
     context: FindingContext | None = None,
-    fixes: dict[str, str] | None = None,
+    fixes: Mapping[str, str] | None = None,
 ) -> list[Finding]:
     """All findings the facts support (``concurrency``: the load the user intends to serve;
     ``fixes``: the engine adapter's ``finding_fixes``, else engine-neutral advice)."""

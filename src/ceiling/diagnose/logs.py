@@ -1,10 +1,12 @@
 """Engine start-up logs -> EngineFacts (what the engine actually did) + findings.
 
 Grepping a start-up log for ``custom_ops``, ``fuse_norm_quant``, CUDA-graph and AOT-cache lines is
-what the founding story did by hand. Each engine's log grammar lives in its adapter
-(``ceiling.engines.<engine>``: ``claims_log``, ``parse_log``; shared helpers in
-``ceiling.engines.logparse``); this module removes ANSI colour and ``\r`` redraws, asks the
-adapters which one wrote the log, lets it fill the facts and derives the findings.
+what the founding story did by hand. Each engine's log grammar is data in the engines layer
+(``ceiling.engines.diagnosis_data``: ``claims_log``, ``parse_log``; the grammars in
+``ceiling.engines.<engine>_log``, shared helpers in ``ceiling.engines.logparse``), apart from
+the adapters, which find, probe and launch engines; this module removes ANSI colour and ``\r``
+redraws, asks the engines' readings which one wrote the log, lets it fill the facts and derives
+the findings.
 
 Each fact keeps the log lines it came from in ``evidence`` so that findings can quote them.
 """
@@ -14,19 +16,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.findings import FindingContext, context_for, derive_findings
-from ceiling.engines import all_engines, get_engine
+from ceiling.engines.diagnosis_data import READINGS, EngineReading, reading
 from ceiling.engines.logparse import MAX_MESSAGES, parse_config_repr
 from ceiling.errors import CeilingError
 from ceiling.inputs import read_text
 from ceiling.redact import MASK, is_secret_name
 from ceiling.spec.hardware import GpuHardware, load_gpu
-
-if TYPE_CHECKING:
-    from ceiling.engines.base import Engine
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -43,14 +41,14 @@ __all__ = [
 # ---- entry points ------------------------------------------------------------------------
 
 
-def _log_readers() -> list[Engine]:
-    """The adapters that have a start-up log grammar, in registration order."""
-    return [e for e in all_engines() if e.reads_logs()]
+def _log_readers() -> list[EngineReading]:
+    """The engines that have a start-up log grammar, in registration order."""
+    return list(READINGS)
 
 
 def detect_engine(lines: list[str]) -> str | None:
     """The engine whose markers the log shows (``vllm``, ``sglang``; None when none matches)."""
-    for engine in sorted(_log_readers(), key=lambda e: e.log_claim_rank):
+    for engine in sorted(_log_readers(), key=lambda e: e.claim_rank):
         if engine.claims_log(lines):
             return engine.name
     return None
@@ -97,10 +95,9 @@ def inspect_log(
     text = read_text(p, "log file", fix="pass the path of an engine's text log (stdout/stderr)")
     lines = text.splitlines()
     if env and engine:
-        adapter = get_engine(engine)
-        lines = [
-            f"ceiling: variant env {k}={env[k]}" for k in adapter.facts_env if k in env
-        ] + lines
+        known = reading(engine)
+        facts_env = known.facts_env if known else ()
+        lines = [f"ceiling: variant env {k}={env[k]}" for k in facts_env if k in env] + lines
     facts = parse_lines(lines, engine=engine, concurrency=concurrency, context=context)
     facts.source = str(p)
     if facts == EngineFacts(engine=facts.engine, source=facts.source, findings=facts.findings):

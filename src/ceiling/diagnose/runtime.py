@@ -39,7 +39,7 @@ from ceiling.diagnose.measured import ServerView
 from ceiling.diagnose.rules import engine_fix
 from ceiling.diagnose.rules_serving import kv_remedies
 from ceiling.diagnose.schema import BenchMode
-from ceiling.engines import get_engine
+from ceiling.engines.diagnosis_data import reading
 from ceiling.spec.hardware import Hardware
 
 # heuristic: tokens per streamed chunk above this (the engine streams one per step) = the API
@@ -395,8 +395,8 @@ def inspect_run(
     facts = inspect_log(log_path, engine=engine, concurrency=concurrency, context=ctx, env=env)
     findings = list(facts.findings)
     if bench:
-        adapter = get_engine(facts.engine) if facts.engine else None
-        ctx.fixes = dict(adapter.finding_fixes) if adapter else {}
-        ctx.streaming = adapter.streaming if adapter else None
+        known = reading(facts.engine) if facts.engine else None
+        ctx.fixes = dict(known.finding_fixes) if known else {}
+        ctx.streaming = known.streaming if known else None
         findings += runtime_findings(facts, bench, ctx)
     return facts, findings

@@ -11,7 +11,9 @@ engine, and none of them lives outside ``ceiling.engines``:
   read with ``data/death_causes.yaml`` (rules may be limited to some engines);
 - the grammar of its start-up log for ``ceiling inspect``, as data (``log_grammar``: its line
   shape and rules, read by the one driver in ``logparse.py`` into
-  :class:`~ceiling.engines.facts.EngineFacts`; ``claims_log`` says whose log it is);
+  :class:`~ceiling.engines.facts.EngineFacts`; ``claims_log`` says whose log it is), with the
+  fixes of its findings and how it streams: ``diagnosis_data.py``, no I/O, which
+  ``ceiling.diagnose`` reads without importing the adapter;
 - its parser's quirks for ``preflight`` (``canonical_flag``, ``flag_problems``: vLLM's ``-O``;
   ``value_types``: the value readers of its parser beyond int/float, e.g. word booleans);
 - the names of its Prometheus latency histograms (``metric_prefix``, ``metric_histograms``);
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ceiling.engines.death import start_failure
+from ceiling.engines.diagnosis_data import READINGS, EngineReading
 from ceiling.engines.facts import EngineFacts, StreamingTraits
 from ceiling.engines.flags import VALUE_TYPES, FlagSpec, FlagTable, Problem, ValueType, has_flag
 from ceiling.engines.install import (
@@ -49,10 +51,10 @@ from ceiling.engines.install import (
     search_roots,
 )
 from ceiling.engines.kernels import KernelVariants
-from ceiling.engines.logparse import LogGrammar, read_log
+from ceiling.engines.logparse import LogGrammar
 from ceiling.engines.profiling import ProfilerSetup, unsupported
 from ceiling.engines.sampling import PromptLogprobs, read_openai_echo
-from ceiling.engines.tables import RemovedFlag, RemovedFlagsFile
+from ceiling.engines.tables import RemovedFlag, RemovedFlagsFile, removed_flags_table
 from ceiling.engines.variant import Arg, Variant
 from ceiling.errors import CeilingError
 from ceiling.inputs import read_text
@@ -96,12 +98,6 @@ class Engine:
     # the grammar's ``prefix``
     log_phases: ClassVar[Sequence[tuple[re.Pattern[str], str]]] = ()
     shard_progress: ClassVar[re.Pattern[str] | None] = None
-    # ``ceiling inspect``: a start-up log is this engine's when ``log_marker`` occurs in its first
-    # 400 lines; engines are asked in ``log_claim_rank`` order (lower first)
-    log_marker: ClassVar[re.Pattern[str] | None] = None
-    log_claim_rank: int = 100
-    # the start-up log's grammar (logparse.py reads it; None: this adapter reads no logs)
-    log_grammar: ClassVar[LogGrammar | None] = None
     # ``preflight``: the value types of this engine's parser beyond Python's int/float, by the
     # name data/dump_args.py records (vLLM's ``human_readable_int``, word booleans ...)
     value_types: ClassVar[dict[str, ValueType]] = {}
@@ -111,15 +107,6 @@ class Engine:
     metric_histograms: ClassVar[dict[str, tuple[str, ...]]] = {}
     # counters whose increase over a run means something (``preemptions``...), newest first
     metric_counters: ClassVar[dict[str, tuple[str, ...]]] = {}
-    # ``inspect`` findings: finding id -> how to fix it with THIS engine's flags. A finding whose
-    # id is missing here gets the rules' engine-neutral advice (diagnose/rules*.py).
-    finding_fixes: ClassVar[dict[str, str]] = {}
-    # variables of a variant's environment that change the engine without a line in its log
-    # (llama.cpp's GGML_CUDA_DISABLE_GRAPHS): the doctor hands their values to the log's grammar
-    # as ``ceiling: variant env NAME=VALUE`` lines; no other variable is read (secrets stay out)
-    facts_env: tuple[str, ...] = ()
-    # how it streams (doctor's frontend-bound check); None: not known, the check is skipped
-    streaming: ClassVar[StreamingTraits | None] = None
     # the API key the server then requires: its flag(s) (normalised names) and variable(s)
     api_key_flags: tuple[str, ...] = ("api-key",)
     api_key_env: tuple[str, ...] = ()
@@ -340,13 +327,7 @@ class Engine:
         return table
 
     def _removed(self) -> RemovedFlagsFile:
-        table = load_yaml(
-            f"{self.name}_removed_flags.yaml",
-            folder="engines/data",
-            schema=RemovedFlagsFile,
-            missing_ok=True,
-        )
-        return table if table is not None else RemovedFlagsFile()
+        return removed_flags_table(self.name)
 
     def removed_flags(self) -> dict[str, RemovedFlag]:
         """Flags the engine removed or renamed: name -> when, why, what instead."""
@@ -462,21 +443,41 @@ class Engine:
                 return phase
         return None
 
+    # what the diagnosis reads of the engine is data (diagnosis_data.py), read here too
+    @property
+    def reading(self) -> EngineReading | None:
+        """Its log grammar and marker, its findings' fixes, how it streams (None: no grammar)."""
+        return next((r for r in READINGS if r.name == self.name), None)
+
+    @property
+    def log_grammar(self) -> LogGrammar | None:
+        return self.reading.grammar if self.reading else None
+
+    @property
+    def finding_fixes(self) -> Mapping[str, str]:
+        return self.reading.finding_fixes if self.reading else {}
+
+    @property
+    def facts_env(self) -> tuple[str, ...]:
+        return self.reading.facts_env if self.reading else ()
+
+    @property
+    def streaming(self) -> StreamingTraits | None:
+        return self.reading.streaming if self.reading else None
+
     def claims_log(self, lines: list[str]) -> bool:
         """Whether ``lines`` (ANSI colour removed) are this engine's start-up log."""
-        return self.log_marker is not None and bool(self.log_marker.search("\n".join(lines[:400])))
+        return self.reading is not None and self.reading.claims_log(lines)
 
     def reads_logs(self) -> bool:
         """Whether this adapter has a start-up log grammar."""
-        return self.log_grammar is not None
+        return self.reading is not None
 
     def parse_log(self, lines: list[str], facts: EngineFacts) -> None:
         """Fill ``facts`` from the start-up log ``lines`` (ANSI colour and ``\\r`` removed)."""
-        if self.log_grammar is None:
+        if self.reading is None:
             raise NotImplementedError(f"{self.name}: no start-up log grammar")
-        read_log(self.log_grammar, lines, facts)
-        if not facts.ready:
-            facts.start_failure = start_failure(lines, self.name, self.removed_flags())
+        self.reading.parse_log(lines, facts)
 
 
 def load_data(name: str, schema: type[M]) -> M:

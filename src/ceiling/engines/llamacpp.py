@@ -1,7 +1,7 @@
 """llama.cpp's second flavour, engine ``llamacpp-python``: llama-cpp-python's OpenAI server
 (``python -m llama_cpp.server``). The default flavour, engine ``llamacpp``, is the real
 ``llama-server`` binary (llamacpp_server.py), which shares this module's log grammar for
-llama.cpp's own loader lines.
+llama.cpp's own loader lines (both grammars are data in llamacpp_log.py).
 
 Measured with llama-cpp-python 0.3.36 (scripts/install-llamacpp.sh) serving the tiny GGUF
 (src/ceiling/demo/tiny_gguf.py); see docs/engines.md.
@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ceiling.engines.base import Engine
 from ceiling.engines.flags import ValueType
-from ceiling.engines.logparse import Apply, LogGrammar, LogRead, Rule, num
 from ceiling.engines.profiling import ProfilerSetup, unsupported
 
 _PHASES: list[tuple[re.Pattern[str], str]] = [
@@ -61,120 +60,6 @@ _PHASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^(llama_model_loader|print_info|load|init_tokenizer):"), "reading the GGUF file"),
 ]
 
-# llama.cpp's ``file type`` names (llama_ftype_name) that are plain floating-point types
-_FLOAT_FILE_TYPES = {
-    "all F32": "float32",
-    "F16": "float16",
-    "MOSTLY_F16": "float16",
-    "BF16": "bfloat16",
-}
-_MIB = 1024.0
-
-
-def _file_type(hit: re.Match[str], r: LogRead) -> None:
-    if hit[1] in _FLOAT_FILE_TYPES:
-        r.facts.dtype = _FLOAT_FILE_TYPES[hit[1]]
-    else:
-        r.facts.quantization, r.facts.quant_scheme = "gguf", hit[1]
-
-
-def _device(hit: re.Match[str], r: LogRead) -> None:
-    r.scratch.setdefault("devices", []).append(hit[1])
-
-
-def _offloaded(hit: re.Match[str], r: LogRead) -> None:
-    if int(hit[1]) > 0:
-        r.scratch.setdefault("devices", []).append("GPU")
-    r.facts.gpu_layers, r.facts.gpu_layers_total = int(hit[1]), int(hit[2])
-
-
-def _model_buffer(hit: re.Match[str], r: LogRead) -> None:
-    r.scratch["model_mib"] = r.scratch.get("model_mib", 0.0) + num(hit[2])
-    r.scratch.setdefault("buffers", []).append(hit[1])
-
-
-def _ctx_per_sequence(hit: re.Match[str], r: LogRead) -> None:
-    r.facts.max_model_len = int(hit[1])  # what one request can use
-    r.facts.max_concurrency_tokens_per_request = int(hit[1])
-
-
-def _flash_attn(hit: re.Match[str], r: LogRead) -> None:
-    r.facts.attention_backend = f"llama.cpp (flash_attn {hit[1]})"
-    # ``enabled``/``disabled`` once resolved (``auto`` is resolved per device at start-up)
-    r.facts.flash_attention = {"enabled": True, "disabled": False}.get(hit[1])
-
-
-def _kv_size(hit: re.Match[str], r: LogRead) -> None:
-    """``size = 0.50 MiB (512 cells, 2 layers, 4/1 seqs), K (f16): ...``: the cells are per
-    stream (src/llama-kv-cache.cpp: K/V tensors of kv_size x n_stream; one stream when
-    unified, one per sequence when not), so the cache holds cells x streams tokens."""
-    r.facts.kv_cache_memory_gib = num(hit[1]) / _MIB
-    r.facts.kv_cache_tokens = int(hit[2]) * int(hit[3] or 1)
-    r.facts.kv_cache_dtype = hit[4]
-
-
-def device_of(names: list[str]) -> str:
-    """``cpu``, or the first GPU backend's name without its index (``CUDA0`` -> ``cuda``)."""
-    gpu = [d for d in names if not d.upper().startswith("CPU")]
-    return re.sub(r"\d+$", "", gpu[0]).lower() if gpu else "cpu"
-
-
-def finish_loader(r: LogRead) -> None:
-    if r.scratch.get("devices"):
-        r.facts.device = device_of(r.scratch["devices"])
-    if r.scratch.get("model_mib"):
-        r.facts.model_memory_gib = r.scratch["model_mib"] / _MIB
-
-
-def _rule(
-    name: str,
-    pattern: str,
-    field: str | None = None,
-    convert: Callable[[str], Any] = str,
-    value: Any = None,
-    first_only: bool = False,
-    apply: Apply | None = None,
-) -> Rule:
-    """A llama.cpp loader line, quoted under its own name."""
-    return Rule(re.compile(pattern), field, convert, value, first_only, apply, evidence=name)
-
-
-#: llama.cpp's loader lines (llama_model_loader:, print_info:, load_tensors:, llama_context:,
-#: llama_kv_cache:) as both flavours print them, and uvicorn's ready line
-LLAMACPP_RULES = (
-    _rule("model", r"^llama_model_loader: loaded meta data with .* from (.+?) \(version ",
-          field="model"),
-    _rule("architecture", r"^print_info: arch\s+= (\S+)", field="architecture"),
-    _rule("file_type", r"^print_info: file type\s+= (.+?)\s*$", apply=_file_type),
-    _rule("device", r"^load_tensors: layer\s+\d+ assigned to device (\S+?),", apply=_device),
-    _rule("offloaded", r"^load_tensors: offloaded (\d+)/(\d+) layers to GPU", apply=_offloaded),
-    _rule("model_buffer", r"^load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB",
-          apply=_model_buffer),
-    _rule("n_seq_max", r"^llama_context: n_seq_max\s+= (\d+)", field="max_concurrency",
-          convert=float),
-    _rule("n_ctx", r"^llama_context: n_ctx\s+= (\d+)", field="max_model_len", convert=int,
-          first_only=True),
-    _rule("n_ctx_seq", r"^llama_context: n_ctx_(?:seq|per_seq)\s+= (\d+)",
-          apply=_ctx_per_sequence),
-    _rule("flash_attn", r"^llama_context: flash_attn\s+= (\S+)", apply=_flash_attn),
-    _rule("kv_size", r"^llama_kv_cache(?:_unified)?: size =\s+([\d.]+) MiB \(\s*(\d+) cells,"
-          r"(?:\s*\d+ layers,\s*\d+/(\d+) seqs)?.*?K \((\w+)\)", apply=_kv_size),
-    _rule("kv_unified", r"^llama_context: kv_unified\s+= (\w+)", field="kv_unified",
-          convert=lambda v: v == "true"),
-    _rule("ready", r"Application startup complete", field="ready", value=True),
-)  # fmt: skip
-
-#: llama-cpp-python's log: llama.cpp's loader lines (no timestamps, no levels), then its own
-#: ``Model metadata:`` / chat-template lines, then uvicorn's
-LLAMACPP_LOG = LogGrammar(
-    rules=LLAMACPP_RULES,
-    strip=True,
-    error=re.compile(
-        r"^ERROR:|^\w*(Error|Exception): |\berror (loading|while)|failed to load", re.IGNORECASE
-    ),
-    warning=re.compile(r"^WARNING:|\bwarning\b|\bWARN\b", re.IGNORECASE),
-    finish=finish_loader,
-)
 # values llama-cpp-python's parser reads as booleans (``_parse_bool_arg``: --verbose false)
 _BOOL_WORDS = frozenset({"1", "on", "t", "true", "y", "yes", "0", "off", "f", "false", "n", "no"})
 
@@ -191,10 +76,6 @@ class LlamaCppEngine(Engine):
 
     name = "llamacpp-python"
     display_name = "llama-cpp-python"
-    finding_fixes = {  # noqa: RUF012 (class data, read only)
-        "kv-capacity": "more context: raise --n_ctx (the server runs one request at a time: "
-        "concurrent streams need another server or another engine)",
-    }
     ready_line = "Application startup complete."
     # the binding loads libllama (and ggml's CPU backends) with ctypes when imported
     kernels_import = "import llama_cpp\nllama_cpp.llama_backend_init()\n"
@@ -219,10 +100,6 @@ class LlamaCppEngine(Engine):
         "json_object": ValueType(_json_object, "a JSON object"),
     }
     log_phases: ClassVar[Sequence[tuple[re.Pattern[str], str]]] = _PHASES
-    log_grammar = LLAMACPP_LOG
-    # llama.cpp's loader prefixes; no other engine's log has them
-    log_marker = re.compile(r"^(llama_model_loader|print_info|llama_context|load_tensors): ", re.M)
-    log_claim_rank = 50
     # no ``ignore_eos`` (see the module docstring); prompt log-probabilities through ``echo`` +
     # ``logprobs`` need every position's logits kept
     ignore_eos_field = None

@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,13 +31,8 @@ from ceiling.engines.base import EngineInstall, quiet_env, search_roots
 from ceiling.engines.flags import FlagSpec, FlagTable
 from ceiling.engines.llamacpp import (
     _PHASES,
-    LLAMACPP_LOG,
-    LLAMACPP_RULES,
     LlamaCppEngine,
-    device_of,
-    finish_loader,
 )
-from ceiling.engines.logparse import LogRead, Rule
 from ceiling.engines.variant import Variant
 from ceiling.errors import CeilingError
 
@@ -54,100 +48,6 @@ _SERVER_PHASES: list[tuple[re.Pattern[str], str]] = [
     ),
     (re.compile(r"load_model: loading model"), "reading the GGUF file"),
 ]
-
-
-def _slots(hit: re.Match[str], r: LogRead) -> None:
-    unified = None if hit[3] is None else hit[3] == "true"
-    r.scratch["slots"] = (int(hit[1]), int(hit[2]), unified)  # applied last: the server's word
-
-
-def _graphs_built(hit: re.Match[str], r: LogRead) -> None:
-    """``system_info: ... CUDA : ARCHS = 900 | USE_GRAPHS = 1``: the build captures CUDA graphs
-    (unless the variant's environment turned them off: that line comes first)."""
-    if r.facts.cudagraph_mode is None:
-        on = hit[1] == "1"
-        r.facts.cudagraph_mode, r.facts.enforce_eager = ("llama.cpp" if on else "NONE"), not on
-
-
-def _graphs_env(hit: re.Match[str], r: LogRead) -> None:
-    """ggml-cuda reads GGML_CUDA_DISABLE_GRAPHS once (common.cuh: set at all = off) and logs
-    nothing about it: the doctor passes the variant's value in as a line of its own."""
-    r.facts.cudagraph_mode, r.facts.enforce_eager = "NONE", True
-
-
-def _build(hit: re.Match[str], r: LogRead) -> None:
-    r.facts.version = f"b{hit[1]}.{hit[2]}"
-
-
-def _finish(r: LogRead) -> None:
-    """llama.cpp's facts, then the weight buffers' device (no per-layer device lines at -lv 4),
-    then the slots: parallel sequences, each allowed ``n_ctx_slot`` tokens (llama_n_ctx_seq).
-
-    With ``kv_unified`` the slots share ONE pool of n_ctx cells and n_ctx_slot is that whole
-    n_ctx: the cache holds n_ctx / n_ctx_slot full-length requests, whatever the slot count.
-    Without it each slot has its own n_ctx / n_parallel cells (src/llama-context.cpp
-    ``n_ctx_seq``; tools/server/server-context.cpp logs both; builds that do not print
-    ``kv_unified`` predate it and split the context)."""
-    finish_loader(r)
-    buffers = r.scratch.get("buffers") or []
-    # the weight buffers name the backend (``CUDA0 model buffer``); the offload line only says
-    # that some layers are on "a GPU"
-    if buffers and (r.facts.device is None or r.facts.device == "gpu"):
-        r.facts.device = device_of(buffers)
-    if "slots" in r.scratch:
-        n_slots, n_ctx_slot, unified = r.scratch["slots"]
-        if unified is not None:
-            r.facts.kv_unified = unified
-        shared = bool(r.facts.kv_unified)
-        cells = r.facts.kv_cache_tokens or (n_ctx_slot if shared else n_slots * n_ctx_slot)
-        r.facts.kv_cache_tokens = cells
-        r.facts.max_concurrency = cells / n_ctx_slot if n_ctx_slot else float(n_slots)
-        r.facts.max_model_len = n_ctx_slot
-        r.facts.max_concurrency_tokens_per_request = n_ctx_slot
-        # the slots are the running-sequence cap too (``--parallel``): concurrency-cap reads it
-        r.facts.non_default_args["n_slots"] = n_slots
-
-
-#: llama-server's log: every line is ``0.00.015.125 I `` (time since start, level) and then a
-#: message; llama.cpp's loader lines then read as in llama-cpp-python's log, and the server's
-#: own (``srv  load_model: ...``, ``main: model loaded``, ``... listening on http://...``) follow
-LLAMA_SERVER_LOG = replace(
-    LLAMACPP_LOG,
-    prefix=re.compile(r"^\d+\.\d+\.\d+\.\d+ [IWEDT] "),
-    rules=(
-        *LLAMACPP_RULES,
-        Rule(
-            re.compile(
-                r"load_model: initializing, n_slots = (\d+), n_ctx_slot = (\d+)"
-                r"(?:, kv_unified = '(\w+)')?"
-            ),
-            apply=_slots,
-            evidence="n_slots",
-        ),
-        Rule(
-            re.compile(r"llama_server: listening on (\S+)"),
-            field="ready",
-            value=True,
-            evidence="listening",
-        ),
-        Rule(
-            re.compile(r"system_info: .*\bCUDA : .*?USE_GRAPHS = (\d)"),
-            apply=_graphs_built,
-            evidence="eager",
-        ),
-        Rule(
-            re.compile(r"^ceiling: variant env GGML_CUDA_DISABLE_GRAPHS=(.*)$"),
-            apply=_graphs_env,
-            evidence="eager",
-        ),
-        Rule(
-            re.compile(r"common_params_print_info: build (\d+) \((\w+)\)"),
-            apply=_build,
-            evidence="build",
-        ),
-    ),
-    finish=_finish,
-)
 
 
 def parse_server_help(text: str) -> tuple[list[FlagSpec], list[str]]:
@@ -223,15 +123,6 @@ class LlamaServerEngine(LlamaCppEngine):
 
     name = "llamacpp"
     display_name = "llama-server"
-    finding_fixes = {  # noqa: RUF012 (class data, read only)
-        "kv-capacity": "more context: raise --ctx-size (with a unified KV cache, the default "
-        "without --parallel, all slots share it; with --parallel N and no --kv-unified each "
-        "request gets ctx-size / N)",
-        "partial-offload": "offload every layer: --n-gpu-layers 999 (or a smaller quant that "
-        "fits the GPU)",
-        "flash-attn-off": "--flash-attn on",
-        "eager-mode": "unset GGML_CUDA_DISABLE_GRAPHS (the build has CUDA graphs: USE_GRAPHS = 1)",
-    }
     ready_line = "llama_server: listening on "
     kernels_import = ""  # a binary, not a Python environment: ``ceiling env`` has nothing to load
     health_paths = ("/health", "/v1/models")
@@ -258,10 +149,6 @@ class LlamaServerEngine(LlamaCppEngine):
     container_entrypoint = ("/app/llama-server",)
     container_health_tool = "curl"
     log_phases = (*_SERVER_PHASES, *_PHASES)
-    log_grammar = LLAMA_SERVER_LOG
-    log_marker = re.compile(r"^\d+\.\d+\.\d+\.\d+ [IWEDT] (srv|cmn|slot) ", re.M)
-    log_claim_rank = 40  # before llamacpp-python: both print llama.cpp's loader lines
-    facts_env = ("GGML_CUDA_DISABLE_GRAPHS",)
     # ``--metrics`` (tools/server/server-context.cpp): counters only, no histograms. n_decode is
     # every llama_decode() call (one per engine step, prompt batches included); tokens_predicted
     # and its seconds are summed over slots, so their ratio is the engine's own time per token

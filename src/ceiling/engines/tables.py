@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ceiling.spec._data import DataModel
+from ceiling.spec._data import DataModel, load_yaml
 
 
 class RemovedFlag(DataModel):
@@ -52,3 +52,14 @@ class NcclEnvFile(DataModel):
 
     variables: list[str]
     values: dict[str, NcclValueRule] = Field(default_factory=dict)
+
+
+def removed_flags_table(engine: str) -> RemovedFlagsFile:
+    """``<engine>_removed_flags.yaml`` (empty when the engine has none)."""
+    table = load_yaml(
+        f"{engine}_removed_flags.yaml",
+        folder="engines/data",
+        schema=RemovedFlagsFile,
+        missing_ok=True,
+    )
+    return table if table is not None else RemovedFlagsFile()

@@ -26,13 +26,11 @@ from typing import Any, ClassVar
 from packaging.version import InvalidVersion, Version
 
 from ceiling.engines.base import Engine, EngineInstall, quiet_env
-from ceiling.engines.facts import StreamingTraits
 from ceiling.engines.flags import FlagSpec, FlagTable, Problem, ValueType, parse_help_text
 from ceiling.engines.kernels import KernelBuild, KernelVariants
 from ceiling.engines.profiling import ProfilerSetup, unsupported
 from ceiling.engines.sampling import PromptLogprobs
 from ceiling.engines.variant import Arg, Variant
-from ceiling.engines.vllm_log import VLLM_LOG
 from ceiling.errors import CeilingError
 
 # The torch profiler, by version (read in vLLM's source; see ``VllmEngine.profiler``):
@@ -107,49 +105,6 @@ class VllmEngine(Engine):
     name = "vllm"
     random_load_formats = ("dummy",)
     display_name = "vLLM"
-    # Checked: vLLM 0.32 v1/metrics/stats.py (queue, prefill and decode times from engine-core
-    # timestamps), v1/engine/output_processor.py (RequestOutputCollector merges outputs that
-    # waited), config/scheduler.py (stream_interval, default 1)
-    streaming = StreamingTraits(
-        engine_side_times=True, merges_waiting_outputs=True, interval_arg="stream_interval"
-    )
-    finding_fixes = {  # noqa: RUF012 (class data, read only)
-        # only given where the rule's preconditions hold (diagnose/rules*.py)
-        "quant-fusion-off.fuse_norm_quant": "-cc.pass_config.fuse_norm_quant=true (needs "
-        "-cc.mode=VLLM_COMPILE)",
-        "quant-fusion-off.fuse_act_quant": "-cc.pass_config.fuse_act_quant=true (needs "
-        "-cc.mode=VLLM_COMPILE)",
-        "allreduce-fusion-off": "-cc.pass_config.fuse_allreduce_rms=true (on by default at "
-        "-O2/-O3 on compute capability 9.0/10.x with FlashInfer installed)",
-        "compile-off": "compile again: -O2 (the default) or -cc.mode=VLLM_COMPILE",
-        "startup-warmup": "VLLM_DEEP_GEMM_WARMUP=skip (shapes then compile at first use, in "
-        "the first requests), or keep ~/.cache/vllm across restarts (the JIT cache) so the "
-        "next start finds them compiled",
-        "custom-allreduce-off.pcie": "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC=1 (FlashInfer's "
-        "PCIe one-shot allreduce for small messages; vLLM >= 0.32, opt-in)",
-        "custom-allreduce-off.user": "remove --disable-custom-all-reduce",
-        "eager-mode": "remove --enforce-eager (and -cc.cudagraph_mode=NONE)",
-        "eager-mode.cpu": "remove --enforce-eager: the CPU build then compiles the model "
-        "(torch.compile; start-up takes longer)",
-        "kv-capacity.memory": "raise --gpu-memory-utilization",
-        "kv-capacity.memory-cpu": "a larger --kv-cache-memory-bytes (VLLM_CPU_KVCACHE_SPACE, "
-        "in GiB, overrides it when set)",
-        "frontend-bound": "give the API server CPU time (other load off its cores); if it is "
-        "busy with its own work, more API server processes (--api-server-count)",
-        "kv-capacity.fp8": "--kv-cache-dtype fp8",
-        "kv-capacity.max-len": "a lower --max-model-len",
-        "kv-capacity.fewer-seqs": "fewer sequences (--max-num-seqs)",
-        "concurrency-cap": "raise --max-num-seqs",
-        "partial-cudagraphs": "pick an attention backend with full-graph support "
-        "(--attention-backend)",
-        "partial-cudagraphs.size": "raise -cc.max_cudagraph_capture_size to the batch (and "
-        "--max-num-batched-tokens if it caps the capture sizes)",
-        "expert-parallel-pcie": "drop --enable-expert-parallel (experts sharded by TP)",
-        "spec-decode-acceptance": "fewer --speculative-config num_speculative_tokens, or "
-        "no speculation at high concurrency",
-        "default-moe-config": "tune the fused-MoE config for this GPU/shape "
-        "(benchmarks/kernels/benchmark_moe.py) or pick another MoE backend",
-    }
     ignore_eos_field = "ignore_eos"
     # a running server's version (vllm/entrypoints/openai/api_server.py: GET /version ->
     # {"version": VLLM_VERSION}): the profiler's form for a server ceiling did not launch
@@ -191,7 +146,6 @@ class VllmEngine(Engine):
     container_entrypoint = ("vllm", "serve")
     log_phases = _PHASES
     shard_progress = _SHARDS
-    log_grammar = VLLM_LOG
     # vLLM's own value readers (vllm/utils/argparse_utils.py): 512, 4k, 1M, 2GiB (and "auto")
     value_types = {  # noqa: RUF012 (class data, read only)
         "human_readable_int": ValueType(
@@ -201,7 +155,6 @@ class VllmEngine(Engine):
             lambda v: bool(_HUMAN_INT.match(v)) or v == "auto", "an integer like 512, 4k or 1M"
         ),
     }
-    log_marker = re.compile(r"vLLM|vllm|LLM engine \(v|non-default args")
     metric_prefix = "vllm:"
     metric_histograms = {  # noqa: RUF012 (class data, read only)
         "ttft": ("vllm:time_to_first_token_seconds",),

@@ -2,7 +2,8 @@
 
 Covers vLLM 0.10 to current: lines with or without a ``(APIServer pid=N)`` /
 ``(EngineCore_DP0 pid=N)`` prefix, the compilation config printed as JSON in older releases and
-as a Python repr in newer ones. The adapter (``vllm.py``) declares ``log_grammar = VLLM_LOG``.
+as a Python repr in newer ones. ``diagnosis_data.py`` names it as vLLM's grammar, for the
+diagnosis and the adapter (``vllm.py``) alike.
 """
 
 from __future__ import annotations

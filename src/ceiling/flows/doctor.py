@@ -41,7 +41,7 @@ from ceiling.diagnose.schema import (
 from ceiling.diagnose.setup import report_title
 from ceiling.engines.variant import Variant, load_variant
 from ceiling.errors import CeilingError
-from ceiling.flows import doctor_bench, doctor_trace
+from ceiling.flows import doctor_bench, doctor_trace, doctor_watch
 from ceiling.flows import doctor_stages as stages
 from ceiling.flows.doctor_checks import (
     check_config,
@@ -96,9 +96,11 @@ def _flow(cfg: DoctorConfig, res: DoctorResult, rec: Recorder, out: Path) -> Non
         if cfg.variant:  # an input, read before any stage: a bad file is exit 2 at once
             variant = load_variant(cfg.variant).with_overrides(log_dir=str(out / "logs"))
             ctx.variant = variant
+        check = doctor_watch.checking()
         for step in STAGES:
             if step.when(ctx):
-                step.run(ctx)
+                with doctor_watch.watched(ctx, step) if check else contextlib.nullcontext():
+                    step.run(ctx)
         res.title = report_title(ctx.served, res.hardware, ctx.cfg.tp)
         res.reproduce = reproduce(res.config, ctx.url, ctx.served)
 
@@ -213,7 +215,7 @@ STAGES: tuple[Step, ...] = (
         "flag hypotheses",
         stages.flag_stage,
         URL,
-        ("res.target", "cfg"),
+        ("res.target", "cfg", "variant"),
         ("res.flag_checks",),
         "the engine's removed-flags table",
     ),
@@ -221,7 +223,7 @@ STAGES: tuple[Step, ...] = (
         "inspect log",
         lambda ctx: stages.inspect_stage(ctx, "inspect log"),
         ALWAYS,
-        ("readable_log", "res.target"),
+        ("readable_log", "res.target", "cfg", "variant", "res.hardware", "res.bench"),
         ("res.facts", "res.findings"),
         "start-up facts: TP, eager / CUDA graphs, dtype describe the configuration to predict",
     ),
@@ -237,15 +239,15 @@ STAGES: tuple[Step, ...] = (
         "setup",
         stages.setup_of_server,
         URL,
-        ("url", "models", "served", "res.facts"),
-        ("cfg",),
+        ("url", "models", "served", "res.facts", "res.target"),
+        ("cfg", "res.assumptions"),
         "what the server shows, before the sanity gate and the bench",
     ),
     Step(
         "sanity",
         stages.sanity_stage,
         ALWAYS,
-        ("url", "served", "res.facts"),
+        ("url", "served", "res.facts", "res.target", "cfg", "variant"),
         ("res.sanity",),
         "a broken server is not benchmarked",
     ),
@@ -261,15 +263,15 @@ STAGES: tuple[Step, ...] = (
         "predict",
         stages.predict_stage,
         ALWAYS,
-        ("res.hardware", "res.facts", "models"),
-        ("res.prediction",),
+        ("res.hardware", "res.facts", "res.target", "models", "served", "cfg", "variant"),
+        ("res.prediction", "res.prediction_note", "res.model", "res.assumptions"),
     ),
     Step(
         "bench single",
         lambda ctx: doctor_bench.bench_stage(ctx, "single"),
         ALWAYS,
-        ("url", "served"),
-        ("res.bench", "res.telemetry"),
+        ("url", "served", "server", "cfg"),
+        ("res.bench", "res.telemetry", "res.files"),
     ),
     Step(
         "trace single",
@@ -283,8 +285,8 @@ STAGES: tuple[Step, ...] = (
         "bench concurrency",
         lambda ctx: doctor_bench.bench_stage(ctx, "concurrency"),
         ALWAYS,
-        ("url", "served"),
-        ("res.bench",),
+        ("url", "served", "server", "cfg"),
+        ("res.bench", "res.files"),
     ),
     Step(
         "trace concurrency N",
@@ -298,7 +300,7 @@ STAGES: tuple[Step, ...] = (
         "inspect log (after the bench)",
         lambda ctx: stages.inspect_stage(ctx, "inspect log (after the bench)"),
         When("with a readable log", lambda ctx: ctx.readable_log is not None),
-        ("readable_log", "res.bench"),
+        ("readable_log", "res.bench", "res.target", "res.hardware", "cfg", "variant"),
         ("res.facts", "res.findings"),
         "with the findings of what the run measured",
     ),
@@ -322,15 +324,15 @@ STAGES: tuple[Step, ...] = (
         "attribute",
         stages.attribute_stage,
         ALWAYS,
-        ("res.bench", "res.prediction"),
+        ("res.bench", "res.prediction", "res.hardware", "cfg"),
         ("res.attribution", "res.levels", "res.measured"),
     ),
-    Step("verdict", stages.verdict_stage, ALWAYS, ("res",), ("res.verdict",)),
+    Step("verdict", stages.verdict_stage, ALWAYS, ("res", "cfg"), ("res.verdict",)),
     Step(
         "llama.cpp bandwidth",
         stages.llamacpp_stage,
         VERDICT,
-        ("res.verdict",),
+        ("res.verdict", "res.facts", "res.hardware", "res.measured", "cfg"),
         ("res.verdict",),
         "llama-server on a GPU only",
     ),

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ceiling import interrupts
 from ceiling.console import console
@@ -79,6 +80,14 @@ class DoctorContext:
     #: ``log_path`` where this process could read it when the target was found (else None and
     #: the inspect stages skip)
     readable_log: Path | None = None
+    #: while ``doctor_watch`` checks a step: the fields it read (None: not checked)
+    _reads: set[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __getattribute__(self, name: str) -> Any:
+        reads = object.__getattribute__(self, "_reads")
+        if reads is not None and not name.startswith("_"):
+            reads.add(name)
+        return object.__getattribute__(self, name)
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,8 @@ class Step:
     """One entry of the stage table. ``recorded``: it appears in ``doctor.json``'s stages
     under ``name`` (a step that only prepares the context, such as finding the target, is not
     and the docs leave it out). ``reads``/``writes`` name context fields (``res.x``: a field of
-    the result); ``note`` is why it sits where it does, shown in the docs."""
+    the result), checked while the flow runs with ``CEILING_CHECK_STAGES=1`` (the tests:
+    ``doctor_watch``); ``note`` is why it sits where it does, shown in the docs."""
 
     name: str
     run: Callable[[DoctorContext], None]

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ceiling.bench.served import ServedModel
 from ceiling.diagnose.expect import GgufFile, is_llamacpp
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorConfig
@@ -19,6 +18,7 @@ from ceiling.flows.target import server_props
 from ceiling.predict.gguf import is_gguf
 from ceiling.probe.cpu_host import describe_cpu
 from ceiling.probe.topology import probe
+from ceiling.server.schema import ServedModel
 from ceiling.spec.hardware import GpuHardware, Hardware
 
 

@@ -15,7 +15,6 @@ from pydantic import BaseModel
 from rich.markup import escape
 
 from ceiling.bench.config import MAX_SECONDS
-from ceiling.bench.served import served_models
 from ceiling.console import console
 from ceiling.engines.variant import load_variant
 from ceiling.errors import CeilingError
@@ -25,6 +24,7 @@ from ceiling.redact import use_api_key
 from ceiling.run.launcher import launch
 from ceiling.sanity.checks import SanityReport, check_server
 from ceiling.sanity.gate import variant_dtype
+from ceiling.server.sync import served_models
 
 #: sanity has no option for how long a launch may take (its --request-timeout is per request):
 #: a model that loads longer is launched on its own and asked by URL

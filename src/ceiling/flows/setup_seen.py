@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ceiling.bench.served import ServedModel
 from ceiling.diagnose.expect import arg_value, is_llamacpp
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorConfig
@@ -23,6 +22,7 @@ from ceiling.flows.target import server_props
 from ceiling.predict.core import load_spec
 from ceiling.predict.gguf import is_gguf, read_gguf
 from ceiling.probe.topology import probe
+from ceiling.server.schema import ServedModel
 from ceiling.spec.hardware import load_gpu
 from ceiling.spec.model import list_models
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ceiling.bench.served import served_models
 from ceiling.errors import CeilingError, ExitStatus
 from ceiling.sanity.checks import SanityReport, check_server
+from ceiling.server.sync import served_models
 
 
 class SanityBroken(CeilingError):

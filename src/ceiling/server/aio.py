@@ -7,6 +7,7 @@ bench's streaming pool (:mod:`ceiling.bench.pool`), which takes the same :class:
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any
 
 import aiohttp
@@ -31,6 +32,10 @@ class AsyncClient:
             total=REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S
         )
         self._session: aiohttp.ClientSession | None = None
+        # the system's trust store as it is now (SSL_CERT_FILE/SSL_CERT_DIR included), as the
+        # sync client and the streaming pool read it; aiohttp's own default context is made
+        # once, when aiohttp is imported
+        self._ssl = ssl.create_default_context()
 
     def _new_session(self, connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
         # trust_env stays off: the proxy is the policy's decision (loopback never goes through
@@ -44,7 +49,9 @@ class AsyncClient:
         )
 
     async def __aenter__(self) -> AsyncClient:
-        self._session = self._new_session(aiohttp.TCPConnector(limit=0, ttl_dns_cache=300))
+        self._session = self._new_session(
+            aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, ssl=self._ssl)
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -100,7 +107,7 @@ class AsyncClient:
             new = fresh or attempt > 0
             try:
                 if new:
-                    conn = aiohttp.TCPConnector(force_close=True)
+                    conn = aiohttp.TCPConnector(force_close=True, ssl=self._ssl)
                     async with (
                         self._new_session(conn) as one,
                         one.get(self.base + path, timeout=tmo) as resp,

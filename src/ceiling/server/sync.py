@@ -192,3 +192,11 @@ class SyncClient:
         """A profiler start or stop call (the engine's path, e.g. ``/start_profile``):
         (status, answer text, seconds); CeilingError when the server does not answer."""
         return self.post_json(path, body or {}, timeout_s)
+
+
+def served_models(
+    url: str, timeout_s: float = REQUEST_TIMEOUT_S, command: str = "ceiling"
+) -> list[ServedModel]:
+    """``/v1/models`` entries of the server at ``url`` (:meth:`SyncClient.models`); ``command``
+    is the one whose ``--variant FILE`` would launch the server instead."""
+    return SyncClient(url, timeout_s=timeout_s).models(command)
