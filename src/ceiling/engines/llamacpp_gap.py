@@ -28,7 +28,7 @@ from ceiling.errors import CeilingError
 from ceiling.gap_schema import BandwidthGap, GapPart, GapWhatIf, ServerCost
 from ceiling.inputs import read_json
 from ceiling.predict.gguf import GgufInfo, kernel_data, read_gguf
-from ceiling.predict.llamacpp import LlamaCppProfile, load_profile, predict_gguf
+from ceiling.predict.llamacpp import LlamaCppProfile, load_kernels, predict_gguf
 from ceiling.predict.schema import LlamaCppDetails, Prediction
 from ceiling.spec.hardware import Hardware, load_gpu
 
@@ -72,7 +72,7 @@ def run_gap(
         cuda_graphs=facts.enforce_eager is not True,
         gpu_layers=facts.gpu_layers,
         gpu_layers_total=facts.gpu_layers_total,
-        profile=load_profile(profile) if profile else None,
+        profile=load_kernels(profile) if profile else None,
         server=cost,
     )
 
