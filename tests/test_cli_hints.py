@@ -188,3 +188,31 @@ def test_llama_servers_hints_name_only_flags_its_help_lists() -> None:
     assert named, hints
     assert named <= known, named - known
     assert "llama-perplexity" in engine.prompt_logprobs_hint
+
+
+def _fixes(node: Any, key: str = "") -> Iterator[str]:
+    """The strings a data file gives as advice (``fix``) anywhere in its tree."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _fixes(v, str(k))
+    elif isinstance(node, list):
+        for v in node:
+            yield from _fixes(v, key)
+    elif isinstance(node, str) and key == "fix":
+        yield node
+
+
+def test_no_fix_in_the_packaged_data_points_into_experiments() -> None:
+    """A pip install has no ``experiments/``: the fixes the packaged data gives (the death
+    causes', the rules') name only commands and files a user has; the code's own strings are
+    checked by tests/test_import_contract.py. Provenance (``source:``) may cite the repository."""
+    import yaml
+
+    fixes = {
+        (str(path.relative_to(SRC)), fix)
+        for path in sorted(SRC.rglob("*.yaml"))
+        for fix in _fixes(yaml.safe_load(path.read_text(encoding="utf-8")))
+    }
+    assert len(fixes) >= 20  # the scan reads them (24 today)
+    bad = {f"{path}: {fix}" for path, fix in fixes if "experiments/" in fix}
+    assert not bad, "\n".join(sorted(bad))

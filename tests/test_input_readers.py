@@ -70,9 +70,9 @@ def _from_output(p: Path) -> Any:
 
 
 def _llamacpp_profile(p: Path) -> Any:
-    from ceiling.predict.llamacpp import load_profile
+    from ceiling.predict.llamacpp import load_kernels
 
-    return load_profile(p)
+    return load_kernels(p)
 
 
 def _llama_bench(p: Path) -> Any:

@@ -5,6 +5,7 @@ file's header (call1/header-*.json: experiments/gpu/random_gguf.py --header-only
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -19,7 +20,8 @@ from ceiling.engines.llamacpp_gap import (
 )
 from ceiling.errors import CeilingError
 from ceiling.flows.doctor_checks import check_config
-from ceiling.flows.doctor_llamacpp import for_doctor
+from ceiling.flows.doctor_context import DoctorContext, Recorder
+from ceiling.flows.doctor_stages import verdict_stage
 from ceiling.predict.gguf import GgufInfo
 from ceiling.predict.llamacpp import profile_from_sql
 from ceiling.probe.llamacpp_calibrate import calibrate_cli
@@ -143,34 +145,94 @@ def test_the_known_answer_runs_get_their_what_if() -> None:
     assert {p.name for p in eager.parts if p.who == "user"} == {"cuda graphs"}
 
 
-def test_the_doctor_attaches_the_verdict_and_names_the_server_cost(tmp_path: Path) -> None:
+def _verdict_stage(res: DoctorResult, cfg: DoctorConfig, out: Path):  # type: ignore[no-untyped-def]
+    """The doctor's verdict stage on ``res`` (as the flow runs it): the stage it records."""
+    with contextlib.ExitStack() as stack:
+        ctx = DoctorContext(cfg, res, Recorder(res, progress=False), out, stack)
+        verdict_stage(ctx)
+    return res.stages[-1]
+
+
+def test_the_verdict_stage_makes_the_split_its_gap_and_names_the_server_cost(
+    tmp_path: Path,
+) -> None:
     res = DoctorResult.model_validate(_doc("8b-q4km"))
+    res.stages, n_findings = [], len(res.findings)
     # the served file's name as llama-bench recorded it, this repository's small header inside
     gguf = tmp_path / "llama3.1-8b-q4_k_m.gguf"
     shutil.copy(TINY, gguf)
     res.facts.model = str(gguf)  # type: ignore[union-attr]
     prof = tmp_path / "prof.json"
     calibrate_cli(None, str(RUNS / "perf-types.sql"), None, str(prof))
-    g = for_doctor(res, str(RES / "call1/bench-llama3.1-8b-q4_k_m.json"), str(prof))
-    assert g is not None and g.server is not None
-    f = res.findings[-1]
+    bench = str(RES / "call1/bench-llama3.1-8b-q4_k_m.json")
+    cfg = res.config.model_copy(update={"llama_bench": bench, "llamacpp_profile": str(prof)})
+    st = _verdict_stage(res, cfg, tmp_path)
+    # one stage, the verdict's: no stage of the engine's own
+    assert [s.name for s in res.stages] == ["verdict"] and st.status == "ok", st.message
+    v = res.verdict
+    assert v is not None and v.gap is not None
+    g = v.gap.bandwidth
+    assert g is not None and g.server is not None and g.engine == "llama.cpp"
+    assert st.message == g.sentence
+    # the split is the verdict's gap accounting: its parts summed by who can change them
+    assert v.gap.measured_ms == g.step_ms == res.measured.step_ms  # type: ignore[union-attr]
+    assert v.gap.fundamental_ms == pytest.approx(sum(p.ms for p in g.parts if p.who == "nobody"))
+    assert v.gap.configurable_ms == pytest.approx(sum(p.ms for p in g.parts if p.who == "user"))
+    assert v.gap.unexplained_ms == pytest.approx(sum(p.ms for p in g.parts if p.who == "engine"))
+    assert v.gap.fundamental_ms + v.gap.configurable_ms + v.gap.unexplained_ms == pytest.approx(
+        g.step_ms
+    )
+    assert {p.name for p in g.parts} >= {"bound", "server", "kernels"}
+    (f,) = res.findings[n_findings:]
     assert f.id == "server-overhead" and f.doc == "docs/causes/server-overhead.md"
     assert f.figures["added_ms"] == pytest.approx(0.528, abs=5e-4)
-    assert "0.53 ms per token (+14 %)" in f.title
+    assert "llama-server adds 0.53 ms per token (+14 %) over llama-bench" in f.title
     assert (Path(__file__).parent.parent / f.doc).exists()
-    # the report shows it
-    from ceiling.diagnose.judge import verdict
+    # the report shows it, and so does the file read back (``ceiling report``)
     from ceiling.report.markdown import render_markdown
 
-    res.verdict = verdict(res.config, res)
-    res.verdict.llamacpp = g
     md = render_markdown(res)
     assert "## llama.cpp: memory bandwidth at one stream" in md and g.sentence in md
-    # another engine's run: no llama.cpp verdict, and the options refuse rather than do nothing
+    back = DoctorResult.model_validate_json(res.model_dump_json())
+    assert back.verdict is not None and back.verdict.gap == v.gap
+    # another engine's run: no split, the verdict on the attribution, and the options refuse
+    # rather than do nothing (the stage says so; the verdict stands)
     res.facts.engine = "vllm"  # type: ignore[union-attr]
-    assert for_doctor(res, None) is None
-    with pytest.raises(CeilingError):
-        for_doctor(res, str(RES / "call1/bench-llama3.1-8b-q4_k_m.json"))
+    res.stages, res.findings = [], []
+    st = _verdict_stage(res, res.config, tmp_path)
+    assert st.status == "ok" and st.message is None
+    assert res.verdict.gap is not None and res.verdict.gap.bandwidth is None  # type: ignore[union-attr]
+    assert res.verdict.gap.measured_ms == res.attribution.measured_step_ms  # type: ignore[union-attr]
+    st = _verdict_stage(res, cfg.model_copy(update={"llamacpp_profile": None}), tmp_path)
+    assert st.status == "ok" and res.verdict is not None and res.verdict.gap.bandwidth is None  # type: ignore[union-attr]
+    assert "apply to a llama-server run on a GPU" in (st.message or "")
+    assert not res.findings
+
+
+def test_a_doctor_json_with_the_old_llamacpp_field_still_reads(tmp_path: Path) -> None:
+    """doctor.json files written while the split was ``verdict.llamacpp`` re-render: the split
+    moves into the gap, the gap's figures stay as written."""
+    doc = _doc("8b-q4km")
+    cost = server_cost(doc["measured"]["step_ms"], _bench("llama3.1-8b-q4_k_m"),
+                       doc["facts"]["model"], True)  # fmt: skip
+    old = _gap("8b-q4km", server=cost).model_dump()
+    for key in ("engine",):
+        old.pop(key)
+    for key in ("server", "bench"):
+        old["server"].pop(key)
+    res = DoctorResult.model_validate(doc)
+    written = res.verdict.model_dump() if res.verdict is not None else {}
+    written["llamacpp"] = old
+    back = DoctorResult.model_validate({**doc, "verdict": written})
+    v = back.verdict
+    assert v is not None and v.gap is not None and v.gap.bandwidth is not None
+    assert v.gap.fundamental_ms == doc["verdict"]["gap"]["fundamental_ms"]
+    assert v.gap.bandwidth.engine == "llama.cpp" and v.gap.bandwidth.server is not None
+    assert v.gap.bandwidth.server.bench == "llama-bench"
+    assert v.gap.bandwidth.sentence == old["sentence"]
+    written["gap"] = None  # a verdict without a gap gets the split's
+    v = DoctorResult.model_validate({**doc, "verdict": written}).verdict
+    assert v is not None and v.gap is not None and v.gap.measured_ms == old["step_ms"]
 
 
 def test_a_bad_llama_bench_file_fails_before_the_launch(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from ceiling.errors import CeilingError
 from ceiling.predict.gguf import bits_per_weight, read_gguf
-from ceiling.predict.llamacpp import predict_gguf, profile_from_sql
+from ceiling.predict.llamacpp import load_kernels, predict_gguf, profile_from_sql
 from ceiling.probe.llamacpp_calibrate import calibrate_cli
 
 FIX = Path(__file__).parent / "fixtures" / "gguf"
@@ -69,7 +69,10 @@ def test_the_recorded_test_backend_ops_run_is_a_profile(tmp_path: Path) -> None:
     # F16 streams near the H200's 4.8 TB/s; the K-quants' dequantizing mat-vec does not
     assert 3500 < prof.matvec["F16"].GBps < 4800
     assert prof.matvec["Q4_K"].GBps < 0.6 * prof.matvec["F16"].GBps
-    assert json.loads((tmp_path / "p.json").read_text())["kind"] == "llamacpp-kernels"
+    # the one profile format: the kernels are the file's engine section's llamacpp entry
+    written = json.loads((tmp_path / "p.json").read_text())
+    assert written["schema_version"] == 2 and set(written["engine"]) == {"llamacpp"}
+    assert load_kernels(tmp_path / "p.json") == prof
     with pytest.raises(CeilingError):
         profile_from_sql("CREATE TABLE x (a TEXT);\n")
     with pytest.raises(CeilingError):

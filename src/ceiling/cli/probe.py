@@ -241,6 +241,7 @@ def register(app: typer.Typer) -> None:
                 str(from_output) if from_output else None,
                 str(gguf) if gguf else None,
                 str(out) if out else None,
+                str(merge) if merge else None,
             )
             if json_:
                 emit_json(prof)

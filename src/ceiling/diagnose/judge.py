@@ -18,6 +18,7 @@ from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Measured
 from ceiling.diagnose.verdict import VerdictInputs, build_verdict
 from ceiling.diagnose.verdict_model import CpuReadNote, Verdict
 from ceiling.errors import CeilingError
+from ceiling.gap_schema import BandwidthGap
 from ceiling.predict.schema import Prediction
 from ceiling.spec.hardware import CpuHardware, Hardware, load_link
 from ceiling.trace.measured import measured_split
@@ -107,8 +108,9 @@ def traced_split(res: DoctorResult) -> MeasuredSplit | None:
     return ms
 
 
-def verdict(cfg: DoctorConfig, res: DoctorResult) -> Verdict:
-    """The verdict on what ``res`` holds (its measurement, prediction, findings, levels)."""
+def verdict(cfg: DoctorConfig, res: DoctorResult, bandwidth: BandwidthGap | None = None) -> Verdict:
+    """The verdict on what ``res`` holds (its measurement, prediction, findings, levels);
+    ``bandwidth``: the engine's own split of the single-stream step, the gap's basis."""
     single = res.bench.get("single")
     m = measured_step(single)
     hw = res.hardware
@@ -144,5 +146,6 @@ def verdict(cfg: DoctorConfig, res: DoctorResult) -> Verdict:
             server_death=res.server_death if res.server_died else None,
             cpu_read=cpu_read,
             measured_split=traced_split(res),
+            bandwidth=bandwidth,
         )
     )

@@ -40,6 +40,7 @@ from ceiling.diagnose.rules import engine_fix
 from ceiling.diagnose.rules_serving import kv_remedies
 from ceiling.diagnose.schema import BenchMode
 from ceiling.engines.diagnosis_data import reading
+from ceiling.gap_schema import ServerCost
 from ceiling.spec.hardware import Hardware
 
 # heuristic: tokens per streamed chunk above this (the engine streams one per step) = the API
@@ -400,3 +401,30 @@ def inspect_run(
         ctx.streaming = known.streaming if known else None
         findings += runtime_findings(facts, bench, ctx)
     return facts, findings
+
+
+def server_cost_finding(cost: ServerCost) -> Finding:
+    """The server's own cost per token over the engine's kernel benchmark, named
+    (docs/causes/server-overhead.md; the engine's step split measured it)."""
+    return Finding(
+        id="server-overhead",
+        title=f"{cost.server} adds {cost.added_ms:.2f} ms per token (+{cost.added_pct:.0f} %) "
+        f"over {cost.bench} on the same file and settings",
+        component="engine",
+        severity="info",
+        evidence=[
+            f"{cost.server} single-stream step {cost.server_step_ms:.3f} ms (measured here)",
+            f"{cost.bench} tg at depth 0: {cost.bench_step_ms:.3f} ms per token ({cost.source})",
+        ],
+        fix="sampling over the whole vocabulary, HTTP/SSE and slot handling cost this per token; "
+        "greedy or top-k-only sampling shrinks the sampler's share",
+        kind="configurable",
+        predicted_effect=f"{cost.added_ms:.3f} ms per token at most (the kernels alone)",
+        figures={
+            "added_ms": cost.added_ms,
+            "added_pct": cost.added_pct,
+            "server_step_ms": cost.server_step_ms,
+            "bench_step_ms": cost.bench_step_ms,
+        },
+        doc="docs/causes/server-overhead.md",
+    )

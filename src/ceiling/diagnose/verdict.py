@@ -5,7 +5,8 @@ be traceable to a number (a measurement, a prediction, a log line). It takes the
 the prediction, the engine's findings and the preflight answers, and decides the numbers: the
 measured rate with its CI, the rate expected for this exact configuration and the layout's
 bound, the best configuration predict expects on this hardware, the gap split into fundamental
-/ configurable / unexplained, the configurable changes ranked by gain, and answers to the
+/ configurable / unexplained (by the engine's own split where it has one: a trace, a
+bandwidth split), the configurable changes ranked by gain, and answers to the
 hypotheses people usually try first (NCCL tuning, multi-step scheduling, faster memory, CUDA
 graphs, more streams). Hypotheses with no evidence either way are left out rather than guessed.
 The sentences are rendered from those numbers by the nouns (``verdict_model.py``).
@@ -43,6 +44,7 @@ from ceiling.diagnose.verdict_model import (
     Verdict,
 )
 from ceiling.diagnose.wording import clip
+from ceiling.gap_schema import BandwidthGap
 from ceiling.predict.schema import Prediction, WhatIf
 from ceiling.predict.slack import split_slack
 from ceiling.sanity.report import SanityReport
@@ -78,6 +80,9 @@ class VerdictInputs(BaseModel):
     cpu_read: CpuReadNote | None = None
     measured_split: MeasuredSplit | None = Field(
         None, description="the engine's own split of the step (a trace): the verdict's basis"
+    )
+    bandwidth: BandwidthGap | None = Field(
+        None, description="the engine's bandwidth split of the one-stream step: the gap's basis"
     )
 
     @property
@@ -405,6 +410,8 @@ def build_verdict(inp: VerdictInputs) -> Verdict:
             unexplained_ms=ms.unbounded_ms,
             measured_ms=ms.step_ms,
         )
+    elif inp.bandwidth is not None:  # the engine's own split of the measured step
+        gap = Gap.of_bandwidth(inp.bandwidth)
     elif a is not None:
         gap = Gap(
             fundamental_ms=a.fundamental_ms,

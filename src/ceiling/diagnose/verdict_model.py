@@ -14,15 +14,15 @@ better kernels or engine settings could recover, and no setting of the layout be
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, computed_field
+from pydantic import Field, computed_field, model_validator
 
 from ceiling.diagnose.attribute import UNEXPLAINED_LABEL
 from ceiling.diagnose.hypotheses import Hypothesis
 from ceiling.diagnose.wording import HardwareKind, num, us_or_ms
-from ceiling.engines.llamacpp_gap import BandwidthGap
 from ceiling.fmt import pct
+from ceiling.gap_schema import BandwidthGap
 from ceiling.result_model import ResultModel
 from ceiling.trace.schema import MeasuredSplit
 
@@ -286,12 +286,30 @@ class TargetCheck(ResultModel):
 
 
 class Gap(ResultModel):
-    """The measured step split: fundamental / configurable (predicted) / unexplained."""
+    """The measured step split: fundamental / configurable / unexplained.
+
+    From the engine's own accounting where there is one: a trace (``Verdict.measured``), else
+    the engine's bandwidth split of the step (``bandwidth``: its parts by who can change them,
+    summed into the three), else the predicted components (the attribution)."""
 
     fundamental_ms: float
     configurable_ms: float
     unexplained_ms: float
     measured_ms: float
+    bandwidth: BandwidthGap | None = Field(
+        None, description="the engine's split of a one-stream step: bandwidth reached, parts"
+    )
+
+    @classmethod
+    def of_bandwidth(cls, split: BandwidthGap) -> Gap:
+        """The engine's bandwidth split as the verdict's gap: its parts summed by kind."""
+        return cls(
+            fundamental_ms=split.kind_ms("fundamental"),
+            configurable_ms=split.kind_ms("configurable"),
+            unexplained_ms=split.kind_ms("unexplained"),
+            measured_ms=split.step_ms,
+            bandwidth=split,
+        )
 
 
 class CpuReadNote(ResultModel):
@@ -358,9 +376,26 @@ class Verdict(ResultModel):
     measured: MeasuredSplit | None = Field(
         None, description="the engine's own split of the step (a trace), class by class"
     )
-    llamacpp: BandwidthGap | None = Field(
-        None, description="llama.cpp on a GPU: bandwidth reached at one stream, the gap split"
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bandwidth_into_gap(cls, data: Any) -> Any:
+        """A doctor.json written before the bandwidth split was the gap's (``ceiling report``
+        re-renders kept files) has it as ``verdict.llamacpp``: the split moves into ``gap``, with
+        the names only llama-server and llama-bench then had."""
+        if not isinstance(data, dict) or "llamacpp" not in data:
+            return data
+        data = dict(data)
+        old = data.pop("llamacpp")
+        if old is None:
+            return data
+        old = {"engine": "llama.cpp", **old}
+        if old.get("server"):
+            old["server"] = {"server": "llama-server", "bench": "llama-bench", **old["server"]}
+        split = BandwidthGap.model_validate(old)
+        gap = data.get("gap") or Gap.of_bandwidth(split).model_dump()
+        data["gap"] = {**gap, "bandwidth": split}
+        return data
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -57,6 +57,7 @@ from ceiling.engines.sampling import PromptLogprobs, read_openai_echo
 from ceiling.engines.tables import RemovedFlag, RemovedFlagsFile, removed_flags_table
 from ceiling.engines.variant import Arg, Variant
 from ceiling.errors import CeilingError
+from ceiling.gap_schema import BandwidthGap
 from ceiling.inputs import read_text
 from ceiling.outputs import cache_dir, write_cache
 from ceiling.spec._data import M, load_yaml
@@ -186,6 +187,18 @@ class Engine:
         if fmt is None or fmt.lower() not in self.random_load_formats:
             return None
         return f"random weights (--load-format {fmt}, from {where}): timing only"
+
+    def step_gap(
+        self,
+        facts: EngineFacts,
+        hardware: Any,
+        step_ms: float,
+        context: int,
+        evidence: Mapping[str, str | None],
+    ) -> BandwidthGap | None:
+        """This engine's own split of a measured one-stream step (the verdict's gap), from the
+        doctor's ``evidence`` files; None: it has none (llama-server on a GPU has one)."""
+        return None
 
     # ---- install -------------------------------------------------------------------------
     def locate(self, variant: Variant) -> EngineInstall:

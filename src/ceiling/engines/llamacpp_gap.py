@@ -22,66 +22,59 @@ stays. Slots do not change a one-stream step (they raise total throughput); that
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import TYPE_CHECKING, Any
 
 from ceiling.errors import CeilingError
+from ceiling.gap_schema import BandwidthGap, GapPart, GapWhatIf, ServerCost
 from ceiling.inputs import read_json
-from ceiling.predict.gguf import GgufInfo, kernel_data
-from ceiling.predict.llamacpp import LlamaCppProfile, predict_gguf
+from ceiling.predict.gguf import GgufInfo, kernel_data, read_gguf
+from ceiling.predict.llamacpp import LlamaCppProfile, load_kernels, predict_gguf
 from ceiling.predict.schema import LlamaCppDetails, Prediction
+from ceiling.spec.hardware import Hardware, load_gpu
 
-SCHEMA_VERSION = 1
-
-
-class ServerCost(BaseModel):
-    """llama-server's step against llama-bench's on the same file and settings."""
-
-    server_step_ms: float
-    bench_step_ms: float = Field(description="llama-bench tg, depth 0, same flash-attn setting")
-    added_ms: float
-    added_pct: float
-    source: str
+if TYPE_CHECKING:
+    from ceiling.engines.facts import EngineFacts
 
 
-class GapPart(BaseModel):
-    name: str
-    ms: float
-    who: Literal["nobody", "user", "engine"] = Field(
-        description="nobody: physics and the GPU; user: a setting this run has off (its what-if's "
-        "saving); engine: the engine's own cost and kernels (changed by the quant type or "
-        "another engine: the what-ifs give numbers)"
+def run_gap(
+    facts: EngineFacts,
+    hardware: Hardware,
+    step_ms: float,
+    context: int,
+    llama_bench: str | None,
+    profile: str | None,
+) -> BandwidthGap | None:
+    """The split of a doctor run's single-stream step on llama-server with a GPU (reads the
+    served GGUF's header, the llama-bench rows and the profile): None on a CPU."""
+    if hardware.kind != "gpu":
+        return None
+    if not facts.model or not Path(facts.model).is_file():
+        raise CeilingError(
+            f"the served GGUF {facts.model!r} is not readable here",
+            fix="run the doctor where the GGUF file is",
+        )
+    cost = None
+    if llama_bench:
+        cost = server_cost(
+            step_ms,
+            read_llama_bench(llama_bench),
+            facts.model,
+            facts.flash_attention,
+            source=llama_bench,
+        )
+    return bandwidth_gap(
+        read_gguf(facts.model),
+        step_ms,
+        hardware.name,
+        load_gpu(hardware.name).mem_bw_GBps,
+        context=context,
+        flash_attention=facts.flash_attention is not False,
+        cuda_graphs=facts.enforce_eager is not True,
+        gpu_layers=facts.gpu_layers,
+        gpu_layers_total=facts.gpu_layers_total,
+        profile=load_kernels(profile) if profile else None,
+        server=cost,
     )
-    why: str
-
-
-class WhatIf(BaseModel):
-    lever: Literal["quant type", "flash attention", "cuda graphs", "offload", "slots", "engine"]
-    change: str
-    step_ms: float = Field(description="the measured step with this change (estimate)")
-    saves_ms: float = Field(description="measured step - step_ms (negative: costs)")
-    source: str
-
-
-class BandwidthGap(BaseModel):
-    """At one stream: the fraction of the memory bandwidth reached, the gap split, what-ifs."""
-
-    schema_version: int = SCHEMA_VERSION
-    kind: Literal["llamacpp-bandwidth"] = "llamacpp-bandwidth"
-    step_ms: float = Field(description="the measured single-stream step")
-    bytes_per_step: float
-    achieved_GBps: float
-    datasheet_GBps: float
-    pct_of_datasheet: float
-    measured_peak_GBps: float | None = Field(None, description="best llama.cpp mat-vec measured")
-    measured_peak_type: str | None = None
-    pct_of_measured_peak: float | None = None
-    bound_ms: float
-    parts: list[GapPart] = Field(default_factory=list, description="sum to step_ms")
-    what_ifs: list[WhatIf] = Field(default_factory=list)
-    server: ServerCost | None = None
-    sentence: str = ""
 
 
 def read_llama_bench(path: str | Path) -> list[dict[str, Any]]:
@@ -125,8 +118,15 @@ def server_cost(
         )
     bench_ms = 1000.0 / float(rows[0]["avg_ts"])
     added = server_step_ms - bench_ms
-    return ServerCost(server_step_ms=server_step_ms, bench_step_ms=bench_ms, added_ms=added,
-                      added_pct=added / bench_ms * 100, source=source)  # fmt: skip
+    return ServerCost(
+        server_step_ms=server_step_ms,
+        bench_step_ms=bench_ms,
+        added_ms=added,
+        added_pct=added / bench_ms * 100,
+        source=source,
+        server="llama-server",
+        bench="llama-bench",
+    )
 
 
 def retyped(info: GgufInfo, type_name: str) -> GgufInfo:
@@ -194,13 +194,13 @@ def bandwidth_gap(
     typ = _main_type(here)
 
     src = f"predict --engine llamacpp delta ({here.evidence.tables}) on the measured step"
-    ifs: list[WhatIf] = []
+    ifs: list[GapWhatIf] = []
 
     here_ms = here.decode_ms_per_token
 
     def add(lever: Any, change: str, other: Prediction | float, source: str = src) -> None:
         delta = (other.decode_ms_per_token if isinstance(other, Prediction) else other) - here_ms
-        ifs.append(WhatIf(lever=lever, change=change, step_ms=step_ms + delta, saves_ms=0.0 - delta,
+        ifs.append(GapWhatIf(lever=lever, change=change, step_ms=step_ms + delta, saves_ms=0.0 - delta,
                           source=source))  # fmt: skip
 
     types = sorted(profile.matvec) if profile and profile.matvec else ["F16", "Q8_0", "Q4_K"]
@@ -215,7 +215,7 @@ def bandwidth_gap(
     if gpu_layers is not None and gpu_layers_total and gpu_layers < gpu_layers_total:
         # the host's share is not in predict's GPU model: the estimate is the whole file on the
         # GPU as predicted, the step of the part on the CPU is what it saves
-        ifs.append(WhatIf(lever="offload", change=f"all {gpu_layers_total} layers on the GPU "
+        ifs.append(GapWhatIf(lever="offload", change=f"all {gpu_layers_total} layers on the GPU "
                           f"(now {gpu_layers})", step_ms=here_ms, saves_ms=step_ms - here_ms,
                           source=f"predict --engine llamacpp ({here.evidence.tables})"))  # fmt: skip
     else:
@@ -223,7 +223,7 @@ def bandwidth_gap(
     add("slots", "more slots (--parallel): no change to a one-stream step; they raise total "
         "throughput at several streams", here_ms)  # fmt: skip
     if server is not None:
-        ifs.append(WhatIf(lever="engine", change="the kernels without llama-server's per-token "
+        ifs.append(GapWhatIf(lever="engine", change="the kernels without llama-server's per-token "
                           "work (llama-bench's step)", step_ms=server.bench_step_ms,
                           saves_ms=server.added_ms, source=server.source))  # fmt: skip
 
@@ -252,7 +252,7 @@ def bandwidth_gap(
            f"(+{server.added_pct:.0f} %)." if server else ".")
     )  # fmt: skip
     return BandwidthGap(
-        step_ms=step_ms, bytes_per_step=nbytes, achieved_GBps=achieved,
+        engine="llama.cpp", step_ms=step_ms, bytes_per_step=nbytes, achieved_GBps=achieved,
         datasheet_GBps=datasheet_GBps, pct_of_datasheet=achieved / datasheet_GBps * 100,
         measured_peak_GBps=pk, measured_peak_type=peak.type if peak else None,
         pct_of_measured_peak=achieved / pk * 100 if pk else None, bound_ms=bound,

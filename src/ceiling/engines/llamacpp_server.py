@@ -24,10 +24,13 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ceiling.engines.base import EngineInstall, quiet_env, search_roots
+from ceiling.engines.facts import EngineFacts
 from ceiling.engines.flags import FlagSpec, FlagTable
 from ceiling.engines.llamacpp import (
     _PHASES,
@@ -35,6 +38,7 @@ from ceiling.engines.llamacpp import (
 )
 from ceiling.engines.variant import Variant
 from ceiling.errors import CeilingError
+from ceiling.gap_schema import BandwidthGap
 
 _OPTION_LINE = re.compile(r"^(-{1,2}[A-Za-z0-9][^\s,]*)")
 _ENV = re.compile(r"\(env: ([A-Z0-9_]+)\)")
@@ -124,6 +128,22 @@ class LlamaServerEngine(LlamaCppEngine):
     name = "llamacpp"
     display_name = "llama-server"
     ready_line = "llama_server: listening on "
+
+    def step_gap(
+        self,
+        facts: EngineFacts,
+        hardware: Any,
+        step_ms: float,
+        context: int,
+        evidence: Mapping[str, str | None],
+    ) -> BandwidthGap | None:
+        """The bandwidth llama-server reaches at one stream on a GPU (``llamacpp_gap``)."""
+        from ceiling.engines.llamacpp_gap import run_gap
+
+        return run_gap(
+            facts, hardware, step_ms, context, evidence.get("llama_bench"), evidence.get("profile")
+        )
+
     kernels_import = ""  # a binary, not a Python environment: ``ceiling env`` has nothing to load
     health_paths = ("/health", "/v1/models")
     default_port = 8080

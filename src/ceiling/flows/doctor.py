@@ -155,10 +155,6 @@ _Recorder = Recorder  # the name the predict stage's tests know
 # the profiler's setup is made in both modes when --trace is on (before the launch, or after the
 # log of a server ceiling did not launch): its presence is what the trace steps test
 TRACED = When("`--trace`", lambda ctx: ctx.setup is not None)
-VERDICT = When(
-    "with a verdict",
-    lambda ctx: ctx.res.verdict is not None and ctx.res.verdict.bottleneck.case != "broken-output",
-)
 
 #: The doctor's stages in the order they run (docs/doctor.md's stage order is made from it).
 STAGES: tuple[Step, ...] = (
@@ -327,15 +323,7 @@ STAGES: tuple[Step, ...] = (
         ("res.bench", "res.prediction", "res.hardware", "cfg"),
         ("res.attribution", "res.levels", "res.measured"),
     ),
-    Step("verdict", stages.verdict_stage, ALWAYS, ("res", "cfg"), ("res.verdict",)),
-    Step(
-        "llama.cpp bandwidth",
-        stages.llamacpp_stage,
-        VERDICT,
-        ("res.verdict", "res.facts", "res.hardware", "res.measured", "cfg"),
-        ("res.verdict",),
-        "llama-server on a GPU only",
-    ),
+    Step("verdict", stages.verdict_stage, ALWAYS, ("res", "cfg"), ("res.verdict", "res.findings")),
 )
 
 

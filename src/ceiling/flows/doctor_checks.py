@@ -58,9 +58,9 @@ def check_config(cfg: DoctorConfig) -> None:
 
         read_llama_bench(cfg.llama_bench)
     if cfg.llamacpp_profile:
-        from ceiling.predict.llamacpp import load_profile
+        from ceiling.predict.llamacpp import load_kernels
 
-        load_profile(cfg.llamacpp_profile)
+        load_kernels(cfg.llamacpp_profile)
     if cfg.url:
         cfg.url = base_url(cfg.url)  # as bench reads it: scheme added, a trailing /v1 dropped
         check_server_url(cfg.url)

@@ -12,19 +12,21 @@ from pathlib import Path
 from ceiling.diagnose.expect import expect
 from ceiling.diagnose.judge import attribution, level_attributions, verdict
 from ceiling.diagnose.measured import ServerView, counted_acceptance, measured_step
-from ceiling.diagnose.runtime import inspect_run
-from ceiling.diagnose.schema import DoctorResult, Preflight, Target
+from ceiling.diagnose.runtime import inspect_run, server_cost_finding
+from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Preflight, Target
 from ceiling.diagnose.setup import Seen, resolve
 from ceiling.diagnose.verdict import broken_output_verdict
+from ceiling.engines import get_engine
 from ceiling.engines.variant import Variant
 from ceiling.errors import CeilingError
-from ceiling.flows import doctor_llamacpp, doctor_trace, preflight
+from ceiling.flows import doctor_trace, preflight
 from ceiling.flows.doctor_checks import bench_failure, random_weights
 from ceiling.flows.doctor_context import DoctorContext
 from ceiling.flows.flag_hypotheses import flag_checks
 from ceiling.flows.hardware import describe_hardware, find_model_dir, target_gguf
 from ceiling.flows.setup_seen import seen_before_launch, seen_of_server, stated_setup
 from ceiling.flows.target import engine_of, served_models
+from ceiling.gap_schema import BandwidthGap
 from ceiling.sanity.gate import SanityBroken, doctor_gate
 
 
@@ -209,13 +211,35 @@ def verdict_stage(ctx: DoctorContext) -> None:
     if failed:  # no verdict from a failed run: the flow says what failed instead
         ctx.rec.skip("verdict", f"no verdict: {failed[1]}")
         return
-    with ctx.rec.stage("verdict"):
-        res.verdict = verdict(ctx.cfg, res)
+    with ctx.rec.stage("verdict") as st:
+        split, why_not = _step_gap(ctx.cfg, res)
+        if split is not None and split.server is not None:
+            res.findings.append(server_cost_finding(split.server))
+        res.verdict = verdict(ctx.cfg, res, split)
+        if split is not None or why_not:  # else the engine has no split: as for any run
+            st.message = split.sentence if split is not None else why_not
 
 
-def llamacpp_stage(ctx: DoctorContext) -> None:
-    with ctx.rec.stage("llama.cpp bandwidth") as st:
-        st.message = doctor_llamacpp.attach(ctx.res, ctx.cfg)
+def _step_gap(cfg: DoctorConfig, res: DoctorResult) -> tuple[BandwidthGap | None, str]:
+    """The engine's own split of the single-stream step (its adapter's ``step_gap``: llama-server
+    on a GPU), or why there is none. A split that cannot be made (its GGUF not readable here, a
+    bad evidence file) leaves the verdict on the attribution and says why in the stage line;
+    evidence given for a run with no split is refused there rather than ignored."""
+    facts, hw, m = res.facts, res.hardware, res.measured
+    evidence = {"llama_bench": cfg.llama_bench, "profile": cfg.llamacpp_profile}
+    try:
+        split = None
+        if facts is not None and facts.engine and hw is not None and m is not None:
+            engine = get_engine(facts.engine)
+            split = engine.step_gap(facts, hw, m.step_ms, cfg.single_context, evidence)
+        if split is None and any(evidence.values()):
+            raise CeilingError(
+                "--llama-bench and --llamacpp-profile apply to a llama-server run on a GPU",
+                fix="drop them, or run the doctor on llama-server",
+            )
+    except CeilingError as e:
+        return None, f"no step split of the engine's own: {e}" + (f" ({e.fix})" if e.fix else "")
+    return split, ""
 
 
 def inspect_stage(ctx: DoctorContext, name: str) -> None:

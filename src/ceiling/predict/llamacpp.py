@@ -24,12 +24,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
-from ceiling.inputs import read_json
 from ceiling.predict.gguf import GgufInfo, GgufTensor, bits_per_weight, kernel_data, read_gguf
 from ceiling.predict.gguf_mix import mix_assumption, mix_info
 from ceiling.predict.ladder import ladder
@@ -53,9 +51,8 @@ from ceiling.predict.schema import (
     StepBlock,
     StepDetails,
 )
+from ceiling.spec.profile import HardwareProfile, load_profile
 from ceiling.spec.quant import GGUF_MIXES
-
-SCHEMA_VERSION = 1
 
 
 class MatvecRate(BaseModel):
@@ -72,12 +69,11 @@ class MatvecRate(BaseModel):
 
 
 class LlamaCppProfile(BaseModel):
-    """``ceiling calibrate --engine llamacpp``: llama.cpp's own kernels on one GPU. ``matvec``:
+    """``ceiling calibrate --engine llamacpp``: llama.cpp's own kernels on one GPU, the
+    ``llamacpp`` entry of a profile's ``engine`` section (``spec.profile``). ``matvec``:
     one rate per type at one large matrix; ``matvec_fit`` / ``expert_fit``: t0 + bytes / rate
     per type fitted at the models' decode shapes (``predict.llamacpp_fit``), used first."""
 
-    schema_version: int = SCHEMA_VERSION
-    kind: Literal["llamacpp-kernels"] = "llamacpp-kernels"  # another kind of file is refused
     gpu: str | None = None
     source: str = ""
     matvec: dict[str, MatvecRate] = Field(default_factory=dict)
@@ -412,17 +408,33 @@ def profile_from_sql(
     return prof
 
 
-def load_profile(path: str | Path) -> LlamaCppProfile:
-    """A profile written by ``ceiling calibrate --engine llamacpp``."""
-    p = Path(path)
-    fix = "write one with `ceiling calibrate --engine llamacpp --out FILE`"
-    data = read_json(p, "llama.cpp profile", fix=fix)  # NaN and Infinity refused
+#: the entry of a profile's ``engine`` section this predictor reads
+ENGINE = "llamacpp"
+_FIX = "write one with `ceiling calibrate --engine llamacpp --out FILE`"
+
+
+def kernels_of(profile: HardwareProfile, where: str | Path) -> LlamaCppProfile:
+    """llama.cpp's kernels in ``profile`` (read from ``where``): its engine section's entry."""
+    section = profile.engine.get(ENGINE)
+    if section is None:
+        raise CeilingError(f"{where} holds no llama.cpp kernel profile", fix=_FIX)
     try:
-        return LlamaCppProfile.model_validate(data)
+        return LlamaCppProfile.model_validate({"gpu": profile.gpu, **section})
     except ValueError as exc:
         raise CeilingError(
-            f"{p} is not a llama.cpp kernel profile ({type(exc).__name__})", fix=fix
+            f"{where}: its llama.cpp entry is not a kernel profile ({type(exc).__name__})",
+            fix=_FIX,
         ) from None
+
+
+def load_kernels(path: str | Path) -> LlamaCppProfile:
+    """llama.cpp's kernels of a profile file (any version: ``spec.profile.load_profile``)."""
+    return kernels_of(load_profile(path), path)
+
+
+def as_profile(kernels: LlamaCppProfile) -> HardwareProfile:
+    """The profile file ``calibrate --engine llamacpp`` writes: the kernels as its section."""
+    return HardwareProfile(gpu=kernels.gpu, engine={ENGINE: kernels.model_dump()})
 
 
 def needs_gguf() -> CeilingError:
@@ -458,7 +470,7 @@ def predict_llamacpp(req: PredictRequest) -> Prediction:
             fix="drop --batch, --tp and --pp (llama.cpp's split modes are not predicted yet)",
         )
     gpu = load_gpu(req.gpu_name())
-    prof = load_profile(req.profile) if req.profile else None
+    prof = load_kernels(req.profile) if req.profile else None
     pred = predict_gguf(
         model, gpu.name, gpu.mem_bw_GBps, req.context, req.cuda_graphs,
         req.flash_attention is not False, profile=prof, memory_GiB=gpu.memory_GiB, request=req,

@@ -1,7 +1,8 @@
 """``ceiling calibrate --engine llamacpp``: llama.cpp's own mat-vec kernels measured on this GPU.
 
 Runs ``test-backend-ops perf`` (a subprocess) or reads its recorded SQL output and writes the
-profile ``predict --engine llamacpp`` reads (:class:`~ceiling.predict.llamacpp.LlamaCppProfile`).
+profile ``predict --engine llamacpp`` reads: one ``--profile`` format for every engine, these
+kernels its ``engine.llamacpp`` entry (:class:`~ceiling.predict.llamacpp.LlamaCppProfile`).
 Apart from the predictor (``predict.llamacpp``) because it starts a process and writes a file: the
 predictor stays pure, so the doctor's nouns may import it (tests/test_import_contract.py).
 """
@@ -13,9 +14,9 @@ from pathlib import Path
 
 from ceiling.errors import CeilingError
 from ceiling.inputs import read_text
-from ceiling.outputs import write_atomic
 from ceiling.predict.gguf import read_gguf
-from ceiling.predict.llamacpp import LlamaCppProfile, profile_from_sql, weights_read
+from ceiling.predict.llamacpp import LlamaCppProfile, as_profile, profile_from_sql, weights_read
+from ceiling.spec.profile import load_profile, save_profile
 
 #: how to get the binary: llama.cpp's own build (a user's pip install has no build script of ours)
 BUILD = "build llama.cpp with -DLLAMA_BUILD_TESTS=ON: bin/test-backend-ops"
@@ -40,7 +41,11 @@ def run_backend_ops(binary: str | Path, types: list[str], timeout_s: float = 300
 
 
 def calibrate_cli(
-    binary: str | None, recorded: str | None, gguf: str | None, out: str | None
+    binary: str | None,
+    recorded: str | None,
+    gguf: str | None,
+    out: str | None,
+    merge: str | None = None,
 ) -> LlamaCppProfile:
     """``ceiling calibrate --engine llamacpp``: run test-backend-ops (or read its recorded SQL
     output) for the weight types of ``gguf`` (default: F16, Q8_0, Q6_K, Q5_K, Q4_K, IQ4_XS)."""
@@ -60,5 +65,7 @@ def calibrate_cli(
             "--from-output FILE with a recorded `--output sql` run",
         )
     if out:
-        write_atomic(Path(out), prof.model_dump_json(indent=2) + "\n")
+        # one profile format: into an existing profile (calibrate's, commbench's) as its entry
+        base = load_profile(merge) if merge else None
+        save_profile(base.merge(as_profile(prof)) if base else as_profile(prof), out)
     return prof

@@ -184,15 +184,16 @@ def _changes(doc: Doc) -> list[str]:
     return [*out, table(["#", "change", "expected gain", "source", "evidence"], rows), ""]
 
 
-def _llamacpp(doc: Doc) -> list[str]:
-    """verdict.llamacpp: bandwidth at one stream, the gap split, the what-ifs."""
-    g = doc.verdict.llamacpp if isinstance(doc, DoctorResult) and doc.verdict else None
+def _bandwidth(doc: Doc) -> list[str]:
+    """verdict.gap.bandwidth: the engine's bandwidth at one stream, the gap split, the what-ifs."""
+    v = doc.verdict if isinstance(doc, DoctorResult) else None
+    g = v.gap.bandwidth if v is not None and v.gap is not None else None
     if g is None:
         return []
     parts = [[p.name, fmt(p.ms, 3), p.who, p.why] for p in g.parts]
     ifs = [[w.lever, w.change, fmt(w.step_ms, 3), fmt(w.saves_ms, 3), w.source] for w in g.what_ifs]
     return [
-        "## llama.cpp: memory bandwidth at one stream",
+        f"## {g.engine}: memory bandwidth at one stream",
         "",
         g.sentence,
         "",
@@ -453,7 +454,7 @@ def render_markdown(doc: Doc) -> str:
         _attribution,
         _trace,
         _changes,
-        _llamacpp,
+        _bandwidth,
         _hypotheses,
         _comparison,
         _concurrency,

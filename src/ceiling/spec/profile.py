@@ -3,11 +3,18 @@
 
 The file is plain JSON so that a user can keep it beside their results and edit it. Every field
 is optional: a profile overrides only what was measured. ``schema_version`` guards the format.
+
+One format for every engine (schema 2): what an engine's own kernels measured (``calibrate
+--engine llamacpp``) is that engine's entry of the ``engine`` section, read by that engine's
+predictor (``predict.llamacpp.kernels_of``); the rest is the box's, read by predict's GPU model.
+Version 1 had two kinds of file under ``--profile``: the hardware profile (no ``kind``) and an
+engine's kernel file (``kind: "<engine>-kernels"``); :func:`load_profile` reads both as version 2.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -15,7 +22,7 @@ from ceiling.errors import CeilingError
 from ceiling.inputs import read_json
 from ceiling.outputs import write_atomic
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class CollectiveFit(BaseModel):
@@ -111,6 +118,11 @@ class HardwareProfile(BaseModel):
         default_factory=list, description="per op class, from an engine's trace (ceiling trace)"
     )
     notes: list[str] = Field(default_factory=list)
+    engine: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="per engine: its own kernels' measurements (calibrate --engine NAME), in "
+        "the form that engine's predictor reads and checks",
+    )
 
     def merge(self, other: HardwareProfile) -> HardwareProfile:
         """Combine two profiles (e.g. calibrate + commbench); ``other`` wins where both measured."""
@@ -118,7 +130,7 @@ class HardwareProfile(BaseModel):
         for key, value in other.model_dump().items():
             if key in ("collectives", "ops", "trace_ops"):
                 data[key] = data[key] + value
-            elif key == "gemv_bw_GBps":
+            elif key in ("gemv_bw_GBps", "engine"):
                 data[key] = {**data[key], **value}
             elif key == "notes":
                 data[key] = data[key] + [n for n in value if n not in data[key]]
@@ -127,20 +139,41 @@ class HardwareProfile(BaseModel):
         return HardwareProfile.model_validate(data)
 
 
+def _as_current(data: dict[str, Any], p: Path) -> dict[str, Any]:
+    """A profile of any version written so far, in the current form (module docstring)."""
+    version, kind = data.get("schema_version", 1), data.get("kind")
+    if version == SCHEMA_VERSION:
+        return data
+    if version != 1:
+        raise CeilingError(
+            f"profile {p} has schema_version {version}, expected {SCHEMA_VERSION}",
+            fix="re-run `ceiling calibrate` with this version of ceiling",
+        )
+    if kind is None:  # a version-1 hardware profile: the same fields
+        return {**data, "schema_version": SCHEMA_VERSION}
+    if isinstance(kind, str) and kind.endswith("-kernels"):  # one engine's kernel file
+        section = {k: v for k, v in data.items() if k not in ("schema_version", "kind")}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "gpu": data.get("gpu"),
+            "engine": {kind.removesuffix("-kernels"): section},
+        }
+    raise CeilingError(
+        f"{p} is a {kind!r} file, not a hardware or kernel profile",
+        fix="pass a file written by `ceiling calibrate` or `ceiling commbench` (--out)",
+    )
+
+
 def load_profile(path: str | Path) -> HardwareProfile:
-    """Read a profile file, with errors that name the file and the field."""
+    """Read a profile file (any version, either kind of version 1), with errors that name the
+    file and the field."""
     p = Path(path)
     fix = "pass a file written by `ceiling calibrate` or `ceiling commbench` (--out)"
     data = read_json(p, "profile", fix=fix)
     if not isinstance(data, dict):
         raise CeilingError(f"profile {p} is not a JSON object", fix=fix)
-    if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
-        raise CeilingError(
-            f"profile {p} has schema_version {data.get('schema_version')}, expected {SCHEMA_VERSION}",
-            fix="re-run `ceiling calibrate` with this version of ceiling",
-        )
     try:
-        return HardwareProfile.model_validate(data)
+        return HardwareProfile.model_validate(_as_current(data, p))
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(x) for x in first["loc"])
