@@ -25,7 +25,6 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
