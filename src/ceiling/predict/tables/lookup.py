@@ -10,7 +10,9 @@ from functools import cache
 
 from pydantic import BaseModel, Field
 
-from ceiling.predict.tables.core import RAW_MAX_TOKENS, Fit
+from ceiling.predict.tables.core import BYTES_PER_PARAM, Fit
+from ceiling.predict.tables.interp import _extend, _log_interp
+from ceiling.predict.tables.moe_shapes import moe_other_shapes
 from ceiling.predict.tables.store import _raw, system_fits
 
 
@@ -91,27 +93,6 @@ def _candidates(
     return out
 
 
-def _log_interp(x: float, pts: list[tuple[float, float]]) -> float:
-    """y at x by interpolation in log x over sorted (x, y) points (clamped at the ends).
-
-    Every axis read this way (tokens, batch, context) is one along which the same kernel does
-    more work, so a row below an earlier one is measurement noise: each point is read as the
-    highest latency up to it (a rising envelope). Read as measured, a dip let the decode step
-    fall as the batch grew (GLM-4.7 FP8 on the H200: 25.95 ms at 12 sequences, 24.77 at 13)."""
-    pts = list(itertools.accumulate(sorted(pts), lambda a, b: (b[0], max(a[1], b[1]))))
-    if x <= pts[0][0]:
-        return pts[0][1]
-    if x >= pts[-1][0]:
-        return pts[-1][1]
-    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
-        if x0 <= x <= x1:
-            if x1 == x0:
-                return y0
-            w = math.log(x / x0) / math.log(x1 / x0)
-            return y0 + w * (y1 - y0)
-    return pts[-1][1]
-
-
 def _index(rows: list[list[float]]) -> tuple[dict[tuple[int, int], float], list[int], list[int]]:
     grid = {(int(a), int(b)): t for a, b, t in rows}
     return grid, sorted({a for a, _ in grid}), sorted({b for _, b in grid})
@@ -175,7 +156,7 @@ def _gemm_cached(
     for *_rank, key in _candidates(raw, engine, list(patterns)):
         per_m = raw[key]
         ms = sorted(int(x) for x in per_m)
-        if not ms or m > ms[-1] * 1.01:
+        if not ms:
             continue
         pts = []
         exact = True
@@ -183,8 +164,18 @@ def _gemm_cached(
             t, ex = _gemm_at(per_m[str(mm)], n, k)
             pts.append((float(mm), t))
             exact = exact and ex
-        return Measured(key=key, us=_log_interp(max(m, 1.0), pts), exact=exact)
+        # past the last row the same table goes on (``_extend``): another key or the prior
+        # there made the step fall as the batch grew
+        us, past = _extend(max(m, 1.0), pts), _past(m, ms[-1])
+        return Measured(key=key, us=us, exact=exact and not past, note=past)
     return None
+
+
+def _past(x: float, end: float, what: str = "tokens") -> str:
+    """The note of a row read past the table's last one (empty within the table)."""
+    if x <= end * 1.01:
+        return ""
+    return f"past the table's last row ({end:g} {what}): along its last segment"
 
 
 def moe_measured(
@@ -209,81 +200,37 @@ def moe_measured(
         tps = sorted({int(r[1]) for r in rows})
         tp = min(tps, key=lambda x: (abs(math.log(x / moe_tp)), x))
         pts = [(float(r[0]), float(r[2])) for r in rows if int(r[1]) == tp]
-        if not pts or tokens > max(p[0] for p in pts) * 1.01:
+        if not pts:
             continue
-        us = _log_interp(max(tokens, 1.0), pts)
+        us = _extend(max(tokens, 1.0), pts)
+        past = _past(tokens, max(p[0] for p in pts))
         note = "" if tp == moe_tp else f"measured at moe_tp={tp}, scaled to {moe_tp}"
         if tp != moe_tp:
             us *= tp / moe_tp if tp > moe_tp else 1.0  # more shards per rank -> less to read
-        return Measured(key=key, us=us, exact=tp == moe_tp, note=note)
+        note = "; ".join(x for x in (note, past) if x)
+        return Measured(key=key, us=us, exact=tp == moe_tp and not past, note=note)
     # no candidate holds the model's shape: the kernel's other shapes, by per-rank bytes
     for *_rank, key in cands:
-        other = _moe_other_shapes(raw[key] or {}, key, tokens, hidden, inter, experts, topk,
-                                  moe_tp)  # fmt: skip
+        bpp = BYTES_PER_PARAM.get(key.rsplit("/", 1)[-1])
+        if bpp is None:
+            continue
+        want = (hidden, inter, experts, topk, moe_tp)
+        other = moe_other_shapes(raw[key] or {}, key, tokens, want, bpp)
         if other is not None:
-            return other
+            return Measured(key=key, us=other[0], exact=False, note=other[1])
     return None
-
-
-def _moe_other_shapes(
-    shapes: dict[str, list[list[float]]], key: str, tokens: float, hidden: int, inter: int,
-    experts: int, topk: int, moe_tp: int,
-) -> Measured | None:  # fmt: skip
-    """The kernel's latency at another model's shapes, interpolated (log-log) in the expert
-    bytes one rank reads at this token count: the tables measure a fused-MoE kernel at a few
-    models' shapes only, and at decode its time follows the bytes of the touched experts."""
-    from ceiling.predict.tables.core import BYTES_PER_PARAM
-
-    bpp = BYTES_PER_PARAM.get(key.rsplit("/", 1)[-1])
-    if bpp is None or tokens > RAW_MAX_TOKENS:
-        return None
-
-    def rank_bytes(h: int, i: int, e: int, k: int, tp: int) -> float:
-        return min(e, max(tokens, 1.0) * k) * 3 * h * i / tp * bpp
-
-    want = rank_bytes(hidden, inter, experts, topk, moe_tp)
-    pts: list[tuple[float, float]] = []
-    for shp, rows in shapes.items():
-        h, i, e, k = (int(x) for x in shp.split("x"))
-        for tp in sorted({int(r[1]) for r in rows}):
-            sub = [(float(r[0]), float(r[2])) for r in rows if int(r[1]) == tp]
-            if not sub or tokens > max(t for t, _ in sub) * 1.01:
-                continue
-            pts.append((rank_bytes(h, i, e, k, tp), _log_interp(max(tokens, 1.0), sub)))
-    if len(pts) < 2:
-        return None
-    us = _log_log_interp(want, pts)
-    return Measured(
-        key=key, us=us, exact=False,
-        note=f"no rows at {hidden}x{inter}x{experts}x{topk}: interpolated in per-rank expert "
-        f"bytes over the kernel's other shapes ({want / 1e6:.1f} MB)",
-    )  # fmt: skip
-
-
-def _log_log_interp(x: float, pts: list[tuple[float, float]]) -> float:
-    """y at x by log-log interpolation over (x, y) points; beyond the ends, in proportion."""
-    pts = sorted(pts)
-    if x <= pts[0][0]:
-        return pts[0][1]
-    if x >= pts[-1][0]:
-        return pts[-1][1] * x / pts[-1][0]
-    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
-        if x0 <= x <= x1 and x1 > x0:
-            w = math.log(x / x0) / math.log(x1 / x0)
-            return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
-    return pts[-1][1]
 
 
 def _curve(rows: list[list[float]], batch: float, context: float) -> float | None:
     """Latency (us) of one shape series at (batch, context): log-interpolated in both."""
     bs = sorted({int(r[0]) for r in rows})
-    if not bs or batch > bs[-1] * 1.01:
+    if not bs:
         return None
     per_b = []
     for b in bs:
         pts = [(float(r[1]), float(r[2])) for r in rows if int(r[0]) == b]
         per_b.append((float(b), _log_interp(max(context, 1.0), pts)))
-    return _log_interp(max(batch, 1.0), per_b)
+    return _extend(max(batch, 1.0), per_b)  # past the last batch: along the last segment
 
 
 def _physical(shape: str, rows: list[list[float]], kv_bytes: float, bw_GBps: float) -> bool:
@@ -335,7 +282,8 @@ def attention_measured(
         if want in shapes:
             us = _curve(shapes[want], batch, context)
             if us is not None:
-                return Measured(key=key, us=us, exact=True)
+                past = _past(batch, max(r[0] for r in shapes[want]), "sequences")
+                return Measured(key=key, us=us, exact=not past, note=past)
             continue
         same = [s for s in shapes if s.split("x")[1:] == [str(kv_heads), str(head_dim)]]
         if same:
@@ -405,14 +353,14 @@ def mla_measured(
         shape = min(shapes, key=lambda s: abs(math.log(int(s) / heads)))
         rows = shapes[shape]
         bs = sorted({int(r[0]) for r in rows})
-        if batch > bs[-1] * 1.01:
+        if not bs:
             continue
         per_b = []
         for b in bs:
             pts = [(float(r[1]), float(r[2])) for r in rows if int(r[0]) == b]
             per_b.append((float(b), _log_interp(max(context, 1.0), pts)))
-        us = _log_interp(max(batch, 1.0), per_b)
-        return Measured(key=key, us=us, exact=int(shape) == heads)
+        us, past = _extend(max(batch, 1.0), per_b), _past(batch, bs[-1], "sequences")
+        return Measured(key=key, us=us, exact=int(shape) == heads and not past, note=past)
     return None
 
 
