@@ -9,6 +9,11 @@ from pathlib import Path
 
 import pytest
 
+# Every doctor run in the tests (fast stand-ins and real engines, in-process and through the
+# CLI's subprocesses) checks that each stage reads and writes only what STAGES declares
+# (flows/doctor_watch.py): the declarations are only as true as the runs that check them.
+os.environ.setdefault("CEILING_CHECK_STAGES", "1")
+
 
 @pytest.fixture
 def priors_only(monkeypatch):
