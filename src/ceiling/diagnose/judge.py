@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 
 from ceiling.diagnose.attribute import Attribution, LevelAttribution, attribute, attribute_levels
+from ceiling.diagnose.closed_loop import ClosedLoopCapacity, closed_loop_capacity
 from ceiling.diagnose.expect import at_concurrency
 from ceiling.diagnose.measured import ServerView, levels, measured_step
 from ceiling.diagnose.runtime import batch_width
@@ -144,5 +145,14 @@ def verdict(cfg: DoctorConfig, res: DoctorResult) -> Verdict:
             server_death=res.server_death if res.server_died else None,
             cpu_read=cpu_read,
             measured_split=traced_split(res),
+            capacity=_capacity(cfg, res),
         )
     )
+
+
+def _capacity(cfg: DoctorConfig, res: DoctorResult) -> ClosedLoopCapacity | None:
+    """--slo: the concurrency sweep's levels judged against them (None: no SLOs given)."""
+    if not cfg.slo:
+        return None
+    sweep = res.bench.get("concurrency")
+    return closed_loop_capacity(sweep.levels if sweep else [], [s.text for s in cfg.slo])

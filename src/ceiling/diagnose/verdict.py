@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ceiling.diagnose.attribute import Attribution, LevelAttribution
+from ceiling.diagnose.closed_loop import ClosedLoopCapacity
 from ceiling.diagnose.finding_types import Finding
 from ceiling.diagnose.hypotheses import (
     ClientHypothesis,
@@ -78,6 +79,9 @@ class VerdictInputs(BaseModel):
     cpu_read: CpuReadNote | None = None
     measured_split: MeasuredSplit | None = Field(
         None, description="the engine's own split of the step (a trace): the verdict's basis"
+    )
+    capacity: ClosedLoopCapacity | None = Field(
+        None, description="--slo: the concurrency levels judged against the SLOs"
     )
 
     @property
@@ -431,6 +435,7 @@ def build_verdict(inp: VerdictInputs) -> Verdict:
         server_death=inp.server_death,
         cpu_read=inp.cpu_read,
         measured=ms,
+        capacity=inp.capacity,
     )
 
 

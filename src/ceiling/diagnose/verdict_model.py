@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import Field, computed_field
 
 from ceiling.diagnose.attribute import UNEXPLAINED_LABEL
+from ceiling.diagnose.closed_loop import ClosedLoopCapacity
 from ceiling.diagnose.hypotheses import Hypothesis
 from ceiling.diagnose.wording import HardwareKind, num, us_or_ms
 from ceiling.engines.llamacpp_gap import BandwidthGap
@@ -361,6 +362,9 @@ class Verdict(ResultModel):
     llamacpp: BandwidthGap | None = Field(
         None, description="llama.cpp on a GPU: bandwidth reached at one stream, the gap split"
     )
+    capacity: ClosedLoopCapacity | None = Field(
+        None, description="--slo: the highest concurrency level whose goodput met the SLOs"
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -407,4 +411,6 @@ class Verdict(ResultModel):
                 f"Measured rate is {pct(self.pct_of_bound)} of the hardware floors' bound "
                 f"({num(self.bound_tok_s)} tok/s)."
             )
+        if self.capacity is not None:
+            out.append(self.capacity.sentence)
         return out
