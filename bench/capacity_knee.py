@@ -75,10 +75,19 @@ def main() -> int:
     ap.add_argument("--start", type=float, default=8.0, help="the search's first rate, req/s")
     args = ap.parse_args()
     server = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "sse_server.py"), "--slots", str(SLOTS),
-         "--ttft", str(TTFT_S), "--itl", str(ITL_S)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "tests" / "sse_server.py"),
+            "--slots",
+            str(SLOTS),
+            "--ttft",
+            str(TTFT_S),
+            "--itl",
+            str(ITL_S),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = server.stdout.readline() if server.stdout else ""
         if not line.startswith("READY "):
@@ -86,10 +95,31 @@ def main() -> int:
             return 1
         url = line.split()[1]
         out = Path(tempfile.mkdtemp()) / "capacity.json"
-        cmd = [sys.executable, "-m", "ceiling", "bench", "--url", url, "--mode", "capacity",
-               "--slo", f"ttft:p99<={TTFT_SLO_MS:g}ms", "--rate", f"{args.start:g}",
-               "--max-tokens", str(TOKENS), "--input-len", "4", "--seed", str(SEED),
-               "--save-detailed", "--quiet", "--json", "--out", str(out)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "ceiling",
+            "bench",
+            "--url",
+            url,
+            "--mode",
+            "capacity",
+            "--slo",
+            f"ttft:p99<={TTFT_SLO_MS:g}ms",
+            "--rate",
+            f"{args.start:g}",
+            "--max-tokens",
+            str(TOKENS),
+            "--input-len",
+            "4",
+            "--seed",
+            str(SEED),
+            "--save-detailed",
+            "--quiet",
+            "--json",
+            "--out",
+            str(out),
+        ]
         t0 = time.monotonic()
         proc = subprocess.run(
             cmd,
@@ -108,15 +138,21 @@ def main() -> int:
     cap = res.capacity
     assert cap is not None
     knee = true_knee()
-    print(f"stand-in: {SLOTS} slots, {SERVICE_S * 1000:.0f} ms a request "
-          f"(service rate {SLOTS / SERVICE_S:.1f} req/s), SLO ttft:p99<={TTFT_SLO_MS:g}ms")  # fmt: skip
+    print(
+        f"stand-in: {SLOTS} slots, {SERVICE_S * 1000:.0f} ms a request "
+        f"(service rate {SLOTS / SERVICE_S:.1f} req/s), SLO ttft:p99<={TTFT_SLO_MS:g}ms"
+    )
     print(f"levels: {len(cap.curve)}; {cap.level_rule}; stopped: {cap.stopped}")
     for p in cap.curve:
-        print(f"  {p.rate:8.3f} req/s  sent {p.sent:5d}  good {p.good_completed:5d}  "
-              f"{'pass' if p.passed else 'FAIL'}")  # fmt: skip
+        print(
+            f"  {p.rate:8.3f} req/s  sent {p.sent:5d}  good {p.good_completed:5d}  "
+            f"{'pass' if p.passed else 'FAIL'}"
+        )
     found = cap.knee_rate or 0.0
-    print(f"knee found {found:.3f} req/s, true knee {knee:.3f} req/s: "
-          f"{(found / knee - 1) * 100:+.2f} % (goal: within 5 %)")  # fmt: skip
+    print(
+        f"knee found {found:.3f} req/s, true knee {knee:.3f} req/s: "
+        f"{(found / knee - 1) * 100:+.2f} % (goal: within 5 %)"
+    )
     worst = 0.0
     for lv in res.levels:
         recs = lv.requests or []
