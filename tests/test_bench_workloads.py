@@ -25,7 +25,9 @@ SHAREGPT = Path(__file__).parent / "fixtures" / "sharegpt" / "small.json"
 
 
 def _cfg(url: str, **kw: object) -> BenchConfig:
-    base: dict[str, object] = {"url": url, "max_tokens": 4, "input_len": 12, "warmup": 0}
+    base: dict[str, object] = {"url": url, "max_tokens": 4, "warmup": 0}
+    if "dataset" not in kw:  # a dataset brings its own lengths: --input-len is refused then
+        base["input_len"] = 12
     base.update(kw)
     return BenchConfig(**base)  # type: ignore[arg-type]
 
@@ -310,6 +312,59 @@ def test_conflicting_workload_options_refused(
     with pytest.raises(CeilingError, match=message) as err:
         _cfg("http://127.0.0.1:9", **options)
     assert fix in err.value.fix
+
+
+@pytest.mark.parametrize("value", [128, 512])  # 128: the default, typed out
+def test_input_len_given_with_a_dataset_refused(value: int) -> None:
+    with pytest.raises(CeilingError, match="--input-len conflicts with --dataset") as err:
+        BenchConfig(url="http://127.0.0.1:9", dataset=SHAREGPT, input_len=value)
+    assert err.value.fix == "drop --input-len, or drop --dataset"
+    # not given: the dataset's lengths, no refusal
+    assert BenchConfig(url="http://127.0.0.1:9", dataset=SHAREGPT).dataset == SHAREGPT
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--input-len", "128"), ("--input-len", "64"), ("--input-range", "0"), ("--turns", "1")],
+)
+def test_cli_refuses_a_shaping_option_typed_with_a_dataset(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ceiling.cli import main
+
+    # typed at its default value too: the CLI passes what was typed, not what differs
+    rc = main(["bench", "--url", "http://127.0.0.1:9", "--dataset", str(SHAREGPT), flag, value])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"{flag} conflicts with --dataset" in err and f"drop {flag}, or drop --dataset" in err
+
+
+def test_cli_dataset_alone_is_not_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ceiling.cli import main
+
+    args = ["--dataset", str(SHAREGPT), "--requests", "2", "--warmup", "0", "--max-tokens", "2"]
+    with SSEServer(Plan(ttft_s=0.001, itl_s=0.0)) as srv:
+        out = ["--quiet", "--json", "--out", str(tmp_path / "r.json")]
+        rc = main(["bench", "--url", srv.url, *args, *out])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["completed"] == 2
+
+
+def test_a_sharegpt_file_is_decoded_once_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = SHAREGPT.read_text().strip()
+    decoded: list[int] = []
+    real = json.loads
+
+    def counting(s: Any, *a: Any, **kw: Any) -> Any:
+        if isinstance(s, str) and s.strip() == text:
+            decoded.append(1)
+        return real(s, *a, **kw)
+
+    monkeypatch.setattr(json, "loads", counting)
+    res, _ = _run(Plan(ttft_s=0.001, itl_s=0.0), dataset=SHAREGPT, requests=5, max_tokens=None)
+    assert res.completed == 5
+    assert len(decoded) == 1  # auto-detection and reading share one decode
 
 
 @pytest.mark.parametrize("ratio", [1.0, -0.1])

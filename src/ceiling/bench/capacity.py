@@ -78,7 +78,8 @@ class Bracket:
         return self.next
 
 
-def _binding(level: LevelResult) -> str | None:
+def binding_slo(level: LevelResult) -> str | None:
+    """The SLO most requests of a failing level missed (``errors``: failed requests did it)."""
     worst = max(level.slo, key=lambda c: c.missed_requests, default=None)
     if worst is not None and worst.missed_requests > 0:
         return worst.slo
@@ -138,7 +139,7 @@ async def search(
     result = CapacityResult(
         knee_rate=bracket.lo,
         first_failing_rate=above[0][0] if above else None,
-        binding_slo=_binding(above[0][1]) if above else None,
+        binding_slo=binding_slo(above[0][1]) if above else None,
         tolerance=tolerance,
         precision=precision,
         level_rule=rule,

@@ -32,6 +32,10 @@ MAX_COUNT = 10_000_000
 MAX_CONCURRENCY = 100_000
 #: A week: a longer time is a typo (socket and event-loop timers overflow near 1e308 s).
 MAX_SECONDS = 7 * 86400.0
+#: The options that shape synthetic prompts (ceiling.bench.workloads), in the order they are
+#: named when one is given together with --dataset. --max-tokens is not one: it sets a
+#: dataset's output budget too.
+SHAPING = ("input_len", "input_range", "output_range", "prefix_len", "turns")
 #: Turns of one multi-turn session: beyond this the history outgrows any context anyway.
 MAX_TURNS = 1000
 
@@ -124,19 +128,15 @@ class BenchConfig(BaseModel):
         """Workload options that contradict each other are refused: each names what it
         shapes, so a run never silently measures another workload than the one asked for."""
         if self.dataset is not None:
-            given = {
-                "--input-range": self.input_range > 0,
-                "--output-range": self.output_range > 0,
-                "--prefix-len": self.prefix_len > 0,
-                "--turns": self.turns > 1,
-            }
-            for name, on in given.items():
-                if on:
-                    raise CeilingError(
-                        f"{name} conflicts with --dataset: it shapes synthetic prompts, and a "
-                        "dataset brings its own prompts and lengths",
-                        fix=f"drop {name}, or drop --dataset",
-                    )
+            # "given", not "away from its default": --input-len 512 --dataset F would otherwise
+            # pass silently (the dataset's lengths win), and the result would read as 512
+            for name in (n for n in SHAPING if n in self.model_fields_set):
+                flag = "--" + name.replace("_", "-")
+                raise CeilingError(
+                    f"{flag} conflicts with --dataset: it shapes synthetic prompts, and a "
+                    "dataset brings its own prompts and lengths",
+                    fix=f"drop {flag}, or drop --dataset",
+                )
         elif self.dataset_format != "auto":
             raise CeilingError(
                 f"--dataset-format {self.dataset_format} needs --dataset",

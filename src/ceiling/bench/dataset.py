@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ceiling.bench.client import Client
 from ceiling.bench.config import BenchConfig
-from ceiling.bench.sharegpt import Exchange, looks_like_sharegpt, parse, sharegpt_prompts
+from ceiling.bench.sharegpt import Exchange, read_exchanges, sharegpt_prompts
 from ceiling.bench.workloads import Prompt, SyntheticSpec, load_jsonl, synthetic_prompts
 from ceiling.choices import DatasetFormat
 from ceiling.inputs import read_text
@@ -32,8 +32,9 @@ def read_dataset(path: Path, fmt: DatasetFormat = "auto") -> Dataset:
     """Read ``path`` as ``fmt``; ``auto``: ShareGPT when the file is a JSON list whose first
     object holds ``conversations``, else JSONL (a JSONL line is an object, never a list)."""
     text = read_text(path, "--dataset", fix="pass a JSONL or ShareGPT JSON file")
-    if fmt == "sharegpt" or (fmt == "auto" and looks_like_sharegpt(text)):
-        return Dataset(path, "sharegpt", exchanges=parse(text, path))
+    exchanges = read_exchanges(text, path, fmt) if fmt != "jsonl" else None
+    if exchanges is not None:
+        return Dataset(path, "sharegpt", exchanges=exchanges)
     return Dataset(path, "jsonl", prompts=load_jsonl(path, text))
 
 

@@ -43,15 +43,8 @@ class Exchange:
     answer: str
 
 
-def looks_like_sharegpt(text: str) -> bool:
+def _is_sharegpt(data: Any) -> bool:
     """The auto-detection: a JSON list whose first object has a ``conversations`` list."""
-    head = text.lstrip()
-    if not head.startswith("["):
-        return False
-    try:
-        data = json.loads(head)
-    except json.JSONDecodeError:
-        return False
     first = next((e for e in data if isinstance(e, dict)), None) if isinstance(data, list) else None
     return first is not None and isinstance(first.get("conversations"), list)
 
@@ -71,12 +64,21 @@ def first_exchange(entry: Any) -> Exchange | None:
     return None
 
 
-def parse(text: str, path: Path) -> list[Exchange]:
-    """Every usable exchange of a ShareGPT file, in file order."""
+def read_exchanges(text: str, path: Path, fmt: str) -> list[Exchange] | None:
+    """Every usable exchange of a ShareGPT file, in file order, its JSON decoded once (a
+    multi-megabyte ShareGPT dump takes seconds to decode: detection and reading share it).
+    ``fmt`` ``auto``: None when the text is not a ShareGPT file (then it is read as JSONL)."""
+    head = text.lstrip()
+    if fmt == "auto" and not head.startswith("["):
+        return None  # a JSONL line is an object, never a list: no need to decode
     try:
-        data = json.loads(text)
+        data = json.loads(head)
     except json.JSONDecodeError as err:
+        if fmt == "auto":
+            return None
         raise CeilingError(f"{path}: not JSON ({err.msg}, line {err.lineno})", fix=FIX) from err
+    if fmt == "auto" and not _is_sharegpt(data):
+        return None
     if not isinstance(data, list):
         raise CeilingError(f"{path}: a ShareGPT file is a JSON list", fix=FIX)
     found = [ex for ex in (first_exchange(e) for e in data) if ex is not None]

@@ -39,11 +39,25 @@ def _logit_bias(text: str | None) -> dict[str, float] | None:
         ) from err
 
 
+def _given(ctx: typer.Context, options: dict[str, object]) -> dict[str, object]:
+    """The options typed on the command line (or set in the environment), without those left
+    at their defaults: BenchConfig refuses a synthetic-prompt option given with --dataset,
+    and only the option's absence says it was not given (its default value may be typed)."""
+    # compared by name: Typer vendors its own Click, whose ParameterSource is another enum
+    sources = {name: ctx.get_parameter_source(name) for name in options}
+    return {
+        name: value
+        for name, value in options.items()
+        if sources[name] is not None and sources[name].name != "DEFAULT"
+    }
+
+
 def register(app: typer.Typer) -> None:
     """Add ``bench`` and ``compare`` to the app."""
 
     @app.command("bench")
     def bench(
+        ctx: typer.Context,
         url: str = typer.Option("http://127.0.0.1:8000", "--url", help="Server root (OpenAI API)."),
         served_model: str = typer.Option(
             None, "--served-model", help="Served model name (default: from /v1/models)."
@@ -193,18 +207,21 @@ def register(app: typer.Typer) -> None:
         timeout = renamed(request_timeout, old_timeout, "bench --timeout", "--request-timeout")
         if out is None:
             out = Path("ceiling-out") / time.strftime("bench-%Y%m%d-%H%M%S.json")
+        shaping = dict(
+            input_len=input_len,
+            input_range=input_range,
+            output_range=output_range,
+            prefix_len=prefix_len,
+            turns=turns,
+        )
         cfg = make_config(
             url=url,
             model=model,
             mode=mode,
             max_tokens=max_tokens,
-            input_len=input_len,
             dataset=dataset,
             dataset_format=dataset_format,
-            input_range=input_range,
-            output_range=output_range,
-            prefix_len=prefix_len,
-            turns=turns,
+            **_given(ctx, shaping),
             concurrency=_levels(concurrency),
             rate=rate,
             burstiness=burstiness,

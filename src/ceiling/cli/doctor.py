@@ -60,6 +60,12 @@ def doctor(
         128, "--concurrency-max-tokens", help="Generation length in the concurrency sweep."
     ),
     target: float = typer.Option(None, "--target", help="Target decode tok/s per stream."),
+    slo: str = typer.Option(
+        None,
+        "--slo",
+        help="Objectives METRIC:STAT<=TIME (as bench's), judged on the concurrency levels: "
+        "the verdict gains a capacity line.",
+    ),
     no_telemetry: bool = typer.Option(False, "--no-telemetry", help="Do not sample NVML."),
     no_measure_cpu: bool = typer.Option(
         False, "--no-measure-cpu", help="On CPU, use the labelled assumed rates."
@@ -137,6 +143,7 @@ def doctor(
     written), 2 bad option, 3 the engine did not start,
     4 server unreachable or refused, 130 interrupted (doctor.json written, interrupted: true).
     """
+    from ceiling.bench.slo import parse_slos
     from ceiling.console import say
     from ceiling.diagnose.schema import DoctorConfig
     from ceiling.flows import doctor as doctor_flow
@@ -166,6 +173,7 @@ def doctor(
         concurrency=_ints(concurrency),
         concurrency_max_tokens=concurrency_max_tokens,
         target_tok_s=target,
+        slo=parse_slos(slo),
         telemetry=not no_telemetry,
         measure_cpu=not no_measure_cpu,
         launch_timeout_s=launch_timeout,

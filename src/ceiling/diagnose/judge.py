@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 
 from ceiling.diagnose.attribute import Attribution, LevelAttribution, attribute, attribute_levels
+from ceiling.diagnose.closed_loop import ClosedLoopCapacity, closed_loop_capacity
 from ceiling.diagnose.expect import at_concurrency
 from ceiling.diagnose.measured import ServerView, levels, measured_step
 from ceiling.diagnose.runtime import batch_width
@@ -147,5 +148,14 @@ def verdict(cfg: DoctorConfig, res: DoctorResult, bandwidth: BandwidthGap | None
             cpu_read=cpu_read,
             measured_split=traced_split(res),
             bandwidth=bandwidth,
+            capacity=_capacity(cfg, res),
         )
     )
+
+
+def _capacity(cfg: DoctorConfig, res: DoctorResult) -> ClosedLoopCapacity | None:
+    """--slo: the concurrency sweep's levels judged against them (None: no SLOs given)."""
+    if not cfg.slo:
+        return None
+    sweep = res.bench.get("concurrency")
+    return closed_loop_capacity(sweep.levels if sweep else [], [s.text for s in cfg.slo])

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer
 from ceiling.bench.config import MAX_CONCURRENCY, MAX_COUNT, MAX_SECONDS, MAX_SEQ_TOKENS
 from ceiling.bench.failures import MAX_FAILED_PCT
 from ceiling.bench.results import RunResult
+from ceiling.bench.slo import Slo
 from ceiling.diagnose.attribute import Attribution, LevelAttribution
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.finding_types import Finding
@@ -63,6 +64,10 @@ class DoctorConfig(BaseModel):
     # a stream silent this long ends the stage with a statement (not the request timeout)
     stall_timeout_s: float = Field(60.0, gt=0, le=86400, allow_inf_nan=False)
     target_tok_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    slo: list[Slo] = Field(
+        default_factory=list,
+        description="--slo: judged on the concurrency sweep's levels (the verdict's capacity line)",
+    )
     telemetry: bool = True
     measure_cpu: bool = True
     launch_timeout_s: float = Field(1800.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ceiling.diagnose.attribute import Attribution, LevelAttribution
+from ceiling.diagnose.closed_loop import ClosedLoopCapacity
 from ceiling.diagnose.finding_types import Finding
 from ceiling.diagnose.hypotheses import (
     ClientHypothesis,
@@ -83,6 +84,9 @@ class VerdictInputs(BaseModel):
     )
     bandwidth: BandwidthGap | None = Field(
         None, description="the engine's bandwidth split of the one-stream step: the gap's basis"
+    )
+    capacity: ClosedLoopCapacity | None = Field(
+        None, description="--slo: the concurrency levels judged against the SLOs"
     )
 
     @property
@@ -438,6 +442,7 @@ def build_verdict(inp: VerdictInputs) -> Verdict:
         server_death=inp.server_death,
         cpu_read=inp.cpu_read,
         measured=ms,
+        capacity=inp.capacity,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, computed_field, model_validator
 
 from ceiling.diagnose.attribute import UNEXPLAINED_LABEL
+from ceiling.diagnose.closed_loop import ClosedLoopCapacity
 from ceiling.diagnose.hypotheses import Hypothesis
 from ceiling.diagnose.wording import HardwareKind, num, us_or_ms
 from ceiling.fmt import pct
@@ -376,6 +377,9 @@ class Verdict(ResultModel):
     measured: MeasuredSplit | None = Field(
         None, description="the engine's own split of the step (a trace), class by class"
     )
+    capacity: ClosedLoopCapacity | None = Field(
+        None, description="--slo: the highest concurrency level whose goodput met the SLOs"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -442,4 +446,6 @@ class Verdict(ResultModel):
                 f"Measured rate is {pct(self.pct_of_bound)} of the hardware floors' bound "
                 f"({num(self.bound_tok_s)} tok/s)."
             )
+        if self.capacity is not None:
+            out.append(self.capacity.sentence)
         return out

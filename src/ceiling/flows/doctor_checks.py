@@ -16,6 +16,7 @@ from typing import Any
 
 from ceiling.bench.config import BenchConfig
 from ceiling.bench.failures import OVERFLOW_FIX, failure_statement
+from ceiling.bench.slo import Slo
 from ceiling.diagnose.schema import BenchMode, DoctorConfig, DoctorResult
 from ceiling.engines import engine_names
 from ceiling.engines.variant import Variant, load_variant
@@ -183,6 +184,8 @@ def bench_config(
         requests=cfg.concurrency_requests,
         repeat=1,
         warmup=0,
+        # the levels' goodput is the verdict's capacity line (ceiling.diagnose.closed_loop)
+        slo=cfg.slo,
     )
 
 
@@ -210,6 +213,8 @@ _BENCH_SWITCHES = {
 
 
 def _word(value: object) -> str:
+    if isinstance(value, list) and value and all(isinstance(v, Slo) for v in value):
+        return ",".join(v.text for v in value)  # as --slo takes them back
     if isinstance(value, list):
         return ",".join(str(v) for v in value) or "none"
     return str(value)

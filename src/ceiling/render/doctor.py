@@ -21,6 +21,8 @@ def doctor(result: DoctorResult, json_out: bool = False) -> None:
         return
     o = out()
     o.print(esc(result.verdict.headline if result.verdict else "no verdict"))
+    if result.verdict is not None and result.verdict.capacity is not None:
+        o.print(esc(result.verdict.capacity.sentence))
     html, md = result.files.get("report_html"), result.files.get("report_md")
     o.print(f"report: {esc(html)}  ({esc(md)})")
 
