@@ -22,6 +22,8 @@ pytestmark = pytest.mark.timeout(120)
 
 def _cfg(url: str, **kw: object) -> BenchConfig:
     base: dict[str, object] = {"url": url, "max_tokens": 16, "input_len": 12, "warmup": 0}
+    if "dataset" in kw:  # a dataset brings its own lengths: --input-len beside it is refused
+        del base["input_len"]
     base.update(kw)
     return BenchConfig(**base)  # type: ignore[arg-type]
 
