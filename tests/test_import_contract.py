@@ -15,7 +15,10 @@ too (the team's ``import_cycles.py`` counts the same way). Rules (issue 14):
   engine calls, envcheck, the flows) nor the standard library's process/network modules;
 - ``ceiling.sweep`` never imports ``ceiling.report`` and the report reads only the sweep's nouns
   (``ceiling.sweep.schema``): the flow imports both;
-- no module over 500 lines;
+- no ``# fmt: skip`` / ``# fmt: off`` in src/ceiling (issue 40): a module's length is what the
+  formatter lays out, never statements packed by hand to pass a line count;
+- a line cap (:data:`MAX_LINES`) as a backstop only: what bounds a module is the purity closure
+  below and a cohesion review (one concept a module), not a count;
 - the purity closure (issue 40): the whole import closure of every module of ``ceiling.diagnose``
   and of every ``*schema*`` / ``*_model`` module reaches no module that opens a socket or starts
   a process (:data:`IO_MODULES`, or a module importing :data:`IO_STDLIB` / :data:`IO_THIRD_PARTY`).
@@ -42,12 +45,21 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-MAX_LINES = 500
+#: The backstop (issue 40 replaced the 500-line cap by the closure rule and a cohesion review).
+#: Set where the modules land once nothing is packed by ``# fmt: skip``; over the old 500:
+#: - ``ceiling.predict.ops`` (539): one concept, the decode step as a list of ops with shapes;
+#:   each layer kind (GQA, MLA, DCP, GDN, MoE, collectives) is one small function of the same
+#:   list, as each variant of nccl-tests is a small slice over one harness. Splitting the kinds
+#:   out would be a split by length: ``build_ops`` would import its own pieces back.
+#: - ``ceiling.predict.llamacpp`` (528): three concepts (a predictor, a subprocess runner, a CLI
+#:   body writing files); split by concept, not admitted by the cap.
+MAX_LINES = 540
 
 # Cycles that exist today (issue 14, phase B removes them).
 KNOWN_CYCLES: set[frozenset[str]] = set()
 # Layering breaks that exist today: (importer, imported).
 KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
+#: Over :data:`MAX_LINES` and not one concept: split by concept (issue 40 point 3).
 KNOWN_LONG_MODULES: set[str] = set()
 FORBIDDEN = (
     ("ceiling.engines", "ceiling.diagnose"),
@@ -235,7 +247,7 @@ def test_layers_engines_never_import_diagnose_and_diagnose_never_imports_report(
     assert not gone, f"fixed, remove from KNOWN_LAYER_BREAKS:\n  {_fmt(gone)}"
 
 
-def test_no_module_over_500_lines():
+def test_no_module_over_the_line_cap():
     long = {
         name
         for name, path in _modules().items()
@@ -244,6 +256,18 @@ def test_no_module_over_500_lines():
     new, gone = long - KNOWN_LONG_MODULES, KNOWN_LONG_MODULES - long
     assert not new, f"module(s) over {MAX_LINES} lines: split them:\n  {_fmt(new)}"
     assert not gone, f"now short, remove from KNOWN_LONG_MODULES:\n  {_fmt(gone)}"
+
+
+def test_no_fmt_skip_in_the_package():
+    """Issue 40: 137 ``# fmt: skip`` lines packed statements to stay under a line cap."""
+    marks = ("# fmt: skip", "# fmt: off", "# fmt:skip", "# fmt:off")
+    found = sorted(
+        f"{path.relative_to(SRC)}:{n}"
+        for path in _modules().values()
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if any(mark in line for mark in marks)
+    )
+    assert not found, "let the formatter lay these out:\n  " + "\n  ".join(found)
 
 
 def test_libraries_never_import_the_flows_or_the_cli(graph):

@@ -76,9 +76,11 @@ def find_gguf(
     file llama-server's ``/props`` names, else the one its start-up log loaded."""
     found = [
         (cfg.model_path, "--model"),
-        (str(variant.model_path()) if variant is not None and variant.model_path() else None,
-         "the variant's model"),
-    ]  # fmt: skip
+        (
+            str(variant.model_path()) if variant is not None and variant.model_path() else None,
+            "the variant's model",
+        ),
+    ]
     for path, source in found:
         if path and is_gguf(path):
             return GgufFile(path=path, source=source)

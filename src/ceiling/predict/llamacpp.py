@@ -151,10 +151,20 @@ def _weight_ops(
             # the prior is the 16-bit mat-vec's: a quantized type borrows it
             source = "prior"
             c = conf.prior.own_class if typ in _SIXTEEN_BIT else conf.prior.borrowed_class
-        ops.append(_Op(name=f"weights {typ}", component="weights", count=len(sizes),
-                       expected_ms=exp_s * 1e3, bound_ms=total / bw * 1e3, source=source,
-                       confidence=c, kernel="mmvf" if typ in _SIXTEEN_BIT else "mmvq", note=src,
-                       bytes=total))  # fmt: skip
+        ops.append(
+            _Op(
+                name=f"weights {typ}",
+                component="weights",
+                count=len(sizes),
+                expected_ms=exp_s * 1e3,
+                bound_ms=total / bw * 1e3,
+                source=source,
+                confidence=c,
+                kernel="mmvf" if typ in _SIXTEEN_BIT else "mmvq",
+                note=src,
+                bytes=total,
+            )
+        )
         reads.append(GgufWeightsRead(type=typ, matrices=len(sizes), bytes=total))
     return ops, reads
 
@@ -183,12 +193,18 @@ def _kv_op(info: GgufInfo, bw: float, context: int, flash_attention: bool) -> _O
     layers = info.int_key("block_count")
     kv_bytes = kv_bytes_per_token(info) * context
     kv_extra = 1.0 if flash_attention else 2.0  # without FA the scores are written and re-read
-    return _Op(name="KV cache (f16)", component="kv", count=layers,
-               expected_ms=kv_extra * kv_bytes / (pri.matvec_eff * bw) * 1e3,
-               bound_ms=kv_bytes / bw * 1e3, source="prior",
-               confidence=ladder().confidence.prior.own_class,
-               kernel="fattn-vec" if flash_attention else "kq-softmax-kqv",
-               note=f"context {context}", bytes=kv_bytes)  # fmt: skip
+    return _Op(
+        name="KV cache (f16)",
+        component="kv",
+        count=layers,
+        expected_ms=kv_extra * kv_bytes / (pri.matvec_eff * bw) * 1e3,
+        bound_ms=kv_bytes / bw * 1e3,
+        source="prior",
+        confidence=ladder().confidence.prior.own_class,
+        kernel="fattn-vec" if flash_attention else "kq-softmax-kqv",
+        note=f"context {context}",
+        bytes=kv_bytes,
+    )
 
 
 def _small_op(info: GgufInfo, cuda_graphs: bool, flash_attention: bool) -> _Op:
@@ -197,10 +213,17 @@ def _small_op(info: GgufInfo, cuda_graphs: bool, flash_attention: bool) -> _Op:
     per_layer = layer.small + (0 if flash_attention else kern.attention_off_extra_small)
     small = info.int_key("block_count") * per_layer + kern.head.small
     small_us = pri.small_us_graph if cuda_graphs else pri.small_us_eager
-    return _Op(name="small kernels", component="launch", count=small,
-               expected_ms=small * small_us * 1e-3, bound_ms=0.0, source="prior",
-               confidence=ladder().confidence.prior.elementwise, kernel="elementwise",
-               note=f"{small} x {small_us} us ({'CUDA graph' if cuda_graphs else 'eager'})")  # fmt: skip
+    return _Op(
+        name="small kernels",
+        component="launch",
+        count=small,
+        expected_ms=small * small_us * 1e-3,
+        bound_ms=0.0,
+        source="prior",
+        confidence=ladder().confidence.prior.elementwise,
+        kernel="elementwise",
+        note=f"{small} x {small_us} us ({'CUDA graph' if cuda_graphs else 'eager'})",
+    )
 
 
 def _block(ops: list[_Op], bound: bool) -> StepBlock:
@@ -213,15 +236,28 @@ def _block(ops: list[_Op], bound: bool) -> StepBlock:
         decode_tok_s_per_stream=1e3 / ms if ms > 0 else 0.0,
         components_ms=comps,
         ops=[
-            OpRecord(name=o.name, count=o.count, ms=o.bound_ms, source="physics",
-                     confidence=1.0, kernel=o.kernel)
+            OpRecord(
+                name=o.name,
+                count=o.count,
+                ms=o.bound_ms,
+                source="physics",
+                confidence=1.0,
+                kernel=o.kernel,
+            )
             if bound
-            else OpRecord(name=o.name, count=o.count, ms=o.expected_ms, source=o.source,
-                          confidence=o.confidence, kernel=o.kernel, note=o.note)
+            else OpRecord(
+                name=o.name,
+                count=o.count,
+                ms=o.expected_ms,
+                source=o.source,
+                confidence=o.confidence,
+                kernel=o.kernel,
+                note=o.note,
+            )
             for o in ops
             if not bound or o.bound_ms > 0
         ],
-    )  # fmt: skip
+    )
 
 
 _KINDS = {
@@ -298,9 +334,13 @@ def predict_gguf(
         by_source[o.source] = by_source.get(o.source, 0.0) + o.expected_ms
     # a profile given as an object has no file to name (its source is in the evidence)
     req = request or PredictRequest(
-        model=info.path, gpu=gpu_name, engine="llamacpp", cuda_graphs=cuda_graphs,
-        context=context, flash_attention=flash_attention,
-    )  # fmt: skip
+        model=info.path,
+        gpu=gpu_name,
+        engine="llamacpp",
+        cuda_graphs=cuda_graphs,
+        context=context,
+        flash_attention=flash_attention,
+    )
     return Prediction(
         request=req,
         model=summary,
@@ -396,8 +436,9 @@ def profile_from_sql(
         prof.gpu = prof.gpu or row.get("device_description") or None
         if not nbytes or (typ in prof.matvec and prof.matvec[typ].bytes >= nbytes):
             continue  # unknown type; else the rate is the type's largest matrix (bandwidth-bound)
-        prof.matvec[typ] = MatvecRate(type=typ, bytes=nbytes, time_us=float(row["time_us"]),
-                                      shape=f"{rows_}x{cols}")  # fmt: skip
+        prof.matvec[typ] = MatvecRate(
+            type=typ, bytes=nbytes, time_us=float(row["time_us"]), shape=f"{rows_}x{cols}"
+        )
     if with_fits:  # test-file rows (experiments/gpu/ops/matvec-*.txt): t0 + rate fits
         prof.matvec_fit, prof.expert_fit = fit_points(points_from_sql(text))
     if not prof.matvec and not prof.matvec_fit:
@@ -472,9 +513,16 @@ def predict_llamacpp(req: PredictRequest) -> Prediction:
     gpu = load_gpu(req.gpu_name())
     prof = load_kernels(req.profile) if req.profile else None
     pred = predict_gguf(
-        model, gpu.name, gpu.mem_bw_GBps, req.context, req.cuda_graphs,
-        req.flash_attention is not False, profile=prof, memory_GiB=gpu.memory_GiB, request=req,
-    )  # fmt: skip
+        model,
+        gpu.name,
+        gpu.mem_bw_GBps,
+        req.context,
+        req.cuda_graphs,
+        req.flash_attention is not False,
+        profile=prof,
+        memory_GiB=gpu.memory_GiB,
+        request=req,
+    )
     if isinstance(model, GgufInfo):
         pred.assumptions.insert(1, mix_assumption(req.weight_format or ""))
     return pred

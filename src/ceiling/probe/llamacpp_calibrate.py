@@ -26,8 +26,18 @@ def run_backend_ops(binary: str | Path, types: list[str], timeout_s: float = 300
     """Run llama.cpp's ``test-backend-ops perf`` for the mat-vec of ``types`` (one token, its
     4096 x 14336 case: a matrix of 33-117 MB, past launch overhead) on the first CUDA device."""
     names = "|".join(t.lower().replace("_k", "_K") for t in types)
-    argv = [str(binary), "perf", "-b", "CUDA0", "-o", "MUL_MAT", "--output", "sql",
-            "-p", f"type_a=({names}),type_b=f32,m=4096,n=1,k=14336,"]  # fmt: skip
+    argv = [
+        str(binary),
+        "perf",
+        "-b",
+        "CUDA0",
+        "-o",
+        "MUL_MAT",
+        "--output",
+        "sql",
+        "-p",
+        f"type_a=({names}),type_b=f32,m=4096,n=1,k=14336,",
+    ]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
