@@ -21,8 +21,9 @@ from ceiling.flows.doctor import _predict_stage, _Recorder
 from ceiling.flows.hardware import find_gguf, target_gguf
 from ceiling.flows.target import engine_of, server_props
 from ceiling.predict.gguf import read_gguf
-from ceiling.predict.llamacpp import predict_gguf, weights_read
+from ceiling.predict.llamacpp import weights_read
 from ceiling.predict.llamacpp_cpu import NO_CPU_MODEL
+from ceiling.predict.llamacpp_files import predict_gguf
 from ceiling.server.schema import ServedModel
 from ceiling.spec.hardware import CpuHardware, GpuHardware, load_gpu
 from http_stub import serve

@@ -51,8 +51,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #:   each layer kind (GQA, MLA, DCP, GDN, MoE, collectives) is one small function of the same
 #:   list, as each variant of nccl-tests is a small slice over one harness. Splitting the kinds
 #:   out would be a split by length: ``build_ops`` would import its own pieces back.
-#: - ``ceiling.predict.llamacpp`` (528): three concepts (a predictor, a subprocess runner, a CLI
-#:   body writing files); split by concept, not admitted by the cap.
+#: ``ceiling.predict.llamacpp`` (528 unpacked: a predictor, a subprocess runner's parsing and a
+#: CLI body writing files) was split by concept instead: ``predict.llamacpp_files`` reads,
+#: ``flows.calibrate_llamacpp`` writes, ``probe.llamacpp_calibrate`` runs the process.
 MAX_LINES = 540
 
 # Cycles that exist today (issue 14, phase B removes them).
@@ -268,6 +269,38 @@ def test_no_fmt_skip_in_the_package():
         if any(mark in line for mark in marks)
     )
     assert not found, "let the formatter lay these out:\n  " + "\n  ".join(found)
+
+
+#: Readers and writers of files: the llama.cpp predictor takes what they return, never calls them.
+FILE_READERS = {
+    "ceiling.inputs": None,
+    "ceiling.outputs": None,
+    "ceiling.predict.gguf": {"read_gguf", "is_gguf", "gguf_error"},
+    "ceiling.spec.profile": {"load_profile", "save_profile"},
+}
+
+
+def test_the_llamacpp_predictor_starts_no_process_and_opens_no_file(graph):
+    """Issue 40: ``predict.llamacpp`` was a predictor, a subprocess runner and a CLI body that
+    wrote files. The predictor behind ``predict.api``'s engine dispatch now reaches no process or
+    network module through its whole closure, and imports no file reader or writer (its GGUF
+    header and kernels come from ``predict.llamacpp_files``)."""
+    mod = "ceiling.predict.llamacpp"
+    assert not set(_reached(graph, mod)) & _io_modules()
+    tree = ast.parse(_modules()[mod].read_text(encoding="utf-8"))
+    reads = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in FILE_READERS:
+            names = FILE_READERS[node.module]
+            reads |= {f"{node.module}.{a.name}" for a in node.names if not names or a.name in names}
+        elif isinstance(node, ast.Import):
+            reads |= {a.name for a in node.names if a.name in FILE_READERS}
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open":
+            reads.add("open()")
+        elif isinstance(node, ast.Attribute) and node.attr in {"read_text", "write_text", "open"}:
+            reads.add(f".{node.attr}")
+    assert not reads, f"{mod} does file I/O: {sorted(reads)}"
+    assert "ceiling.predict.llamacpp_files" in graph["ceiling.predict.api"]  # the dispatch
 
 
 def test_libraries_never_import_the_flows_or_the_cli(graph):

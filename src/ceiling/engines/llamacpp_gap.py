@@ -28,7 +28,8 @@ from ceiling.errors import CeilingError
 from ceiling.gap_schema import BandwidthGap, GapPart, GapWhatIf, ServerCost
 from ceiling.inputs import read_json
 from ceiling.predict.gguf import GgufInfo, kernel_data, read_gguf
-from ceiling.predict.llamacpp import LlamaCppProfile, load_kernels, predict_gguf
+from ceiling.predict.llamacpp import LlamaCppProfile
+from ceiling.predict.llamacpp_files import load_kernels, predict_gguf
 from ceiling.predict.schema import LlamaCppDetails, Prediction
 from ceiling.spec.hardware import Hardware, load_gpu
 
