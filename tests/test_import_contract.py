@@ -303,6 +303,35 @@ def test_the_llamacpp_predictor_starts_no_process_and_opens_no_file(graph):
     assert "ceiling.predict.llamacpp_files" in graph["ceiling.predict.api"]  # the dispatch
 
 
+def _code_strings(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """The string constants of ``tree`` that are not docstrings: what the code compares to."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node.lineno, node.value
+
+
+@pytest.mark.parametrize("module", ["ceiling.diagnose.expect", "ceiling.diagnose.judge"])
+def test_the_diagnosis_reads_a_trait_not_the_llamacpp_engine_name(module):
+    """Issue 40: which servers are predicted from their GGUF, by which predictor, with which
+    variant flags, is ``engines.diagnosis_data``'s (``FilePrediction``); the diagnosis compares
+    no engine name to llama.cpp's."""
+    tree = ast.parse(_modules()[module].read_text(encoding="utf-8"))
+    named = [
+        f"{module}:{n}: {text!r}"
+        for n, text in _code_strings(tree)
+        if any(word in text.lower() for word in ("llamacpp", "llama.cpp", "ggml_"))
+    ]
+    assert not named, "llama.cpp's knowledge belongs to engines/:\n  " + "\n  ".join(named)
+
+
 def test_libraries_never_import_the_flows_or_the_cli(graph):
     up = {
         (a, b)

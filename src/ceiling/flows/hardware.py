@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ceiling.diagnose.expect import GgufFile, is_llamacpp
+from ceiling.diagnose.expect import GgufFile, serves_gguf
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorConfig
 from ceiling.errors import CeilingError
@@ -103,7 +103,7 @@ def target_gguf(
 ) -> GgufFile | None:
     """The GGUF of a llama.cpp target (None: the target is not llama.cpp); CeilingError when
     none is readable here: a llama.cpp server is not predicted from a model it does not serve."""
-    if not is_llamacpp(engine, facts):
+    if not serves_gguf(engine, facts):
         return None
     gguf = find_gguf(cfg, variant, facts, url)
     if gguf is None:
