@@ -51,9 +51,12 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #:   each layer kind (GQA, MLA, DCP, GDN, MoE, collectives) is one small function of the same
 #:   list, as each variant of nccl-tests is a small slice over one harness. Splitting the kinds
 #:   out would be a split by length: ``build_ops`` would import its own pieces back.
-#: ``ceiling.predict.llamacpp`` (528 unpacked: a predictor, a subprocess runner's parsing and a
-#: CLI body writing files) was split by concept instead: ``predict.llamacpp_files`` reads,
-#: ``flows.calibrate_llamacpp`` writes, ``probe.llamacpp_calibrate`` runs the process.
+#: - ``ceiling.predict.llamacpp`` (524): the llama.cpp predictor, pure: the decode step of a
+#:   GGUF and the kernel profile it is priced with (its noun, read from test-backend-ops' SQL).
+#:   At 528 unpacked it also read and wrote files; that was split by concept instead
+#:   (``predict.llamacpp_files`` reads, ``flows.calibrate_llamacpp`` writes,
+#:   ``probe.llamacpp_calibrate`` runs the process). The profile beside ``llamacpp_fit`` is the
+#:   next candidate if the step grows.
 MAX_LINES = 540
 
 # Cycles that exist today (issue 14, phase B removes them).
