@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ceiling.diagnose.expect import GgufFile, expect, is_llamacpp, llamacpp_request
+from ceiling.diagnose.expect import GgufFile, expect, gguf_request, serves_gguf
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Target
 from ceiling.engines.variant import Arg, Variant
@@ -21,8 +21,9 @@ from ceiling.flows.doctor import _predict_stage, _Recorder
 from ceiling.flows.hardware import find_gguf, target_gguf
 from ceiling.flows.target import engine_of, server_props
 from ceiling.predict.gguf import read_gguf
-from ceiling.predict.llamacpp import predict_gguf, weights_read
+from ceiling.predict.llamacpp import weights_read
 from ceiling.predict.llamacpp_cpu import NO_CPU_MODEL
+from ceiling.predict.llamacpp_files import predict_gguf
 from ceiling.server.schema import ServedModel
 from ceiling.spec.hardware import CpuHardware, GpuHardware, load_gpu
 from http_stub import serve
@@ -44,10 +45,10 @@ def _variant(*args: Arg, env: dict[str, str] | None = None, model: str = str(DEN
 
 
 def test_a_llamacpp_target_is_told_by_its_engine_or_its_log() -> None:
-    assert is_llamacpp("llamacpp", None) and is_llamacpp("llamacpp-python", None)
-    assert is_llamacpp(None, EngineFacts(engine="llamacpp"))
-    assert is_llamacpp("me", EngineFacts(engine="llamacpp-python"))  # owned_by says nothing
-    assert not is_llamacpp("vllm", EngineFacts(engine="vllm")) and not is_llamacpp(None, None)
+    assert serves_gguf("llamacpp", None) and serves_gguf("llamacpp-python", None)
+    assert serves_gguf(None, EngineFacts(engine="llamacpp"))
+    assert serves_gguf("me", EngineFacts(engine="llamacpp-python"))  # owned_by says nothing
+    assert not serves_gguf("vllm", EngineFacts(engine="vllm")) and not serves_gguf(None, None)
 
 
 def test_owned_by_names_an_engine_only_when_ceiling_knows_it() -> None:
@@ -59,20 +60,20 @@ def test_owned_by_names_an_engine_only_when_ceiling_knows_it() -> None:
 
 def test_graphs_and_flash_attention_come_from_options_log_then_variant() -> None:
     cfg = _cfg(llamacpp_profile="p.json")
-    req = llamacpp_request(cfg, H200, str(DENSE), None, None)
+    req = gguf_request(cfg, H200, str(DENSE), None, None)
     assert (req.engine, req.model, req.batch) == ("llamacpp", str(DENSE), 1)
     assert req.cuda_graphs and req.flash_attention is None  # llama.cpp's defaults: on / auto
     assert req.context == cfg.single_context and req.profile == "p.json"
     eager = EngineFacts(engine="llamacpp", enforce_eager=True, flash_attention=False)
-    req = llamacpp_request(cfg, H200, str(DENSE), eager, None)
+    req = gguf_request(cfg, H200, str(DENSE), eager, None)
     assert not req.cuda_graphs and req.flash_attention is False
     # the options win over the log
-    assert llamacpp_request(_cfg(cuda_graphs=True), H200, str(DENSE), eager, None).cuda_graphs
+    assert gguf_request(_cfg(cuda_graphs=True), H200, str(DENSE), eager, None).cuda_graphs
     # no log: the variant's env and flags (GGML_CUDA_DISABLE_GRAPHS set at all = off)
     v = _variant(Arg(flag="--flash-attn", values=["off"]), env={"GGML_CUDA_DISABLE_GRAPHS": "1"})
-    req = llamacpp_request(cfg, H200, str(DENSE), None, v)
+    req = gguf_request(cfg, H200, str(DENSE), None, v)
     assert not req.cuda_graphs and req.flash_attention is False
-    on = llamacpp_request(cfg, H200, str(DENSE), None, _variant(Arg(flag="-fa", values=["on"])))
+    on = gguf_request(cfg, H200, str(DENSE), None, _variant(Arg(flag="-fa", values=["on"])))
     assert on.flash_attention is True
 
 

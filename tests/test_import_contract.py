@@ -15,7 +15,10 @@ too (the team's ``import_cycles.py`` counts the same way). Rules (issue 14):
   engine calls, envcheck, the flows) nor the standard library's process/network modules;
 - ``ceiling.sweep`` never imports ``ceiling.report`` and the report reads only the sweep's nouns
   (``ceiling.sweep.schema``): the flow imports both;
-- no module over 500 lines;
+- no ``# fmt: skip`` / ``# fmt: off`` in src/ceiling (issue 40): a module's length is what the
+  formatter lays out, never statements packed by hand to pass a line count;
+- a line cap (:data:`MAX_LINES`) as a backstop only: what bounds a module is the purity closure
+  below and a cohesion review (one concept a module), not a count;
 - the purity closure (issue 40): the whole import closure of every module of ``ceiling.diagnose``
   and of every ``*schema*`` / ``*_model`` module reaches no module that opens a socket or starts
   a process (:data:`IO_MODULES`, or a module importing :data:`IO_STDLIB` / :data:`IO_THIRD_PARTY`).
@@ -42,12 +45,25 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-MAX_LINES = 500
+#: The backstop (issue 40 replaced the 500-line cap by the closure rule and a cohesion review).
+#: Set where the modules land once nothing is packed by ``# fmt: skip``; over the old 500:
+#: - ``ceiling.predict.ops`` (539): one concept, the decode step as a list of ops with shapes;
+#:   each layer kind (GQA, MLA, DCP, GDN, MoE, collectives) is one small function of the same
+#:   list, as each variant of nccl-tests is a small slice over one harness. Splitting the kinds
+#:   out would be a split by length: ``build_ops`` would import its own pieces back.
+#: - ``ceiling.predict.llamacpp`` (524): the llama.cpp predictor, pure: the decode step of a
+#:   GGUF and the kernel profile it is priced with (its noun, read from test-backend-ops' SQL).
+#:   At 528 unpacked it also read and wrote files; that was split by concept instead
+#:   (``predict.llamacpp_files`` reads, ``flows.calibrate_llamacpp`` writes,
+#:   ``probe.llamacpp_calibrate`` runs the process). The profile beside ``llamacpp_fit`` is the
+#:   next candidate if the step grows.
+MAX_LINES = 540
 
 # Cycles that exist today (issue 14, phase B removes them).
 KNOWN_CYCLES: set[frozenset[str]] = set()
 # Layering breaks that exist today: (importer, imported).
 KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
+#: Over :data:`MAX_LINES` and not one concept: split by concept (issue 40 point 3).
 KNOWN_LONG_MODULES: set[str] = set()
 FORBIDDEN = (
     ("ceiling.engines", "ceiling.diagnose"),
@@ -235,7 +251,7 @@ def test_layers_engines_never_import_diagnose_and_diagnose_never_imports_report(
     assert not gone, f"fixed, remove from KNOWN_LAYER_BREAKS:\n  {_fmt(gone)}"
 
 
-def test_no_module_over_500_lines():
+def test_no_module_over_the_line_cap():
     long = {
         name
         for name, path in _modules().items()
@@ -244,6 +260,79 @@ def test_no_module_over_500_lines():
     new, gone = long - KNOWN_LONG_MODULES, KNOWN_LONG_MODULES - long
     assert not new, f"module(s) over {MAX_LINES} lines: split them:\n  {_fmt(new)}"
     assert not gone, f"now short, remove from KNOWN_LONG_MODULES:\n  {_fmt(gone)}"
+
+
+def test_no_fmt_skip_in_the_package():
+    """Issue 40: 137 ``# fmt: skip`` lines packed statements to stay under a line cap."""
+    marks = ("# fmt: skip", "# fmt: off", "# fmt:skip", "# fmt:off")
+    found = sorted(
+        f"{path.relative_to(SRC)}:{n}"
+        for path in _modules().values()
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if any(mark in line for mark in marks)
+    )
+    assert not found, "let the formatter lay these out:\n  " + "\n  ".join(found)
+
+
+#: Readers and writers of files: the llama.cpp predictor takes what they return, never calls them.
+FILE_READERS = {
+    "ceiling.inputs": None,
+    "ceiling.outputs": None,
+    "ceiling.predict.gguf": {"read_gguf", "is_gguf", "gguf_error"},
+    "ceiling.spec.profile": {"load_profile", "save_profile"},
+}
+
+
+def test_the_llamacpp_predictor_starts_no_process_and_opens_no_file(graph):
+    """Issue 40: ``predict.llamacpp`` was a predictor, a subprocess runner and a CLI body that
+    wrote files. The predictor behind ``predict.api``'s engine dispatch now reaches no process or
+    network module through its whole closure, and imports no file reader or writer (its GGUF
+    header and kernels come from ``predict.llamacpp_files``)."""
+    mod = "ceiling.predict.llamacpp"
+    assert not set(_reached(graph, mod)) & _io_modules()
+    tree = ast.parse(_modules()[mod].read_text(encoding="utf-8"))
+    reads = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in FILE_READERS:
+            names = FILE_READERS[node.module]
+            reads |= {f"{node.module}.{a.name}" for a in node.names if not names or a.name in names}
+        elif isinstance(node, ast.Import):
+            reads |= {a.name for a in node.names if a.name in FILE_READERS}
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open":
+            reads.add("open()")
+        elif isinstance(node, ast.Attribute) and node.attr in {"read_text", "write_text", "open"}:
+            reads.add(f".{node.attr}")
+    assert not reads, f"{mod} does file I/O: {sorted(reads)}"
+    assert "ceiling.predict.llamacpp_files" in graph["ceiling.predict.api"]  # the dispatch
+
+
+def _code_strings(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """The string constants of ``tree`` that are not docstrings: what the code compares to."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node.lineno, node.value
+
+
+@pytest.mark.parametrize("module", ["ceiling.diagnose.expect", "ceiling.diagnose.judge"])
+def test_the_diagnosis_reads_a_trait_not_the_llamacpp_engine_name(module):
+    """Issue 40: which servers are predicted from their GGUF, by which predictor, with which
+    variant flags, is ``engines.diagnosis_data``'s (``FilePrediction``); the diagnosis compares
+    no engine name to llama.cpp's."""
+    tree = ast.parse(_modules()[module].read_text(encoding="utf-8"))
+    named = [
+        f"{module}:{n}: {text!r}"
+        for n, text in _code_strings(tree)
+        if any(word in text.lower() for word in ("llamacpp", "llama.cpp", "ggml_"))
+    ]
+    assert not named, "llama.cpp's knowledge belongs to engines/:\n  " + "\n  ".join(named)
 
 
 def test_libraries_never_import_the_flows_or_the_cli(graph):

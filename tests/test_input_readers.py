@@ -64,13 +64,13 @@ def _gpu(p: Path) -> Any:
 
 
 def _from_output(p: Path) -> Any:
-    from ceiling.probe.llamacpp_calibrate import calibrate_cli
+    from ceiling.flows.calibrate_llamacpp import calibrate_cli
 
     return calibrate_cli(None, str(p), None, None)
 
 
 def _llamacpp_profile(p: Path) -> Any:
-    from ceiling.predict.llamacpp import load_kernels
+    from ceiling.predict.llamacpp_files import load_kernels
 
     return load_kernels(p)
 

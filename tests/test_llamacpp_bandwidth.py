@@ -19,12 +19,12 @@ from ceiling.engines.llamacpp_gap import (
     server_cost,
 )
 from ceiling.errors import CeilingError
+from ceiling.flows.calibrate_llamacpp import calibrate_cli
 from ceiling.flows.doctor_checks import check_config
 from ceiling.flows.doctor_context import DoctorContext, Recorder
 from ceiling.flows.doctor_stages import verdict_stage
 from ceiling.predict.gguf import GgufInfo
 from ceiling.predict.llamacpp import profile_from_sql
-from ceiling.probe.llamacpp_calibrate import calibrate_cli
 
 RES = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp"
 RUNS = RES / "call2"

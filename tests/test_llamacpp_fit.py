@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ceiling.predict.llamacpp import predict_gguf, profile_from_sql
+from ceiling.predict.llamacpp import profile_from_sql
+from ceiling.predict.llamacpp_files import predict_gguf
 from ceiling.predict.llamacpp_fit import MatvecPoint, fit_dense, fit_points, points_from_sql
 
 ROOT = Path(__file__).resolve().parents[1]

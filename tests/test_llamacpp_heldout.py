@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from ceiling.predict.gguf import read_gguf
-from ceiling.predict.llamacpp import predict_gguf, profile_from_sql, weights_read
+from ceiling.predict.llamacpp import profile_from_sql, weights_read
+from ceiling.predict.llamacpp_files import predict_gguf
 from ceiling.predict.llamacpp_fit import points_from_sql
 from script_module import load_script
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from ceiling.errors import CeilingError
+from ceiling.flows.calibrate_llamacpp import calibrate_cli
 from ceiling.predict.gguf import bits_per_weight, read_gguf
-from ceiling.predict.llamacpp import load_kernels, predict_gguf, profile_from_sql
-from ceiling.probe.llamacpp_calibrate import calibrate_cli
+from ceiling.predict.llamacpp import profile_from_sql
+from ceiling.predict.llamacpp_files import load_kernels, predict_gguf
 
 FIX = Path(__file__).parent / "fixtures" / "gguf"
 RES = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp"

@@ -12,7 +12,8 @@ import pytest
 
 from ceiling.errors import CeilingError
 from ceiling.predict.api import PredictRequest, predict
-from ceiling.predict.llamacpp import as_profile, load_kernels, profile_from_sql
+from ceiling.predict.llamacpp import as_profile, profile_from_sql
+from ceiling.predict.llamacpp_files import load_kernels
 from ceiling.spec.profile import SCHEMA_VERSION, HardwareProfile, load_profile, save_profile
 
 RES = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp"
@@ -88,7 +89,7 @@ def test_other_files_are_refused_with_what_they_are(doc, said, tmp_path):
 
 
 def test_calibrate_engine_llamacpp_merges_into_a_box_profile(tmp_path):
-    from ceiling.probe.llamacpp_calibrate import calibrate_cli
+    from ceiling.flows.calibrate_llamacpp import calibrate_cli
 
     box = save_profile(HardwareProfile(gpu="h200", mem_bw_GBps=4300.0), tmp_path / "box.json")
     out = tmp_path / "both.json"

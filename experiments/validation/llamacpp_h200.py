@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
-from ceiling.predict.llamacpp import predict_gguf, profile_from_sql  # noqa: E402
+from ceiling.predict.llamacpp import profile_from_sql  # noqa: E402
+from ceiling.predict.llamacpp_files import predict_gguf  # noqa: E402
 from ceiling.spec.hardware import load_gpu  # noqa: E402
 
 RES = ROOT / "experiments/results/2026-12-02_h200-llamacpp"

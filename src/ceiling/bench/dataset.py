@@ -57,9 +57,14 @@ async def build_prompts(
         return dataset.prompts, True, "dataset"
     if dataset is not None and dataset.exchanges is not None:
         prompts, source = await sharegpt_prompts(
-            client, model, dataset.exchanges, pool_size(cfg), cfg.seed, cfg.max_tokens,
+            client,
+            model,
+            dataset.exchanges,
+            pool_size(cfg),
+            cfg.seed,
+            cfg.max_tokens,
             dataset.path,
-        )  # fmt: skip
+        )
         return prompts, True, source
     spec = SyntheticSpec(
         input_len=cfg.input_len,

@@ -146,8 +146,10 @@ async def _heartbeat(prog: Any, enabled: bool, every_s: float | None = None) -> 
         if live:
             t = live[-1]
             total = f"/{int(t.total)}" if t.total else ""
-            say(f"bench: {t.description}: {int(t.completed)}{total} requests done "
-                f"({time.monotonic() - t0:.0f} s)")  # fmt: skip
+            say(
+                f"bench: {t.description}: {int(t.completed)}{total} requests done "
+                f"({time.monotonic() - t0:.0f} s)"
+            )
 
 
 def _progress(enabled: bool) -> Any:

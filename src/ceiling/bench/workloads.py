@@ -128,9 +128,10 @@ async def synthetic_prompts(
     outs: list[int | None] = [None] * (count * turns)
     if spec.output_len is not None and spec.output_range > 0:
         outs = list(
-            _lengths(np.random.default_rng([seed, 3]), count * turns, spec.output_len,
-                     spec.output_range)
-        )  # fmt: skip
+            _lengths(
+                np.random.default_rng([seed, 3]), count * turns, spec.output_len, spec.output_range
+            )
+        )
     head = ""
     if spec.prefix_len:
         # The same text opens every prompt: a system prompt or a shared document, as a prefix

@@ -31,8 +31,16 @@ app = typer.Typer(
 
 # Command groups, in the order --help lists them. Each module exposes ``register(app)``.
 _GROUPS = (
-    "predict", "bench", "engines", "probe", "sanity", "doctor", "trace", "env", "deploy",
-)  # fmt: skip
+    "predict",
+    "bench",
+    "engines",
+    "probe",
+    "sanity",
+    "doctor",
+    "trace",
+    "env",
+    "deploy",
+)
 
 
 _registered: list[str] = []

@@ -179,17 +179,38 @@ def register(app: typer.Typer) -> None:
 
         try:
             req = PredictRequest(
-                model=model, gpu=gpu, gpus=gpus, link=link, tp=tp, ep=ep, pp=pp, dp=dp, dcp=dcp,
-                engine=engine, allreduce=allreduce, cuda_graphs=not no_cuda_graphs, batch=batch,
-                context=context, prompt_len=prompt_len, kv_dtype=kv_dtype,
-                weight_format=weight_format, profile=_str(profile), power_limit=power_limit,
-                mem_clock=mem_clock, what_if=what_if, attention_backend=attention_backend,
-                moe_backend=moe_backend, async_scheduling=async_scheduling, spec=spec,
-                spec_tokens=spec_tokens, spec_draft_layers=spec_draft_layers,
+                model=model,
+                gpu=gpu,
+                gpus=gpus,
+                link=link,
+                tp=tp,
+                ep=ep,
+                pp=pp,
+                dp=dp,
+                dcp=dcp,
+                engine=engine,
+                allreduce=allreduce,
+                cuda_graphs=not no_cuda_graphs,
+                batch=batch,
+                context=context,
+                prompt_len=prompt_len,
+                kv_dtype=kv_dtype,
+                weight_format=weight_format,
+                profile=_str(profile),
+                power_limit=power_limit,
+                mem_clock=mem_clock,
+                what_if=what_if,
+                attention_backend=attention_backend,
+                moe_backend=moe_backend,
+                async_scheduling=async_scheduling,
+                spec=spec,
+                spec_tokens=spec_tokens,
+                spec_draft_layers=spec_draft_layers,
                 spec_acceptance_rate=spec_acceptance_rate,
                 spec_acceptance_length=spec_acceptance_length,
-                trtllm_options=parse_options(trtllm_option) or None, trtllm_config=_str(trtllm_config),
-            )  # fmt: skip
+                trtllm_options=parse_options(trtllm_option) or None,
+                trtllm_config=_str(trtllm_config),
+            )
         except ValidationError as exc:
             err = exc.errors()[0]
             raise CeilingError(

@@ -234,7 +234,7 @@ def register(app: typer.Typer) -> None:
         if engine is not None:
             from ceiling.console import emit_json
             from ceiling.console import out as stdout
-            from ceiling.probe.llamacpp_calibrate import calibrate_cli
+            from ceiling.flows.calibrate_llamacpp import calibrate_cli
 
             prof = calibrate_cli(
                 str(test_backend_ops) if test_backend_ops else None,

@@ -152,7 +152,14 @@ def capture(
     model = renamed(served_model, old_model, "trace capture --model", "--served-model")
     out = renamed(out_dir, old_out, "trace capture --out", "--out-dir")
     res = record(
-        url, out, steps=steps, streams=streams, ranks=ranks, engine=engine,
-        engine_version=engine_version, model=model, trace_dir=trace_dir,
-    )  # fmt: skip
+        url,
+        out,
+        steps=steps,
+        streams=streams,
+        ranks=ranks,
+        engine=engine,
+        engine_version=engine_version,
+        model=model,
+        trace_dir=trace_dir,
+    )
     show.capture(res, json_out)

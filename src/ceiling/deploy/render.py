@@ -181,9 +181,21 @@ def build_plan(
             fix="name the image to run with --image (one that has the engine installed)",
         )
     compose = _compose(
-        variant, engine, service, plan.argv[head:], tuned, env_path, port, health, image,
-        model_path, gpus, tp, ready_timeout_s, nofile,
-    )  # fmt: skip
+        variant,
+        engine,
+        service,
+        plan.argv[head:],
+        tuned,
+        env_path,
+        port,
+        health,
+        image,
+        model_path,
+        gpus,
+        tp,
+        ready_timeout_s,
+        nofile,
+    )
     env_text = (
         f"# Secrets for {service} (systemd EnvironmentFile= and compose env_file:).\n"
         "# One NAME=value per line; keep this file mode 600. deploy never writes values here.\n"
@@ -290,9 +302,11 @@ def _compose(
         test = ["CMD", "curl", "-fsS", "-o", "/dev/null", probe]
     else:
         test = [
-            "CMD", "python3", "-c",
+            "CMD",
+            "python3",
+            "-c",
             f"import urllib.request; urllib.request.urlopen('{probe}', timeout=5)",
-        ]  # fmt: skip
+        ]
     svc: dict[str, Any] = {"image": image}
     if engine.container_entrypoint:
         svc["entrypoint"] = list(engine.container_entrypoint)

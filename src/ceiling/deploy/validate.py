@@ -23,9 +23,14 @@ class Validation(BaseModel):
 def _run(cmd: list[str], cwd: Path | None = None) -> tuple[int, str]:
     try:
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=cwd,
             env={**os.environ, "SYSTEMD_LOG_COLOR": "0"},
-        )  # fmt: skip
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 1, str(exc)
     return proc.returncode, (proc.stdout + proc.stderr).strip()
@@ -35,15 +40,23 @@ def verify_unit(path: Path) -> Validation:
     """``systemd-analyze verify``: syntax, directives, and that every Exec path exists."""
     tool = shutil.which("systemd-analyze")
     if tool is None:
-        return Validation(tool="systemd-analyze verify", file=str(path), status="skipped",
-                          output="systemd-analyze is not installed")  # fmt: skip
+        return Validation(
+            tool="systemd-analyze verify",
+            file=str(path),
+            status="skipped",
+            output="systemd-analyze is not installed",
+        )
     rc, text = _run([tool, "verify", str(path)])
     # without a running systemd, verify still checks the unit; lines about other units (the
     # host's own) are not ours
     ours = [ln for ln in text.splitlines() if path.name in ln or "Exec" in ln]
     status = "passed" if rc == 0 and not ours else "failed"
-    return Validation(tool="systemd-analyze verify", file=str(path), status=status,
-                      output="\n".join(ours) or text[-2000:])  # fmt: skip
+    return Validation(
+        tool="systemd-analyze verify",
+        file=str(path),
+        status=status,
+        output="\n".join(ours) or text[-2000:],
+    )
 
 
 def compose_tool() -> list[str] | None:
@@ -62,9 +75,14 @@ def verify_compose(path: Path) -> Validation:
     tool = compose_tool()
     name = "docker compose config"
     if tool is None:
-        return Validation(tool=name, file=str(path), status="skipped",
-                          output="neither `docker compose` nor `docker-compose` is installed")  # fmt: skip
+        return Validation(
+            tool=name,
+            file=str(path),
+            status="skipped",
+            output="neither `docker compose` nor `docker-compose` is installed",
+        )
     rc, text = _run([*tool, "-f", str(path), "config", "-q"], cwd=path.parent)
     name = " ".join(Path(tool[0]).name if i == 0 else t for i, t in enumerate(tool)) + " config"
-    return Validation(tool=name, file=str(path), status="passed" if rc == 0 else "failed",
-                      output=text[-2000:])  # fmt: skip
+    return Validation(
+        tool=name, file=str(path), status="passed" if rc == 0 else "failed", output=text[-2000:]
+    )

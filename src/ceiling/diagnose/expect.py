@@ -15,23 +15,22 @@ from pydantic import BaseModel, Field
 
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorConfig, ModelInfo
+from ceiling.engines.diagnosis_data import GGUF_PREDICTION, file_prediction
 from ceiling.errors import CeilingError
 from ceiling.predict.api import Prediction, PredictRequest, predict
 from ceiling.spec.hardware import CpuHardware, Hardware
 
 PREDICTED_ENGINES = ("vllm", "sglang", "trtllm")
-#: engines (both llama.cpp flavours) whose servers are predicted by ``predict --engine llamacpp``
-LLAMACPP_ENGINES = ("llamacpp", "llamacpp-python")
 
 
-def is_llamacpp(engine: str | None, facts: EngineFacts | None) -> bool:
-    """Whether the target is a llama.cpp server: its engine (option, variant or ``owned_by``),
-    else its start-up log's."""
-    return engine in LLAMACPP_ENGINES or (facts is not None and facts.engine in LLAMACPP_ENGINES)
+def serves_gguf(engine: str | None, facts: EngineFacts | None) -> bool:
+    """Whether the target is predicted from the GGUF file it serves (``engines.diagnosis_data``'s
+    trait): its engine (option, variant or ``owned_by``), else its start-up log's."""
+    return file_prediction(engine, facts.engine if facts is not None else None) is not None
 
 
 class GgufFile(BaseModel):
-    """The GGUF a llama.cpp target serves, and where the doctor found its name."""
+    """The GGUF a target predicted from its file serves, and where the doctor found its name."""
 
     path: str
     source: str = Field(description="--model, the variant's model, the server's /props, the log")
@@ -129,10 +128,10 @@ def expect(
     variant: Any,
     gguf: GgufFile | None = None,
 ) -> Expectation:
-    """Predict the examined configuration (a CPU: its floors only); a llama.cpp target
-    (``gguf``: the file it serves) through predict's llama.cpp engine."""
+    """Predict the examined configuration (a CPU: its floors only); a target that serves a GGUF
+    (``gguf``: the file) through the predictor of its file (``GGUF_PREDICTION``)."""
     if gguf is not None:
-        return _expect_llamacpp(cfg, hardware, gguf, served, facts, variant)
+        return _expect_gguf(cfg, hardware, gguf, served, facts, variant)
     if model_dir is None:
         raise CeilingError(
             "cannot find the model config",
@@ -158,24 +157,25 @@ def expect(
     )
 
 
-def llamacpp_request(
+def gguf_request(
     cfg: DoctorConfig, hardware: Hardware, gguf: str, facts: EngineFacts | None, variant: Any
 ) -> PredictRequest:
-    """The llama.cpp server's configuration as predict --engine llamacpp is asked about it (one
-    stream): CUDA graphs and flash attention from the options, the log, else the variant."""
+    """The GGUF server's configuration as its file's predictor is asked about it (one stream):
+    CUDA graphs and flash attention from the options, the log, else the variant."""
+    fp = GGUF_PREDICTION
     graphs = cfg.cuda_graphs
     if graphs is None and facts is not None and facts.enforce_eager is not None:
         graphs = not facts.enforce_eager
-    if graphs is None:  # ggml-cuda: GGML_CUDA_DISABLE_GRAPHS set at all turns graphs off
-        graphs = "GGML_CUDA_DISABLE_GRAPHS" not in (getattr(variant, "env", None) or {})
+    if graphs is None:  # the engine's variable, set at all, turns graphs off
+        graphs = fp.graphs_off_env not in (getattr(variant, "env", None) or {})
     fa = facts.flash_attention if facts is not None else None
     if fa is None:
-        flag = arg_value(variant, "flash-attn", "fa")
+        flag = arg_value(variant, *fp.flash_attention_flags)
         fa = None if flag is None else flag.lower() not in ("off", "0", "false", "disabled")
     return PredictRequest(
         model=gguf,
         hardware=hardware,
-        engine="llamacpp",
+        engine=fp.predict_engine,
         cuda_graphs=graphs,
         flash_attention=fa,
         batch=1,
@@ -185,7 +185,7 @@ def llamacpp_request(
     )
 
 
-def _expect_llamacpp(
+def _expect_gguf(
     cfg: DoctorConfig,
     hardware: Hardware,
     gguf: GgufFile,
@@ -193,9 +193,10 @@ def _expect_llamacpp(
     facts: EngineFacts | None,
     variant: Any,
 ) -> Expectation:
-    """A llama.cpp target: its GGUF through predict --engine llamacpp (a CPU: the GGUF's floors,
-    said so: predict has no model of llama.cpp's CPU kernels)."""
-    pred = predict(llamacpp_request(cfg, hardware, gguf.path, facts, variant))
+    """A GGUF target: its file through its predictor (a CPU: the GGUF's floors, said so:
+    predict has no model of the engine's CPU kernels)."""
+    fp = GGUF_PREDICTION
+    pred = predict(gguf_request(cfg, hardware, gguf.path, facts, variant))
     name = f"{Path(gguf.path).name} (from {gguf.source})"
     note: str | None
     if isinstance(hardware, CpuHardware):
@@ -209,11 +210,13 @@ def _expect_llamacpp(
         predictor = f"{NO_CPU_MODEL}: {name}"
     else:
         note = (
-            f"one GPU's step: llama.cpp's split over {hardware.gpus} GPUs is not predicted"
+            f"one GPU's step: {fp.label}'s split over {hardware.gpus} GPUs is not predicted"
             if hardware.gpus > 1
             else None
         )
-        predictor = f"predict --engine llamacpp on {name}, evidence: {pred.evidence.tables}"
+        predictor = (
+            f"predict --engine {fp.predict_engine} on {name}, evidence: {pred.evidence.tables}"
+        )
     return Expectation(
         prediction=pred,
         model=_model_info(served, gguf.path, pred),

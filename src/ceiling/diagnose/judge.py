@@ -18,6 +18,7 @@ from ceiling.diagnose.runtime import batch_width
 from ceiling.diagnose.schema import DoctorConfig, DoctorResult, Measured
 from ceiling.diagnose.verdict import VerdictInputs, build_verdict
 from ceiling.diagnose.verdict_model import CpuReadNote, Verdict
+from ceiling.engines.diagnosis_data import file_predictor
 from ceiling.errors import CeilingError
 from ceiling.gap_schema import BandwidthGap
 from ceiling.predict.schema import Prediction
@@ -59,8 +60,11 @@ def basis(pred: Prediction, hardware: Hardware | None) -> str:
             f"{flops / 1e6:.3g} MFLOP per token at {hardware.gflops:.3g} GFLOP/s "
             f"({'measured' if hardware.measured else 'assumed'})"
         )
-    if pred.deployment.engine == "llamacpp":
-        return f"predict --engine llamacpp for {pred.hardware.gpu} ({pred.evidence.tables})"
+    if file_predictor(pred.deployment.engine) is not None:  # priced from the file it serves
+        return (
+            f"predict --engine {pred.deployment.engine} for {pred.hardware.gpu} "
+            f"({pred.evidence.tables})"
+        )
     return f"predict for {pred.hardware.gpu} (TP={pred.deployment.tp})"
 
 

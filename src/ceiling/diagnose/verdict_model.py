@@ -50,9 +50,14 @@ class Bottleneck(ResultModel):
     """
 
     case: Literal[
-        "measured", "component", "host-bound", "overestimate", "no-prediction", "no-measurement",
+        "measured",
+        "component",
+        "host-bound",
+        "overestimate",
+        "no-prediction",
+        "no-measurement",
         "broken-output",
-    ]  # fmt: skip
+    ]
     hardware_kind: HardwareKind = "gpu"
     step_ms: float | None = Field(None, description="measured decode step")
     predicted_step_ms: float | None = None

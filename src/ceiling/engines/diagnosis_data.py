@@ -26,6 +26,33 @@ from ceiling.engines.vllm_log import VLLM_LOG
 
 
 @dataclass(frozen=True)
+class FilePrediction:
+    """An engine whose server is predicted from the weights file it serves (the file's own
+    types, not a model config's dtype): which of predict's engines prices it and how its
+    variant shows the options that predictor reads. The diagnosis reads this trait, never the
+    engine's name (issue 40: engine knowledge lives under ``engines/``)."""
+
+    #: ``PredictRequest.engine`` of this file's predictor
+    predict_engine: str
+    #: the engine as the doctor's notes name it
+    label: str
+    #: a variant's environment variable whose presence at all turns CUDA graphs off
+    graphs_off_env: str
+    #: a variant's flags that set flash attention (``on``/``off``)
+    flash_attention_flags: tuple[str, ...]
+
+
+#: llama.cpp's servers (llama-server, llama-cpp-python): a GGUF through ``predict --engine
+#: llamacpp``; ggml-cuda turns graphs off when GGML_CUDA_DISABLE_GRAPHS is set to anything
+GGUF_PREDICTION = FilePrediction(
+    predict_engine="llamacpp",
+    label="llama.cpp",
+    graphs_off_env="GGML_CUDA_DISABLE_GRAPHS",
+    flash_attention_flags=("flash-attn", "fa"),
+)
+
+
+@dataclass(frozen=True)
 class EngineReading:
     """How the diagnosis reads one engine (see the module docstring)."""
 
@@ -45,6 +72,9 @@ class EngineReading:
     facts_env: tuple[str, ...] = ()
     #: how it streams (doctor's frontend-bound check); None: not known, the check is skipped
     streaming: StreamingTraits | None = None
+    #: predicted from the weights file it serves (None: from the model config, by predict's GPU
+    #: model)
+    file_prediction: FilePrediction | None = None
 
     def claims_log(self, lines: list[str]) -> bool:
         """Whether ``lines`` (ANSI colour removed) are this engine's start-up log."""
@@ -144,6 +174,7 @@ LLAMA_SERVER = EngineReading(
         "eager-mode": "unset GGML_CUDA_DISABLE_GRAPHS (the build has CUDA graphs: USE_GRAPHS = 1)",
     },
     facts_env=("GGML_CUDA_DISABLE_GRAPHS",),
+    file_prediction=GGUF_PREDICTION,
 )
 
 LLAMACPP_PYTHON = EngineReading(
@@ -155,6 +186,7 @@ LLAMACPP_PYTHON = EngineReading(
         "kv-capacity": "more context: raise --n_ctx (the server runs one request at a time: "
         "concurrent streams need another server or another engine)",
     },
+    file_prediction=GGUF_PREDICTION,
 )
 
 #: every engine with a log grammar, in the adapters' registration order (``engines/__init__``)
@@ -166,3 +198,25 @@ def reading(name: str) -> EngineReading | None:
     None for a known one without a log grammar."""
     key = canonical_name(name)
     return next((r for r in READINGS if r.name == key), None)
+
+
+def file_prediction(*engines: str | None) -> FilePrediction | None:
+    """The file prediction of the first of ``engines`` (names as the doctor found them: an
+    option, a variant, ``owned_by``, a log's) that is predicted from its weights file."""
+    for name in engines:
+        for r in READINGS:
+            if r.name == name and r.file_prediction is not None:
+                return r.file_prediction
+    return None
+
+
+def file_predictor(predict_engine: str) -> FilePrediction | None:
+    """The file prediction whose predictor is predict's engine ``predict_engine``, if any."""
+    return next(
+        (
+            r.file_prediction
+            for r in READINGS
+            if r.file_prediction and r.file_prediction.predict_engine == predict_engine
+        ),
+        None,
+    )

@@ -28,7 +28,8 @@ from ceiling.errors import CeilingError
 from ceiling.gap_schema import BandwidthGap, GapPart, GapWhatIf, ServerCost
 from ceiling.inputs import read_json
 from ceiling.predict.gguf import GgufInfo, kernel_data, read_gguf
-from ceiling.predict.llamacpp import LlamaCppProfile, load_kernels, predict_gguf
+from ceiling.predict.llamacpp import LlamaCppProfile
+from ceiling.predict.llamacpp_files import load_kernels, predict_gguf
 from ceiling.predict.schema import LlamaCppDetails, Prediction
 from ceiling.spec.hardware import Hardware, load_gpu
 
@@ -82,8 +83,10 @@ def read_llama_bench(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     rows = read_json(p, "--llama-bench", fix="pass the output of `llama-bench -o json`")
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise CeilingError(f"{p} is not llama-bench JSON (a list of rows)",
-                           fix="pass the output of `llama-bench -o json`")  # fmt: skip
+        raise CeilingError(
+            f"{p} is not llama-bench JSON (a list of rows)",
+            fix="pass the output of `llama-bench -o json`",
+        )
     return rows
 
 
@@ -175,21 +178,39 @@ def bandwidth_gap(
     peak = (
         max(profile.matvec.values(), key=lambda r: r.GBps) if profile and profile.matvec else None
     )
-    parts = [GapPart(name="bound", ms=bound, who="nobody",
-                     why=f"{nbytes / 1e9:.2f} GB per token at the datasheet "
-                     f"{datasheet_GBps / 1000:.2f} TB/s")]  # fmt: skip
+    parts = [
+        GapPart(
+            name="bound",
+            ms=bound,
+            who="nobody",
+            why=f"{nbytes / 1e9:.2f} GB per token at the datasheet "
+            f"{datasheet_GBps / 1000:.2f} TB/s",
+        )
+    ]
     floor = bound
     if peak is not None and peak.GBps < datasheet_GBps:
         floor = nbytes / (peak.GBps * 1e6)
-        parts.append(GapPart(name="peak gap", ms=floor - bound, who="nobody",
-                             why=f"the best llama.cpp mat-vec measured on this GPU ({peak.type}, "
-                             f"{peak.GBps / 1000:.2f} TB/s) vs the datasheet"))  # fmt: skip
+        parts.append(
+            GapPart(
+                name="peak gap",
+                ms=floor - bound,
+                who="nobody",
+                why=f"the best llama.cpp mat-vec measured on this GPU ({peak.type}, "
+                f"{peak.GBps / 1000:.2f} TB/s) vs the datasheet",
+            )
+        )
     rest = step_ms - floor
     if server is not None:
-        parts.append(GapPart(name="server", ms=server.added_ms, who="engine",
-                             why=f"llama-server {server.server_step_ms:.3f} ms vs llama-bench "
-                             f"{server.bench_step_ms:.3f} ms per token: sampling, HTTP/SSE, "
-                             "slots"))  # fmt: skip
+        parts.append(
+            GapPart(
+                name="server",
+                ms=server.added_ms,
+                who="engine",
+                why=f"llama-server {server.server_step_ms:.3f} ms vs llama-bench "
+                f"{server.bench_step_ms:.3f} ms per token: sampling, HTTP/SSE, "
+                "slots",
+            )
+        )
         rest -= server.added_ms
     typ = _main_type(here)
 
@@ -200,61 +221,117 @@ def bandwidth_gap(
 
     def add(lever: Any, change: str, other: Prediction | float, source: str = src) -> None:
         delta = (other.decode_ms_per_token if isinstance(other, Prediction) else other) - here_ms
-        ifs.append(GapWhatIf(lever=lever, change=change, step_ms=step_ms + delta, saves_ms=0.0 - delta,
-                          source=source))  # fmt: skip
+        ifs.append(
+            GapWhatIf(
+                lever=lever,
+                change=change,
+                step_ms=step_ms + delta,
+                saves_ms=0.0 - delta,
+                source=source,
+            )
+        )
 
     types = sorted(profile.matvec) if profile and profile.matvec else ["F16", "Q8_0", "Q4_K"]
     for t in types:
         if t != typ and t in kernel_data().types:
-            add("quant type", f"every weight matrix {t} (this file: mostly {typ})",
-                pred(retyped(info, t)))  # fmt: skip
-    add("flash attention", "flash attention on" if not flash_attention else
-        "flash attention on (already on)", pred(info, fa=True))  # fmt: skip
-    add("cuda graphs", "CUDA graphs on" if not cuda_graphs else "CUDA graphs on (already on)",
-        pred(info, g=True))  # fmt: skip
+            add(
+                "quant type",
+                f"every weight matrix {t} (this file: mostly {typ})",
+                pred(retyped(info, t)),
+            )
+    add(
+        "flash attention",
+        "flash attention on" if not flash_attention else "flash attention on (already on)",
+        pred(info, fa=True),
+    )
+    add(
+        "cuda graphs",
+        "CUDA graphs on" if not cuda_graphs else "CUDA graphs on (already on)",
+        pred(info, g=True),
+    )
     if gpu_layers is not None and gpu_layers_total and gpu_layers < gpu_layers_total:
         # the host's share is not in predict's GPU model: the estimate is the whole file on the
         # GPU as predicted, the step of the part on the CPU is what it saves
-        ifs.append(GapWhatIf(lever="offload", change=f"all {gpu_layers_total} layers on the GPU "
-                          f"(now {gpu_layers})", step_ms=here_ms, saves_ms=step_ms - here_ms,
-                          source=f"predict --engine llamacpp ({here.evidence.tables})"))  # fmt: skip
+        ifs.append(
+            GapWhatIf(
+                lever="offload",
+                change=f"all {gpu_layers_total} layers on the GPU (now {gpu_layers})",
+                step_ms=here_ms,
+                saves_ms=step_ms - here_ms,
+                source=f"predict --engine llamacpp ({here.evidence.tables})",
+            )
+        )
     else:
         add("offload", "all layers on the GPU (already)", here_ms)
-    add("slots", "more slots (--parallel): no change to a one-stream step; they raise total "
-        "throughput at several streams", here_ms)  # fmt: skip
+    add(
+        "slots",
+        "more slots (--parallel): no change to a one-stream step; they raise total "
+        "throughput at several streams",
+        here_ms,
+    )
     if server is not None:
-        ifs.append(GapWhatIf(lever="engine", change="the kernels without llama-server's per-token "
-                          "work (llama-bench's step)", step_ms=server.bench_step_ms,
-                          saves_ms=server.added_ms, source=server.source))  # fmt: skip
+        ifs.append(
+            GapWhatIf(
+                lever="engine",
+                change="the kernels without llama-server's per-token work (llama-bench's step)",
+                step_ms=server.bench_step_ms,
+                saves_ms=server.added_ms,
+                source=server.source,
+            )
+        )
 
     for w in ifs:  # a setting this run has off: the user's part of the gap, its what-if's saving
         if w.lever in ("flash attention", "cuda graphs", "offload") and w.saves_ms > 0:
-            parts.append(GapPart(name=w.lever, ms=w.saves_ms, who="user",
-                                 why=f"{w.change}: its what-if"))  # fmt: skip
+            parts.append(
+                GapPart(name=w.lever, ms=w.saves_ms, who="user", why=f"{w.change}: its what-if")
+            )
             rest -= w.saves_ms
-    parts.append(GapPart(name="kernels", ms=rest, who="engine",
-                         why=f"llama.cpp's kernels at this file's types (mostly {typ}: "
-                         "dequantizing mat-vec, attention, small kernels) beyond the best "
-                         "mat-vec; changed by the quant type or another engine"
-                         + ("" if rest >= 0 else "; negative: the what-ifs above overstate")))  # fmt: skip
+    parts.append(
+        GapPart(
+            name="kernels",
+            ms=rest,
+            who="engine",
+            why=f"llama.cpp's kernels at this file's types (mostly {typ}: "
+            "dequantizing mat-vec, attention, small kernels) beyond the best "
+            "mat-vec; changed by the quant type or another engine"
+            + ("" if rest >= 0 else "; negative: the what-ifs above overstate"),
+        )
+    )
     pk = peak.GBps if peak is not None else None
     best = max((w for w in ifs if w.lever != "engine"), key=lambda w: w.saves_ms)
     sentence = (
         f"At one stream llama.cpp reads {nbytes / 1e9:.2f} GB per token in {step_ms:.3f} ms: "
         f"{achieved / 1000:.2f} TB/s, {achieved / datasheet_GBps * 100:.0f} % of the datasheet "
         f"{datasheet_GBps / 1000:.1f} TB/s"
-        + (f" ({achieved / pk * 100:.0f} % of the best llama.cpp mat-vec measured here, "
-           f"{pk / 1000:.2f} TB/s)" if pk else "")
+        + (
+            f" ({achieved / pk * 100:.0f} % of the best llama.cpp mat-vec measured here, "
+            f"{pk / 1000:.2f} TB/s)"
+            if pk
+            else ""
+        )
         + f". Of the {step_ms - bound:.3f} ms above the bound, "
         + ", ".join(f"{p.name} {p.ms:.3f} ms ({p.who})" for p in parts[1:])
         + f"; the best setting a user can change: {best.change} (saves {best.saves_ms:.3f} ms)"
-        + (f"; llama-server adds {server.added_ms:.3f} ms per token over llama-bench "
-           f"(+{server.added_pct:.0f} %)." if server else ".")
-    )  # fmt: skip
+        + (
+            f"; llama-server adds {server.added_ms:.3f} ms per token over llama-bench "
+            f"(+{server.added_pct:.0f} %)."
+            if server
+            else "."
+        )
+    )
     return BandwidthGap(
-        engine="llama.cpp", step_ms=step_ms, bytes_per_step=nbytes, achieved_GBps=achieved,
-        datasheet_GBps=datasheet_GBps, pct_of_datasheet=achieved / datasheet_GBps * 100,
-        measured_peak_GBps=pk, measured_peak_type=peak.type if peak else None,
-        pct_of_measured_peak=achieved / pk * 100 if pk else None, bound_ms=bound,
-        parts=parts, what_ifs=ifs, server=server, sentence=sentence,
-    )  # fmt: skip
+        engine="llama.cpp",
+        step_ms=step_ms,
+        bytes_per_step=nbytes,
+        achieved_GBps=achieved,
+        datasheet_GBps=datasheet_GBps,
+        pct_of_datasheet=achieved / datasheet_GBps * 100,
+        measured_peak_GBps=pk,
+        measured_peak_type=peak.type if peak else None,
+        pct_of_measured_peak=achieved / pk * 100 if pk else None,
+        bound_ms=bound,
+        parts=parts,
+        what_ifs=ifs,
+        server=server,
+        sentence=sentence,
+    )

@@ -240,9 +240,13 @@ class LlamaServerEngine(LlamaCppEngine):
         """``llama-server --help``, parsed (llama.cpp's parser is C++: nothing to import)."""
         assert install.command is not None
         proc = subprocess.run(
-            [*install.command, "--help"], capture_output=True, text=True, timeout=120,
-            check=False, env=quiet_env(install.env),
-        )  # fmt: skip
+            [*install.command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=quiet_env(install.env),
+        )
         actions, env = parse_server_help(proc.stdout + proc.stderr)
         if proc.returncode != 0 or len(actions) < 20:
             tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -251,9 +255,12 @@ class LlamaServerEngine(LlamaCppEngine):
                 fix="check that the binary runs (`llama-server --version`)",
             )
         return FlagTable(
-            engine=self.name, version=install.version or "unknown", source="help",
-            actions=actions, env=env,
-        )  # fmt: skip
+            engine=self.name,
+            version=install.version or "unknown",
+            source="help",
+            actions=actions,
+            env=env,
+        )
 
 
 def _version(exe: str) -> str | None:

@@ -18,11 +18,35 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ceiling.spec._data import load_yaml
 
 OpClass = Literal[
-    "gemm", "gemm_qkv", "gemm_o", "gemm_gate_up", "gemm_down", "gemm_lm_head",
-    "moe_experts", "moe_topk", "attention", "attention_mla", "gdn", "kv_write", "rope", "norm",
-    "activation", "quant", "elementwise", "embedding", "sampling", "allreduce", "allgather",
-    "reduce_scatter", "alltoall", "send_recv", "collective", "copy", "memset", "unmatched",
-]  # fmt: skip
+    "gemm",
+    "gemm_qkv",
+    "gemm_o",
+    "gemm_gate_up",
+    "gemm_down",
+    "gemm_lm_head",
+    "moe_experts",
+    "moe_topk",
+    "attention",
+    "attention_mla",
+    "gdn",
+    "kv_write",
+    "rope",
+    "norm",
+    "activation",
+    "quant",
+    "elementwise",
+    "embedding",
+    "sampling",
+    "allreduce",
+    "allgather",
+    "reduce_scatter",
+    "alltoall",
+    "send_recv",
+    "collective",
+    "copy",
+    "memset",
+    "unmatched",
+]
 
 #: Collective classes: their time splits into transfer and waiting for the slowest rank.
 COLLECTIVE_CLASSES = frozenset(

@@ -28,9 +28,14 @@ def rebuild_cmd(python: str, dist: str, version: str | None) -> str:
     another torch or another GPU): no deps, no cache, no build isolation."""
     spec = f"{dist}=={version}" if version else dist
     return pip_cmd(
-        python, "install", "--force-reinstall", "--no-deps", "--no-cache-dir",
-        "--no-build-isolation", spec,
-    )  # fmt: skip
+        python,
+        "install",
+        "--force-reinstall",
+        "--no-deps",
+        "--no-cache-dir",
+        "--no-build-isolation",
+        spec,
+    )
 
 
 def check_requirements(

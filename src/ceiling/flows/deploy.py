@@ -28,8 +28,9 @@ def run(
     variant = load_variant(variant_path)
     out_dir = out or Path("ceiling-out") / "deploy" / safe_name(variant.name)
     check_inputs(out_dir, dry_run, gpus, ready_timeout_s, env_file)
-    plan = build_plan(variant, out_dir, image=image, gpus=gpus, ready_timeout_s=ready_timeout_s,
-                      env_file=env_file)  # fmt: skip
+    plan = build_plan(
+        variant, out_dir, image=image, gpus=gpus, ready_timeout_s=ready_timeout_s, env_file=env_file
+    )
     result = DeployResult(plan=plan, dry_run=dry_run)
     if not dry_run:
         result.written = write_plan(plan)

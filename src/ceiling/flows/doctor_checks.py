@@ -59,7 +59,7 @@ def check_config(cfg: DoctorConfig) -> None:
 
         read_llama_bench(cfg.llama_bench)
     if cfg.llamacpp_profile:
-        from ceiling.predict.llamacpp import load_kernels
+        from ceiling.predict.llamacpp_files import load_kernels
 
         load_kernels(cfg.llamacpp_profile)
     if cfg.url:

@@ -201,9 +201,12 @@ def feed_predict(rec: _Recorder, res: DoctorResult, out: Path) -> None:
         res.trace_evidence = ev
         st.message = (
             f"{len(ev.from_trace)} op(s) timed by the trace, {len(ev.kept)} kept their evidence"
-            + (f"; expected step {ev.step_ms_before:.4g} -> {ev.step_ms:.4g} ms"
-               if ev.step_ms_before is not None and ev.step_ms is not None else "")
-        )  # fmt: skip
+            + (
+                f"; expected step {ev.step_ms_before:.4g} -> {ev.step_ms:.4g} ms"
+                if ev.step_ms_before is not None and ev.step_ms is not None
+                else ""
+            )
+        )
         res.assumptions.append(
             "ops timed by the engine's own trace (single-stream window, "
             f"{TRACE_PROFILE}): {', '.join(ev.from_trace) or 'none'}; kept their previous "
@@ -231,10 +234,15 @@ def _untraced_host(res: DoctorResult, busy_ms: float, step_ms: float) -> tuple[f
 def _evidence(before: Prediction, after: Prediction, path: str) -> TraceEvidence:
     was = {o.name: o for o in (before.expected.ops if before.expected else [])}
     ops = [
-        TracedOp(name=o.name, source_before=was[o.name].source if o.name in was else "",
-                 ms_before=was[o.name].ms if o.name in was else 0.0, source=o.source, ms=o.ms)
+        TracedOp(
+            name=o.name,
+            source_before=was[o.name].source if o.name in was else "",
+            ms_before=was[o.name].ms if o.name in was else 0.0,
+            source=o.source,
+            ms=o.ms,
+        )
         for o in (after.expected.ops if after.expected else [])
-    ]  # fmt: skip
+    ]
     return TraceEvidence(
         profile=path,
         from_trace=[o.name for o in ops if o.source == "trace"],

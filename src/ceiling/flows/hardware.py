@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ceiling.diagnose.expect import GgufFile, is_llamacpp
+from ceiling.diagnose.expect import GgufFile, serves_gguf
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorConfig
 from ceiling.errors import CeilingError
@@ -76,9 +76,11 @@ def find_gguf(
     file llama-server's ``/props`` names, else the one its start-up log loaded."""
     found = [
         (cfg.model_path, "--model"),
-        (str(variant.model_path()) if variant is not None and variant.model_path() else None,
-         "the variant's model"),
-    ]  # fmt: skip
+        (
+            str(variant.model_path()) if variant is not None and variant.model_path() else None,
+            "the variant's model",
+        ),
+    ]
     for path, source in found:
         if path and is_gguf(path):
             return GgufFile(path=path, source=source)
@@ -101,7 +103,7 @@ def target_gguf(
 ) -> GgufFile | None:
     """The GGUF of a llama.cpp target (None: the target is not llama.cpp); CeilingError when
     none is readable here: a llama.cpp server is not predicted from a model it does not serve."""
-    if not is_llamacpp(engine, facts):
+    if not serves_gguf(engine, facts):
         return None
     gguf = find_gguf(cfg, variant, facts, url)
     if gguf is None:

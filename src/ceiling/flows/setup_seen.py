@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ceiling.diagnose.expect import arg_value, is_llamacpp
+from ceiling.diagnose.expect import arg_value, serves_gguf
 from ceiling.diagnose.facts import EngineFacts
 from ceiling.diagnose.schema import DoctorConfig
 from ceiling.diagnose.setup import ModelShape, Seen, SeenModel, Stated
@@ -132,7 +132,7 @@ def seen_of_server(
         (entry.root, "its /v1/models root") if entry else (None, ""),
         (facts.model if facts else None, "its start-up log"),
     ]
-    if is_llamacpp(engine, facts):
+    if serves_gguf(engine, facts):
         props = server_props(url)
         names.append((props.model_path if props else None, "its /props"))
     for name, where in names:

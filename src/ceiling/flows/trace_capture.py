@@ -63,8 +63,14 @@ def capture(
     out.mkdir(parents=True, exist_ok=True)
     extra = {adapter.ignore_eos_field: True} if adapter.ignore_eos_field else {}
     res = capture_window(
-        url, served, setup, steps, streams=streams, ranks=ranks, label="capture",
+        url,
+        served,
+        setup,
+        steps,
+        streams=streams,
+        ranks=ranks,
+        label="capture",
         extra_body=extra,
-    )  # fmt: skip
+    )
     write_atomic(out / "capture.json", dumps(res) + "\n", what="trace capture")
     return res

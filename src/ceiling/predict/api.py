@@ -53,12 +53,12 @@ def predict(req: PredictRequest) -> Prediction:
     req, option_notes = apply_trtllm_options(req)
     check_request(req)
     if req.engine == "llamacpp":  # a GGUF file on llama.cpp's own kernels (a CPU: its floors)
-        from ceiling.predict.llamacpp import predict_llamacpp
         from ceiling.predict.llamacpp_cpu import predict_llamacpp_cpu
+        from ceiling.predict.llamacpp_files import predict_request
 
         if req.hardware is not None and req.hardware.kind == "cpu":
             return predict_llamacpp_cpu(req, req.hardware)
-        return attach(predict_llamacpp(req))
+        return attach(predict_request(req))
     if req.hardware is not None and req.hardware.kind == "cpu":
         return predict_cpu(req, req.hardware)
     pred = predict_one(req)

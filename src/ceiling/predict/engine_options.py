@@ -142,8 +142,7 @@ def apply_trtllm_options(req: PredictRequest) -> tuple[PredictRequest, list[str]
                 fix=f"use {key} " + " | ".join([*rule.values, *rule.unmodelled]),
             )
         update[rule.knob] = rule.values[vk]
-        notes.append(f"TensorRT-LLM {key}: {vk} -> {rule.knob} {rule.values[vk]} "
-                     f"({data.source})")  # fmt: skip
+        notes.append(f"TensorRT-LLM {key}: {vk} -> {rule.knob} {rule.values[vk]} ({data.source})")
     if unknown:
         notes.append("TensorRT-LLM options not read (no decode-step knob): " + ", ".join(unknown))
     if update.pop("attention_dp", False):

@@ -190,9 +190,11 @@ class Evidence:
                 return f
         if family == "gemm_bf16" and p.gemm_fixed_us_graph and (p.gemv_bw_GBps or {}).get("bf16"):
             return OpFit(
-                family=family, t0_us=p.gemm_fixed_us_graph, bw_GBps=p.gemv_bw_GBps["bf16"],
+                family=family,
+                t0_us=p.gemm_fixed_us_graph,
+                bw_GBps=p.gemv_bw_GBps["bf16"],
                 note="calibrate's bf16 GEMV fit",
-            )  # fmt: skip
+            )
         return None
 
     def _compute_floor(self, op: OpSpec) -> float:
@@ -430,9 +432,16 @@ class Evidence:
         assert isinstance(sh, MoeShape) and self.tables is not None and self.system
         pats, bnote, _chosen = chosen_patterns(self.s, "moe", family, self.cls)
         meas = self.tables.moe_measured(
-            self.system, self.engine, pats, tokens, int(sh.hidden), int(sh.inter),
-            int(sh.experts), int(sh.topk), int(sh.moe_tp),
-        )  # fmt: skip
+            self.system,
+            self.engine,
+            pats,
+            tokens,
+            int(sh.hidden),
+            int(sh.inter),
+            int(sh.experts),
+            int(sh.topk),
+            int(sh.moe_tp),
+        )
         if meas is None:
             return None, bnote
         us = self._proxy(meas.us, op, rec) + self.cold
@@ -460,10 +469,17 @@ class Evidence:
             kvd = sh.kv_dtype
             pats = [(a, b or kvd) for a, b in pats]
             meas = self.tables.attention_measured(
-                self.system, self.engine, pats, batch, float(sh.context),
-                int(sh.heads), int(sh.kv_heads), int(sh.head_dim),
-                bw_GBps=self.bw_ds, kv_parallel=kv_parallel_attention(),
-            )  # fmt: skip
+                self.system,
+                self.engine,
+                pats,
+                batch,
+                float(sh.context),
+                int(sh.heads),
+                int(sh.kv_heads),
+                int(sh.head_dim),
+                bw_GBps=self.bw_ds,
+                kv_parallel=kv_parallel_attention(),
+            )
         elif family == "attn_mla" and isinstance(sh, MlaShape):
             kvd = "fp8" if self.s.kv_bytes <= 1 else "bfloat16"
             pats = [(a, b or kvd) for a, b in pats]

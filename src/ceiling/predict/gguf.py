@@ -25,8 +25,19 @@ from ceiling.spec._data import load_yaml
 
 _GGUF_MAGIC = b"GGUF"
 # GGUF metadata value types: id -> struct format (8: string, 9: array)
-_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
-            12: "d"}  # fmt: skip
+_SCALARS = {
+    0: "B",
+    1: "b",
+    2: "H",
+    3: "h",
+    4: "I",
+    5: "i",
+    6: "f",
+    7: "?",
+    10: "Q",
+    11: "q",
+    12: "d",
+}
 
 
 class GgmlType(BaseModel, extra="forbid"):
@@ -213,8 +224,10 @@ def read_gguf(path: str | Path) -> GgufInfo:
             tid = _read(h, "I")
             _read(h, "Q")  # offset
             if tid not in ids:
-                raise CeilingError(f"{p}: tensor {name} has ggml type {tid}, not in ceiling's "
-                                   "table", fix="update engines/data/llamacpp_kernels.yaml")  # fmt: skip
+                raise CeilingError(
+                    f"{p}: tensor {name} has ggml type {tid}, not in ceiling's table",
+                    fix="update engines/data/llamacpp_kernels.yaml",
+                )
             tensors.append(GgufTensor(name=name, type=ids[tid], shape=dims))
     arch = str(meta.get("general.architecture", "llama"))
     return GgufInfo(path=str(p), arch=arch, metadata=meta, tensors=tensors)

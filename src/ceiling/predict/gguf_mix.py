@@ -23,10 +23,12 @@ from ceiling.spec._data import DataModel, load_yaml
 from ceiling.spec.model import load_model
 from ceiling.spec.modelspec import ModelSpec, Module
 
-Role = Literal["output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
-               "ffn_down"]  # fmt: skip
-Condition = Literal["more_bits", "first_eighth", "experts_8", "gqa_4", "model_70b", "no_imatrix",
-                    "row_not_in_block"]  # fmt: skip
+Role = Literal[
+    "output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"
+]
+Condition = Literal[
+    "more_bits", "first_eighth", "experts_8", "gqa_4", "model_70b", "no_imatrix", "row_not_in_block"
+]
 
 
 class MixRule(DataModel):
@@ -74,11 +76,23 @@ def more_bits(i: int, n: int) -> bool:
 
 # HF module name suffix -> llama.cpp tensor role (convert_hf_to_gguf's tensor map): the builder's
 # names are the checkpoints', the mix rules speak llama.cpp's
-_ROLE = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
-         "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down",
-         "w1": "ffn_gate", "w3": "ffn_up", "w2": "ffn_down"}  # fmt: skip
-_ONE_D = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
-          "shared_expert_gate": "ffn_gate_inp_shexp"}  # fmt: skip
+_ROLE = {
+    "q_proj": "attn_q",
+    "k_proj": "attn_k",
+    "v_proj": "attn_v",
+    "o_proj": "attn_output",
+    "gate_proj": "ffn_gate",
+    "up_proj": "ffn_up",
+    "down_proj": "ffn_down",
+    "w1": "ffn_gate",
+    "w3": "ffn_up",
+    "w2": "ffn_down",
+}
+_ONE_D = {
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "shared_expert_gate": "ffn_gate_inp_shexp",
+}
 _SUFFIX = {"expert": "_exps", "shared": "_shexp", "mlp": "", "attn": ""}
 
 
@@ -113,10 +127,13 @@ def tensor_type(mix: Mix, role: str, m: _Model, layer: int, row: int) -> str:
     """The type of one quantizable tensor: the first rule that matches, else the default; a
     type whose block does not divide the row falls back (tensor_type_fallback)."""
     typ = next(
-        (r.type for r in mix.rules
-         if role in r.roles and all(_holds(c, m, layer, row, mix.default) for c in r.when)),
+        (
+            r.type
+            for r in mix.rules
+            if role in r.roles and all(_holds(c, m, layer, row, mix.default) for c in r.when)
+        ),
         mix.default,
-    )  # fmt: skip
+    )
     types = kernel_data().types
     if types[typ].block > 1 and row % types[typ].block:
         typ = mixes().fallback.get(typ, "F16")
@@ -166,11 +183,13 @@ def _tensors(mod: Module, spec: ModelSpec, mix: Mix, m: _Model) -> list[GgufTens
     experts = [mod.count] if mod.kind == "expert" else []
     if mod.name.endswith("gate_up_proj"):
         return [
-            GgufTensor(name=f"blk.{mod.layer}.ffn_{r}_exps.weight",
-                       type=tensor_type(mix, f"ffn_{r}", m, layer, mod.cols),
-                       shape=[mod.cols, mod.rows // 2, *experts])
+            GgufTensor(
+                name=f"blk.{mod.layer}.ffn_{r}_exps.weight",
+                type=tensor_type(mix, f"ffn_{r}", m, layer, mod.cols),
+                shape=[mod.cols, mod.rows // 2, *experts],
+            )
             for r in ("gate", "up")
-        ]  # fmt: skip
+        ]
     name, role = _gguf_name(mod)
     if mod.kind == "embed" and spec.tied_embeddings:
         role = "output"  # llama.cpp: no output.weight, so token_embd takes the output's rule

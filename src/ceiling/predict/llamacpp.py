@@ -1,5 +1,10 @@
 """``predict --engine llamacpp``: the decode step of a GGUF file on llama.cpp's CUDA kernels.
 
+The predictor only: it takes the GGUF's read header and the profile's kernels and reads no file
+nor starts a process (``predict.llamacpp_files`` reads them, ``probe.llamacpp_calibrate`` runs
+llama.cpp's ``test-backend-ops``, ``flows.calibrate_llamacpp`` writes the profile), so the
+diagnosis's nouns may import it (tests/test_import_contract.py).
+
 llama.cpp reads every weight in its GGUF type (Q4_K, Q6_K, Q8_0, F16, IQ4_XS ...) with its own
 mat-vec kernels, so the bytes per token come from the file's tensor types (ggml block layouts,
 ``engines/data/llamacpp_kernels.yaml``, read by ``predict.gguf``), not from a PyTorch dtype.
@@ -28,8 +33,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ceiling.errors import CeilingError
-from ceiling.predict.gguf import GgufInfo, GgufTensor, bits_per_weight, kernel_data, read_gguf
-from ceiling.predict.gguf_mix import mix_assumption, mix_info
+from ceiling.predict.gguf import GgufInfo, GgufTensor, bits_per_weight, kernel_data
+from ceiling.predict.gguf_mix import mix_assumption
 from ceiling.predict.ladder import ladder
 from ceiling.predict.llamacpp_fit import (
     MatvecFit,
@@ -51,7 +56,7 @@ from ceiling.predict.schema import (
     StepBlock,
     StepDetails,
 )
-from ceiling.spec.profile import HardwareProfile, load_profile
+from ceiling.spec.profile import HardwareProfile
 from ceiling.spec.quant import GGUF_MIXES
 
 
@@ -151,10 +156,20 @@ def _weight_ops(
             # the prior is the 16-bit mat-vec's: a quantized type borrows it
             source = "prior"
             c = conf.prior.own_class if typ in _SIXTEEN_BIT else conf.prior.borrowed_class
-        ops.append(_Op(name=f"weights {typ}", component="weights", count=len(sizes),
-                       expected_ms=exp_s * 1e3, bound_ms=total / bw * 1e3, source=source,
-                       confidence=c, kernel="mmvf" if typ in _SIXTEEN_BIT else "mmvq", note=src,
-                       bytes=total))  # fmt: skip
+        ops.append(
+            _Op(
+                name=f"weights {typ}",
+                component="weights",
+                count=len(sizes),
+                expected_ms=exp_s * 1e3,
+                bound_ms=total / bw * 1e3,
+                source=source,
+                confidence=c,
+                kernel="mmvf" if typ in _SIXTEEN_BIT else "mmvq",
+                note=src,
+                bytes=total,
+            )
+        )
         reads.append(GgufWeightsRead(type=typ, matrices=len(sizes), bytes=total))
     return ops, reads
 
@@ -183,12 +198,18 @@ def _kv_op(info: GgufInfo, bw: float, context: int, flash_attention: bool) -> _O
     layers = info.int_key("block_count")
     kv_bytes = kv_bytes_per_token(info) * context
     kv_extra = 1.0 if flash_attention else 2.0  # without FA the scores are written and re-read
-    return _Op(name="KV cache (f16)", component="kv", count=layers,
-               expected_ms=kv_extra * kv_bytes / (pri.matvec_eff * bw) * 1e3,
-               bound_ms=kv_bytes / bw * 1e3, source="prior",
-               confidence=ladder().confidence.prior.own_class,
-               kernel="fattn-vec" if flash_attention else "kq-softmax-kqv",
-               note=f"context {context}", bytes=kv_bytes)  # fmt: skip
+    return _Op(
+        name="KV cache (f16)",
+        component="kv",
+        count=layers,
+        expected_ms=kv_extra * kv_bytes / (pri.matvec_eff * bw) * 1e3,
+        bound_ms=kv_bytes / bw * 1e3,
+        source="prior",
+        confidence=ladder().confidence.prior.own_class,
+        kernel="fattn-vec" if flash_attention else "kq-softmax-kqv",
+        note=f"context {context}",
+        bytes=kv_bytes,
+    )
 
 
 def _small_op(info: GgufInfo, cuda_graphs: bool, flash_attention: bool) -> _Op:
@@ -197,10 +218,17 @@ def _small_op(info: GgufInfo, cuda_graphs: bool, flash_attention: bool) -> _Op:
     per_layer = layer.small + (0 if flash_attention else kern.attention_off_extra_small)
     small = info.int_key("block_count") * per_layer + kern.head.small
     small_us = pri.small_us_graph if cuda_graphs else pri.small_us_eager
-    return _Op(name="small kernels", component="launch", count=small,
-               expected_ms=small * small_us * 1e-3, bound_ms=0.0, source="prior",
-               confidence=ladder().confidence.prior.elementwise, kernel="elementwise",
-               note=f"{small} x {small_us} us ({'CUDA graph' if cuda_graphs else 'eager'})")  # fmt: skip
+    return _Op(
+        name="small kernels",
+        component="launch",
+        count=small,
+        expected_ms=small * small_us * 1e-3,
+        bound_ms=0.0,
+        source="prior",
+        confidence=ladder().confidence.prior.elementwise,
+        kernel="elementwise",
+        note=f"{small} x {small_us} us ({'CUDA graph' if cuda_graphs else 'eager'})",
+    )
 
 
 def _block(ops: list[_Op], bound: bool) -> StepBlock:
@@ -213,15 +241,28 @@ def _block(ops: list[_Op], bound: bool) -> StepBlock:
         decode_tok_s_per_stream=1e3 / ms if ms > 0 else 0.0,
         components_ms=comps,
         ops=[
-            OpRecord(name=o.name, count=o.count, ms=o.bound_ms, source="physics",
-                     confidence=1.0, kernel=o.kernel)
+            OpRecord(
+                name=o.name,
+                count=o.count,
+                ms=o.bound_ms,
+                source="physics",
+                confidence=1.0,
+                kernel=o.kernel,
+            )
             if bound
-            else OpRecord(name=o.name, count=o.count, ms=o.expected_ms, source=o.source,
-                          confidence=o.confidence, kernel=o.kernel, note=o.note)
+            else OpRecord(
+                name=o.name,
+                count=o.count,
+                ms=o.expected_ms,
+                source=o.source,
+                confidence=o.confidence,
+                kernel=o.kernel,
+                note=o.note,
+            )
             for o in ops
             if not bound or o.bound_ms > 0
         ],
-    )  # fmt: skip
+    )
 
 
 _KINDS = {
@@ -266,8 +307,8 @@ def model_summary(info: GgufInfo) -> ModelSummary:
     )
 
 
-def predict_gguf(
-    gguf: str | Path | GgufInfo,
+def gguf_step(
+    info: GgufInfo,
     gpu_name: str,
     bandwidth_GBps: float,
     context: int = 1024,
@@ -277,10 +318,10 @@ def predict_gguf(
     memory_GiB: float | None = None,
     request: PredictRequest | None = None,
 ) -> Prediction:
-    """The single-stream decode step of ``gguf`` (a file or its read header) on one GPU of
-    ``bandwidth_GBps`` (and ``memory_GiB``, when known: whether the file fits), as predict's
-    ``Prediction``. ``request``: the request this answers (``predict()``'s); else one is made."""
-    info = gguf if isinstance(gguf, GgufInfo) else read_gguf(gguf)
+    """The single-stream decode step of a GGUF's read header on one GPU of ``bandwidth_GBps``
+    (and ``memory_GiB``, when known: whether the file fits), as predict's ``Prediction``.
+    ``request``: the request this answers (``predict()``'s); else one is made. The file is read
+    by ``predict.llamacpp_files.predict_gguf``: this module reads nothing."""
     bw = bandwidth_GBps * 1e9
     w_ops, reads = _weight_ops(info, bw, profile)
     kv = _kv_op(info, bw, context, flash_attention)
@@ -298,9 +339,13 @@ def predict_gguf(
         by_source[o.source] = by_source.get(o.source, 0.0) + o.expected_ms
     # a profile given as an object has no file to name (its source is in the evidence)
     req = request or PredictRequest(
-        model=info.path, gpu=gpu_name, engine="llamacpp", cuda_graphs=cuda_graphs,
-        context=context, flash_attention=flash_attention,
-    )  # fmt: skip
+        model=info.path,
+        gpu=gpu_name,
+        engine="llamacpp",
+        cuda_graphs=cuda_graphs,
+        context=context,
+        flash_attention=flash_attention,
+    )
     return Prediction(
         request=req,
         model=summary,
@@ -396,8 +441,9 @@ def profile_from_sql(
         prof.gpu = prof.gpu or row.get("device_description") or None
         if not nbytes or (typ in prof.matvec and prof.matvec[typ].bytes >= nbytes):
             continue  # unknown type; else the rate is the type's largest matrix (bandwidth-bound)
-        prof.matvec[typ] = MatvecRate(type=typ, bytes=nbytes, time_us=float(row["time_us"]),
-                                      shape=f"{rows_}x{cols}")  # fmt: skip
+        prof.matvec[typ] = MatvecRate(
+            type=typ, bytes=nbytes, time_us=float(row["time_us"]), shape=f"{rows_}x{cols}"
+        )
     if with_fits:  # test-file rows (experiments/gpu/ops/matvec-*.txt): t0 + rate fits
         prof.matvec_fit, prof.expert_fit = fit_points(points_from_sql(text))
     if not prof.matvec and not prof.matvec_fit:
@@ -427,11 +473,6 @@ def kernels_of(profile: HardwareProfile, where: str | Path) -> LlamaCppProfile:
         ) from None
 
 
-def load_kernels(path: str | Path) -> LlamaCppProfile:
-    """llama.cpp's kernels of a profile file (any version: ``spec.profile.load_profile``)."""
-    return kernels_of(load_profile(path), path)
-
-
 def as_profile(kernels: LlamaCppProfile) -> HardwareProfile:
     """The profile file ``calibrate --engine llamacpp`` writes: the kernels as its section."""
     return HardwareProfile(gpu=kernels.gpu, engine={ENGINE: kernels.model_dump()})
@@ -447,34 +488,37 @@ def needs_gguf() -> CeilingError:
     )
 
 
-def predict_llamacpp(req: PredictRequest) -> Prediction:
-    """``predict()`` for ``engine: llamacpp``: ``req.model`` is the GGUF file; one stream on
-    one GPU of the catalog (``req.profile``: a calibrate --engine llamacpp profile). A CPU is
-    ``predict.llamacpp_cpu``'s (floors: no model of llama.cpp's CPU kernels)."""
-    from ceiling.predict.gguf import gguf_error, is_gguf
-    from ceiling.spec.hardware import load_gpu
-
-    model: str | GgufInfo = req.model
-    if not is_gguf(req.model):
-        if not req.weight_format or req.model.endswith(".gguf"):  # a file asked for: why not
-            raise gguf_error(req.model) or needs_gguf()
-        model = mix_info(req.model, req.weight_format)
-    elif req.weight_format:  # the file's own types are the answer: a format would be ignored
-        raise CeilingError(
-            f"--weight-format {req.weight_format} with a GGUF file: the file's types are read",
-            fix="drop --weight-format, or pass --model NAME to price a mix without a file",
-        )
+def one_stream(req: PredictRequest) -> None:
+    """Refuse what this predictor does not model: a batch or a split over GPUs."""
     if req.batch > 1 or req.tp * req.pp > 1:
         raise CeilingError(
             "predict --engine llamacpp predicts one stream on one GPU",
             fix="drop --batch, --tp and --pp (llama.cpp's split modes are not predicted yet)",
         )
+
+
+def predict_llamacpp(
+    req: PredictRequest, model: GgufInfo, kernels: LlamaCppProfile | None, mix: bool
+) -> Prediction:
+    """``predict()`` for ``engine: llamacpp``: one stream on one GPU of the catalog, ``model``
+    the GGUF's header (``mix``: a llama.cpp file type applied to a model config, no file) and
+    ``kernels`` the profile's llama.cpp entry. The files are read by
+    ``predict.llamacpp_files.predict_request``; a CPU is ``predict.llamacpp_cpu``'s."""
+    from ceiling.spec.hardware import load_gpu
+
+    one_stream(req)
     gpu = load_gpu(req.gpu_name())
-    prof = load_kernels(req.profile) if req.profile else None
-    pred = predict_gguf(
-        model, gpu.name, gpu.mem_bw_GBps, req.context, req.cuda_graphs,
-        req.flash_attention is not False, profile=prof, memory_GiB=gpu.memory_GiB, request=req,
-    )  # fmt: skip
-    if isinstance(model, GgufInfo):
+    pred = gguf_step(
+        model,
+        gpu.name,
+        gpu.mem_bw_GBps,
+        req.context,
+        req.cuda_graphs,
+        req.flash_attention is not False,
+        profile=kernels,
+        memory_GiB=gpu.memory_GiB,
+        request=req,
+    )
+    if mix:
         pred.assumptions.insert(1, mix_assumption(req.weight_format or ""))
     return pred

@@ -92,10 +92,18 @@ def points_from_sql(text: str) -> list[MatvecPoint]:
         if tokens != 1:
             continue
         name = re.search(r"name=([^,]*)", params)
-        out.append(MatvecPoint(op=op, type=typ, k=k, m=m, used=used,
-                               bytes=used * k * m * bits_per_weight(typ) / 8.0,
-                               time_us=float(row["time_us"]),
-                               name=name.group(1) if name else ""))  # fmt: skip
+        out.append(
+            MatvecPoint(
+                op=op,
+                type=typ,
+                k=k,
+                m=m,
+                used=used,
+                bytes=used * k * m * bits_per_weight(typ) / 8.0,
+                time_us=float(row["time_us"]),
+                name=name.group(1) if name else "",
+            )
+        )
     return out
 
 
@@ -122,8 +130,15 @@ def fit_dense(typ: str, pts: list[MatvecPoint]) -> MatvecFit | None:
     t0, s = (r1 * a22 - r2 * a12) / det, (a11 * r2 - a12 * r1) / det
     if t0 < 0:  # no fixed cost left: the rate alone, same residuals
         t0, s = 0.0, r2 / a22
-    fit = MatvecFit(op="MUL_MAT", type=typ, t0_us=t0, GBps=1 / s / 1e3, points=len(pts),
-                    shapes=_shapes(pts), max_resid_pct=0.0)  # fmt: skip
+    fit = MatvecFit(
+        op="MUL_MAT",
+        type=typ,
+        t0_us=t0,
+        GBps=1 / s / 1e3,
+        points=len(pts),
+        shapes=_shapes(pts),
+        max_resid_pct=0.0,
+    )
     fit.max_resid_pct = _resid(fit, pts)
     return fit
 
@@ -134,8 +149,16 @@ def fit_experts(typ: str, pts: list[MatvecPoint], t0_us: float, t0_from: str) ->
     if min(rest) <= 0:  # the dense t0 is more than a routed op's whole time: no t0
         t0_us, t0_from, rest = 0.0, "none", [p.time_us for p in pts]
     rate = median(p.bytes / r for p, r in zip(pts, rest, strict=True)) / 1e3
-    fit = MatvecFit(op="MUL_MAT_ID", type=typ, t0_us=t0_us, GBps=rate, points=len(pts),
-                    shapes=_shapes(pts), max_resid_pct=0.0, t0_from=t0_from)  # fmt: skip
+    fit = MatvecFit(
+        op="MUL_MAT_ID",
+        type=typ,
+        t0_us=t0_us,
+        GBps=rate,
+        points=len(pts),
+        shapes=_shapes(pts),
+        max_resid_pct=0.0,
+        t0_from=t0_from,
+    )
     fit.max_resid_pct = _resid(fit, pts)
     return fit
 
@@ -155,8 +178,9 @@ def fit_points(pts: list[MatvecPoint]) -> tuple[dict[str, MatvecFit], dict[str, 
     for (op, typ), group in sorted(by_type.items()):
         if op == "MUL_MAT_ID":
             own = dense.get(typ)
-            experts[typ] = fit_experts(typ, group, own.t0_us if own else t0_all,
-                                       "MUL_MAT" if own else "median MUL_MAT")  # fmt: skip
+            experts[typ] = fit_experts(
+                typ, group, own.t0_us if own else t0_all, "MUL_MAT" if own else "median MUL_MAT"
+            )
     return dense, experts
 
 

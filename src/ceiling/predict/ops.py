@@ -199,8 +199,9 @@ def _gqa_ops(
     qk = e.qk_norm if e is not None else None
     if qk is not None and spec.architecture in qk.architectures:
         # per-head q/k RMSNorm before rope (engines.yaml qk_norm: the model file read)
-        ops.insert(1, _small("attn.qk_norm", n, B * (q_rows / tp + 2 * kv_r * hd) * 2 * 2,
-                             qk.kernels))  # fmt: skip
+        ops.insert(
+            1, _small("attn.qk_norm", n, B * (q_rows / tp + 2 * kv_r * hd) * 2 * 2, qk.kernels)
+        )
     ctx = min(context, layer.window) if layer.window else context
     # DCP (vLLM, GQA: TP above the KV heads, so each KV head is replicated over TP/kv ranks):
     # the replicas shard the tokens; the rank attends ceil(S/dcp) tokens of its KV head for the
@@ -260,9 +261,15 @@ def _mla_ops(
         uk = kv_b_bf16 * nope / (nope + v)
         for name, nbytes in (("mla.w_uk_bmm", uk), ("mla.w_uv_bmm", kv_b_bf16 - uk)):
             ops.append(
-                OpSpec(name, "gemm", n, weight_bytes=nbytes, flops=2 * B * nbytes / 2,
-                       shape=GemmShape(m=B * heads_r, n=mla["kv_lora_rank"], k=max(nope, v)))
-            )  # fmt: skip
+                OpSpec(
+                    name,
+                    "gemm",
+                    n,
+                    weight_bytes=nbytes,
+                    flops=2 * B * nbytes / 2,
+                    shape=GemmShape(m=B * heads_r, n=mla["kv_lora_rank"], k=max(nope, v)),
+                )
+            )
     ops.append(_small("mla.rope_kv_write", n, B * (mla["kv_lora_rank"] + 64) * 4))
     latent = mla["kv_lora_rank"] + mla["qk_rope_head_dim"]
     ctx = context
@@ -285,10 +292,22 @@ def _mla_ops(
             q_act = B * sum(m.rows for m in idx if m.name.endswith("wq_b")) * 2
             ops.append(_small("mla.indexer_prep", n, 4 * q_act, dsa.indexer_small_kernels))
         ops.append(
-            OpSpec("mla.indexer_scores", "attention", n, kv_bytes=B * context * index_dim * kvb,
-                   kernels=3, shape=AttentionShape(batch=B, context=context, heads=1, kv_heads=1,
-                                                   head_dim=index_dim, kv_dtype="fp8"))
-        )  # fmt: skip
+            OpSpec(
+                "mla.indexer_scores",
+                "attention",
+                n,
+                kv_bytes=B * context * index_dim * kvb,
+                kernels=3,
+                shape=AttentionShape(
+                    batch=B,
+                    context=context,
+                    heads=1,
+                    kv_heads=1,
+                    head_dim=index_dim,
+                    kv_dtype="fp8",
+                ),
+            )
+        )
         if topk:
             ctx = min(context, topk)
         if dsa is not None and dsa.attention_small_kernels:
@@ -331,14 +350,29 @@ def _dcp_ops(
     lse = B * heads_a * 4
     out = B * heads_a * out_width * 2
     return [
-        OpSpec("dcp.query_allgather", "comm", n, act_bytes=q,
-               shape=CommShape(collective="allgather", bytes=q, ranks=dcp)),
-        OpSpec("dcp.lse_allgather", "comm", n, act_bytes=lse,
-               shape=CommShape(collective="allgather", bytes=lse, ranks=dcp)),
+        OpSpec(
+            "dcp.query_allgather",
+            "comm",
+            n,
+            act_bytes=q,
+            shape=CommShape(collective="allgather", bytes=q, ranks=dcp),
+        ),
+        OpSpec(
+            "dcp.lse_allgather",
+            "comm",
+            n,
+            act_bytes=lse,
+            shape=CommShape(collective="allgather", bytes=lse, ranks=dcp),
+        ),
         _small("dcp.lse_correct", n, 2 * out + dcp * lse),
-        OpSpec("dcp.out_reduce_scatter", "comm", n, act_bytes=out,
-               shape=CommShape(collective="reducescatter", bytes=out, ranks=dcp)),
-    ]  # fmt: skip
+        OpSpec(
+            "dcp.out_reduce_scatter",
+            "comm",
+            n,
+            act_bytes=out,
+            shape=CommShape(collective="reducescatter", bytes=out, ranks=dcp),
+        ),
+    ]
 
 
 def _gdn_ops(s: Setup, layer: LayerSpec, kinds: Kinds, n: int, B: float) -> list[OpSpec]:
@@ -439,26 +473,46 @@ def _comm_ops(s: Setup, B: float) -> list[OpSpec]:
     ops: list[OpSpec] = []
     if d.tp > 1:
         ops.append(
-            OpSpec("allreduce", "comm", 2 * spec.num_layers + 1, act_bytes=act,
-                   shape=CommShape(collective="allreduce", bytes=act, ranks=d.tp))
-        )  # fmt: skip
+            OpSpec(
+                "allreduce",
+                "comm",
+                2 * spec.num_layers + 1,
+                act_bytes=act,
+                shape=CommShape(collective="allreduce", bytes=act, ranks=d.tp),
+            )
+        )
         logits = B * spec.vocab / d.tp * 2
         ops.append(
-            OpSpec("logits.gather", "comm", 1, act_bytes=logits,
-                   shape=CommShape(collective="gather", bytes=logits, ranks=d.tp))
-        )  # fmt: skip
+            OpSpec(
+                "logits.gather",
+                "comm",
+                1,
+                act_bytes=logits,
+                shape=CommShape(collective="gather", bytes=logits, ranks=d.tp),
+            )
+        )
         ops += _model_collectives(s, B)
     if d.ep > 1 and d.dp > 1:
         per_rank = B * spec.top_k * spec.hidden * 2
         ops.append(
-            OpSpec("alltoall.dispatch_combine", "comm", 2 * spec.moe_layers, act_bytes=per_rank,
-                   shape=CommShape(collective="alltoall", bytes=per_rank, ranks=d.ep))
-        )  # fmt: skip
+            OpSpec(
+                "alltoall.dispatch_combine",
+                "comm",
+                2 * spec.moe_layers,
+                act_bytes=per_rank,
+                shape=CommShape(collective="alltoall", bytes=per_rank, ranks=d.ep),
+            )
+        )
     if d.pp > 1:
         ops.append(
-            OpSpec("pp.send", "comm", d.pp - 1, act_bytes=act,
-                   shape=CommShape(collective="send", bytes=act, ranks=2))
-        )  # fmt: skip
+            OpSpec(
+                "pp.send",
+                "comm",
+                d.pp - 1,
+                act_bytes=act,
+                shape=CommShape(collective="send", bytes=act, ranks=2),
+            )
+        )
     return ops
 
 
@@ -472,10 +526,14 @@ def _model_collectives(s: Setup, B: float) -> list[OpSpec]:
     layers = sum(1 for layer in s.spec.layers if layer.attention != "linear")
     nbytes = B * rule.bytes_per_token
     out = [
-        OpSpec(rule.name, "comm", layers * rule.per_layer,
-               act_bytes=nbytes, shape=CommShape(collective="allreduce", bytes=nbytes,
-                                                 ranks=s.dep.tp))
-    ]  # fmt: skip
+        OpSpec(
+            rule.name,
+            "comm",
+            layers * rule.per_layer,
+            act_bytes=nbytes,
+            shape=CommShape(collective="allreduce", bytes=nbytes, ranks=s.dep.tp),
+        )
+    ]
     if rule.kernels:
         out.append(_small(rule.name + ".norm", layers, 0.0, rule.kernels))
     return out

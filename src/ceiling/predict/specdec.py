@@ -184,8 +184,10 @@ def _mtp_left_unquantized(
     if isinstance(quant, dict):
         lists.append(quant.get("exclude_modules"))
     names = [str(x) for lst in lists if isinstance(lst, list) for x in lst]
-    return any("mtp" in n or f"layers.{mtp_index}." in n or n.endswith(f"layers.{mtp_index}*")
-               for n in names)  # fmt: skip
+    return any(
+        "mtp" in n or f"layers.{mtp_index}." in n or n.endswith(f"layers.{mtp_index}*")
+        for n in names
+    )
 
 
 def _fusion_gemm_ms(s: Setup, inputs: int, batch: int) -> tuple[float, float]:
@@ -258,10 +260,20 @@ def spec_step(s: Setup, req: PredictRequest) -> Step:
             bcomps["weights"] = bcomps.get("weights", 0.0) + k * b
             name = "draft.eh_proj" if method == "mtp" else "draft.fc"
             ops.append(
-                OpRow(name, "gemm", float(k), k * e, k * b, "prior", 0.5, "gemm_bf16",
-                      f"{fc}h -> h fusion GEMM, replicated (bytes at the achieved bandwidth)",
-                      fc * s.spec.hidden**2 * 2.0, 0.0)
-            )  # fmt: skip
+                OpRow(
+                    name,
+                    "gemm",
+                    float(k),
+                    k * e,
+                    k * b,
+                    "prior",
+                    0.5,
+                    "gemm_bf16",
+                    f"{fc}h -> h fusion GEMM, replicated (bytes at the achieved bandwidth)",
+                    fc * s.spec.hidden**2 * 2.0,
+                    0.0,
+                )
+            )
             d_ms, d_bound = d_ms + k * e, d_bound + k * b
     else:
         host = spec_data().methods[method].host_ms_per_seq * B

@@ -106,10 +106,20 @@ def extra_costs(
     if n_small:
         ms = n_small * s.small_kernel_us / 1e3
         out.ops.append(
-            OpRow("spec.sampling", "sampling", float(n_small), ms, 0.0, "prior", 0.4,
-                  "elementwise", "rejection sampler + the draft's argmax and input updates",
-                  0.0, 0.0)
-        )  # fmt: skip
+            OpRow(
+                "spec.sampling",
+                "sampling",
+                float(n_small),
+                ms,
+                0.0,
+                "prior",
+                0.4,
+                "elementwise",
+                "rejection sampler + the draft's argmax and input updates",
+                0.0,
+                0.0,
+            )
+        )
     backend = attention_backend(s, path) if s.dep.engine == "vllm" else ""
     full_layers = sum(1 for layer in s.spec.layers if layer.attention not in ("linear", "mla"))
     if backend in path.no_kv_split_backends and full_layers:
@@ -123,12 +133,21 @@ def extra_costs(
         excess = nbytes / (slow_bw * 1e6) - nbytes / (s.bw_GBps * 1e6)
         if excess > 0:
             out.ops.append(
-                OpRow("verify.attention_no_kv_split", "attention", float(full_layers), excess,
-                      0.0, "prior", 0.5, "attn_gqa",
-                      f"{backend} at {k + 1} query tokens per sequence: no KV split, "
-                      f"KV read at {slow_bw:.0f} GB/s ({path.no_kv_split_source.strip()})",
-                      0.0, nbytes)
-            )  # fmt: skip
+                OpRow(
+                    "verify.attention_no_kv_split",
+                    "attention",
+                    float(full_layers),
+                    excess,
+                    0.0,
+                    "prior",
+                    0.5,
+                    "attn_gqa",
+                    f"{backend} at {k + 1} query tokens per sequence: no KV split, "
+                    f"KV read at {slow_bw:.0f} GB/s ({path.no_kv_split_source.strip()})",
+                    0.0,
+                    nbytes,
+                )
+            )
             out.notes.append(f"verify attention on {backend} without a KV split")
     if s.dep.engine == "vllm" and s.dep.cuda_graphs:
         out.host_issue_ms, note = _piecewise_host(s, path, backend, k, draft)

@@ -316,10 +316,18 @@ def decode_step(s: Setup, batch: int, context: int, graphs: bool | None = None) 
     times, trace_notes = trace_evidence.apply(s, ops, [ev.time(op) for op in ops], batch, context)
     for op, t in zip(ops, times, strict=True):
         row = OpRow(
-            op.name, op.kind, op.count, op.count * t.expected_us / 1e3,
-            op.count * t.bound_us / 1e3, t.source, t.confidence, t.family, t.note,
-            op.weight_bytes, op.kv_bytes,
-        )  # fmt: skip
+            op.name,
+            op.kind,
+            op.count,
+            op.count * t.expected_us / 1e3,
+            op.count * t.bound_us / 1e3,
+            t.source,
+            t.confidence,
+            t.family,
+            t.note,
+            op.weight_bytes,
+            op.kv_bytes,
+        )
         rows.append(row)
         for k, v in _split(row, op, s.bw_GBps, s.consts, s.gpu).items():
             comps[k] = comps.get(k, 0.0) + v

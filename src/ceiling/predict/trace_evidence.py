@@ -63,9 +63,12 @@ def apply(
                 per_call = measured_us / calls if calls else 0.0
             how = "scaled with its class" if len(idx) > 1 else "measured"
             out[i] = replace(
-                out[i], expected_us=per_call, source="trace", confidence=ladder().confidence.trace,
+                out[i],
+                expected_us=per_call,
+                source="trace",
+                confidence=ladder().confidence.trace,
                 note=f"trace {e.op_class}: {e.ms_per_step:.4f} ms/step ({how})",
-            )  # fmt: skip
+            )
             done.add(i)
         notes.append(
             f"trace {e.op_class}: {e.ms_per_step:.4f} ms/step over "

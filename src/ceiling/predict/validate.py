@@ -82,8 +82,10 @@ def check_dcp(engine: str, dcp: int, tp: int, spec: ModelSpec) -> None:
             f"--dcp {dcp} must divide --tp {tp}: the DCP group reuses the TP ranks",
             fix=f"use a --dcp that divides {tp} (e.g. --dcp {tp})",
         )
-    kinds = {"gqa" if layer.attention not in ("mla", "linear") else layer.attention
-             for layer in spec.layers}  # fmt: skip
+    kinds = {
+        "gqa" if layer.attention not in ("mla", "linear") else layer.attention
+        for layer in spec.layers
+    }
     if not kinds & set(rule.attention):
         raise CeilingError(
             f"--dcp {dcp}: {spec.name} has no {'/'.join(a.upper() for a in rule.attention)} "
@@ -92,8 +94,9 @@ def check_dcp(engine: str, dcp: int, tp: int, spec: ModelSpec) -> None:
         )
     if "mla" not in kinds:
         # vLLM config/model.py: GQA/MQA DCP shards the replicas of a KV head over the TP ranks
-        kv = max((layer.kv_heads for layer in spec.layers if layer.attention != "linear"),
-                 default=1)  # fmt: skip
+        kv = max(
+            (layer.kv_heads for layer in spec.layers if layer.attention != "linear"), default=1
+        )
         if tp <= kv:
             raise CeilingError(
                 f"--dcp {dcp}: GQA decode context parallel needs --tp above the model's {kv} "

@@ -137,12 +137,20 @@ def _spec_variants(req: PredictRequest) -> list[Knob]:
         return [_knob("speculative decoding off", spec="none")]
     k = spec_data().default_tokens
     if mtp_layers(load_spec(req.model, req.weight_format)) > 0:
-        return [_knob(f"MTP speculative decoding ({k} tokens)",
-                      "the checkpoint's MTP layer; default acceptance (spec_decode.yaml)",
-                      spec="mtp")]  # fmt: skip
-    return [_knob(f"EAGLE-3 speculative decoding ({k} tokens)",
-                  "needs an EAGLE-3 draft for this model; default acceptance (spec_decode.yaml)",
-                  spec="eagle3")]  # fmt: skip
+        return [
+            _knob(
+                f"MTP speculative decoding ({k} tokens)",
+                "the checkpoint's MTP layer; default acceptance (spec_decode.yaml)",
+                spec="mtp",
+            )
+        ]
+    return [
+        _knob(
+            f"EAGLE-3 speculative decoding ({k} tokens)",
+            "needs an EAGLE-3 draft for this model; default acceptance (spec_decode.yaml)",
+            spec="eagle3",
+        )
+    ]
 
 
 def _dcp_variants(req: PredictRequest, pred: Prediction) -> list[Knob]:
@@ -157,8 +165,13 @@ def _dcp_variants(req: PredictRequest, pred: Prediction) -> list[Knob]:
     n = max_dcp(req.engine, req.tp, load_spec(req.model, req.weight_format))
     if n <= 1:
         return []
-    return [_knob(f"DCP={n} (decode context parallel: KV sharded over {n} TP ranks)",
-                  f"3 NCCL collectives more per attention layer; KV capacity x {n}", dcp=n)]  # fmt: skip
+    return [
+        _knob(
+            f"DCP={n} (decode context parallel: KV sharded over {n} TP ranks)",
+            f"3 NCCL collectives more per attention layer; KV capacity x {n}",
+            dcp=n,
+        )
+    ]
 
 
 def _variants(req: PredictRequest, pred: Prediction) -> list[Knob]:
@@ -192,8 +205,15 @@ def _variants(req: PredictRequest, pred: Prediction) -> list[Knob]:
     out += _dcp_variants(req, pred)
     if req.tp >= 2:
         fewer = req.tp // 2
-        out.append(_knob(f"fewer GPUs: TP={fewer}", tp=fewer, gpus=None,
-                         ep=min(req.ep, fewer), dcp=gcd(req.dcp, fewer)))  # fmt: skip
+        out.append(
+            _knob(
+                f"fewer GPUs: TP={fewer}",
+                tp=fewer,
+                gpus=None,
+                ep=min(req.ep, fewer),
+                dcp=gcd(req.dcp, fewer),
+            )
+        )
     if req.tp <= 4 and req.pp == 1:
         more = req.tp * 2
         out.append(_knob(f"more GPUs: TP={more}", tp=more, gpus=None))
@@ -203,8 +223,14 @@ def _variants(req: PredictRequest, pred: Prediction) -> list[Knob]:
             if eng != req.engine:
                 note = "engine rules only (host overhead, allreduce rule)"
                 if req.dcp > 1 and engines_table()[eng].decode_context_parallel is None:
-                    out.append(_knob(f"engine {eng}", f"{note}; {eng} has no DCP: without it",
-                                     engine=eng, dcp=1))  # fmt: skip
+                    out.append(
+                        _knob(
+                            f"engine {eng}",
+                            f"{note}; {eng} has no DCP: without it",
+                            engine=eng,
+                            dcp=1,
+                        )
+                    )
                 else:
                     out.append(_knob(f"engine {eng}", note, engine=eng))
     return out

@@ -91,8 +91,14 @@ def _shapes(models: list[str], tp: int) -> dict[str, Any]:
             if op.kind == "gemm" and "bmm" not in op.name and isinstance(sh, GemmShape):
                 gemm.add((int(sh.n), int(sh.k)))
             elif op.kind == "moe" and isinstance(sh, MoeShape):
-                moe.add((int(sh.experts), int(sh.topk), int(sh.hidden),
-                         max(int(sh.inter) // int(sh.moe_tp), 16)))  # fmt: skip
+                moe.add(
+                    (
+                        int(sh.experts),
+                        int(sh.topk),
+                        int(sh.hidden),
+                        max(int(sh.inter) // int(sh.moe_tp), 16),
+                    )
+                )
             elif (
                 op.kind == "attention"
                 and op.name.startswith("attention")
@@ -101,8 +107,13 @@ def _shapes(models: list[str], tp: int) -> dict[str, Any]:
                 gqa.add((int(sh.heads), int(sh.kv_heads), int(sh.head_dim)))
             elif op.kind == "mla" and isinstance(sh, MlaShape):
                 mla.add(int(sh.heads))
-    return {"gemm": sorted(gemm), "moe": sorted(moe), "gqa": sorted(gqa), "mla": sorted(mla),
-            "hidden": sorted(hidden)}  # fmt: skip
+    return {
+        "gemm": sorted(gemm),
+        "moe": sorted(moe),
+        "gqa": sorted(gqa),
+        "mla": sorted(mla),
+        "hidden": sorted(hidden),
+    }
 
 
 def _copies(nbytes: float, budget: float, cap: int = 64) -> int:
@@ -158,8 +169,15 @@ def run_ops(cfg: OpsConfig, on_progress: Callable[[str], None] | None = None) ->
                 for w in ws:
                     torch.nn.functional.linear(x, w)
 
-            res.points.append(OpPoint(family="gemm_bf16", label=f"{n}x{k}", batch=b, nbytes=nbytes,
-                                      us=round(timed(step, copies), 3)))  # fmt: skip
+            res.points.append(
+                OpPoint(
+                    family="gemm_bf16",
+                    label=f"{n}x{k}",
+                    batch=b,
+                    nbytes=nbytes,
+                    us=round(timed(step, copies), 3),
+                )
+            )
         del ws
     if cuda:
         say("GEMM fp8")
@@ -185,8 +203,15 @@ def run_ops(cfg: OpsConfig, on_progress: Callable[[str], None] | None = None) ->
             for _ in range(64):
                 torch.nn.functional.rms_norm(x, (x.shape[-1],), w)
 
-        res.points.append(OpPoint(family="elementwise", label=f"rmsnorm {h}", batch=1,
-                                  nbytes=3 * h * 2, us=round(timed(norm, 64), 3)))  # fmt: skip
+        res.points.append(
+            OpPoint(
+                family="elementwise",
+                label=f"rmsnorm {h}",
+                batch=1,
+                nbytes=3 * h * 2,
+                us=round(timed(norm, 64), 3),
+            )
+        )
     res.fits = fit_families(res.points)
     return res
 
@@ -210,8 +235,15 @@ def _fp8(torch, dev, shapes, cfg, budget, res, timed) -> None:
                 for w in ws:
                     torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
-            res.points.append(OpPoint(family="gemm_fp8", label=f"{n}x{k}", batch=b, nbytes=nbytes,
-                                      us=round(timed(step, copies), 3)))  # fmt: skip
+            res.points.append(
+                OpPoint(
+                    family="gemm_fp8",
+                    label=f"{n}x{k}",
+                    batch=b,
+                    nbytes=nbytes,
+                    us=round(timed(step, copies), 3),
+                )
+            )
         del ws
 
 
@@ -224,10 +256,12 @@ def _moe(torch, dev, shapes, cfg, budget, scale, res, timed) -> None:
             nbytes = touched * 3 * h * i * 2
             copies = _copies(nbytes, budget, cap=16)
             sets = [
-                (torch.randn(touched, h, 2 * i, dtype=torch.bfloat16, device=dev) * 0.02,
-                 torch.randn(touched, i, h, dtype=torch.bfloat16, device=dev) * 0.02)
+                (
+                    torch.randn(touched, h, 2 * i, dtype=torch.bfloat16, device=dev) * 0.02,
+                    torch.randn(touched, i, h, dtype=torch.bfloat16, device=dev) * 0.02,
+                )
                 for _ in range(copies)
-            ]  # fmt: skip
+            ]
             rows = max(b * topk, touched)
             x = torch.randn(rows, h, dtype=torch.bfloat16, device=dev)
             per = [rows // touched + (1 if j < rows % touched else 0) for j in range(touched)]
@@ -246,8 +280,15 @@ def _moe(torch, dev, shapes, cfg, budget, scale, res, timed) -> None:
                             (y[:, : y.shape[1] // 2] * y[:, y.shape[1] // 2 :]) @ w2[j]
                             start += cnt
 
-            res.points.append(OpPoint(family="moe_bf16", label=f"E{experts} k{topk} {h}x{i}",
-                                      batch=b, nbytes=nbytes, us=round(timed(step, copies), 3)))  # fmt: skip
+            res.points.append(
+                OpPoint(
+                    family="moe_bf16",
+                    label=f"E{experts} k{topk} {h}x{i}",
+                    batch=b,
+                    nbytes=nbytes,
+                    us=round(timed(step, copies), 3),
+                )
+            )
             del sets
 
 
@@ -266,9 +307,13 @@ def _attention(torch, dev, shapes, cfg, budget, scale, res, timed) -> None:
             for b in cfg.batches[:1]:
                 nbytes = 2 * b * kv_heads * c * hd * 2
                 copies = _copies(nbytes, budget, cap=32)
-                kvs = [(torch.randn(b, kv_heads, c, hd, dtype=torch.bfloat16, device=dev),
-                        torch.randn(b, kv_heads, c, hd, dtype=torch.bfloat16, device=dev))
-                       for _ in range(copies)]  # fmt: skip
+                kvs = [
+                    (
+                        torch.randn(b, kv_heads, c, hd, dtype=torch.bfloat16, device=dev),
+                        torch.randn(b, kv_heads, c, hd, dtype=torch.bfloat16, device=dev),
+                    )
+                    for _ in range(copies)
+                ]
                 q = torch.randn(b, heads, 1, hd, dtype=torch.bfloat16, device=dev)
 
                 def step(kvs=kvs, q=q, heads=heads, kv_heads=kv_heads) -> None:
@@ -278,8 +323,15 @@ def _attention(torch, dev, shapes, cfg, budget, scale, res, timed) -> None:
                         else:
                             sdpa(q, k, v)
 
-                res.points.append(OpPoint(family="attn_gqa", label=f"{heads}/{kv_heads}x{hd} ctx{c}",
-                                          batch=b, nbytes=nbytes, us=round(timed(step, copies), 3)))  # fmt: skip
+                res.points.append(
+                    OpPoint(
+                        family="attn_gqa",
+                        label=f"{heads}/{kv_heads}x{hd} ctx{c}",
+                        batch=b,
+                        nbytes=nbytes,
+                        us=round(timed(step, copies), 3),
+                    )
+                )
                 del kvs
     for heads in shapes["mla"]:
         for ctx in cfg.contexts:
@@ -296,8 +348,15 @@ def _attention(torch, dev, shapes, cfg, budget, scale, res, timed) -> None:
                     s = torch.softmax(torch.bmm(q, kv.transpose(1, 2)).float(), -1).to(kv.dtype)
                     torch.bmm(s, kv[..., :512])
 
-            res.points.append(OpPoint(family="attn_mla", label=f"{heads} heads ctx{c}", batch=1,
-                                      nbytes=nbytes, us=round(timed(mla, copies), 3)))  # fmt: skip
+            res.points.append(
+                OpPoint(
+                    family="attn_mla",
+                    label=f"{heads} heads ctx{c}",
+                    batch=1,
+                    nbytes=nbytes,
+                    us=round(timed(mla, copies), 3),
+                )
+            )
             del caches
 
 
@@ -311,9 +370,17 @@ def fit_families(points: list[OpPoint]) -> list[OpFit]:
             continue
         t0, bw = _line(pts)
         stand_in = fam in ("moe_bf16", "attn_mla")
-        out.append(OpFit(family=fam, t0_us=round(t0, 3), bw_GBps=round(bw, 1), batch=1,
-                         points=pts, engine_kernel=not stand_in,
-                         note="calibrate --ops (PyTorch " + ("stand-in)" if stand_in else "kernel)")))  # fmt: skip
+        out.append(
+            OpFit(
+                family=fam,
+                t0_us=round(t0, 3),
+                bw_GBps=round(bw, 1),
+                batch=1,
+                points=pts,
+                engine_kernel=not stand_in,
+                note="calibrate --ops (PyTorch " + ("stand-in)" if stand_in else "kernel)"),
+            )
+        )
     return out
 
 

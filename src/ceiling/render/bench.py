@@ -132,8 +132,9 @@ def render_comparison(comp: Comparison, console: Console) -> None:
     for r in comp.rows:
         if r.label_b not in labels:
             labels.append(r.label_b)
-    table = Table(title=f"{escape(comp.metric)}: against {escape(comp.baseline)}",
-                  title_justify="left")  # fmt: skip
+    table = Table(
+        title=f"{escape(comp.metric)}: against {escape(comp.baseline)}", title_justify="left"
+    )
     for col in ("B", "level", "A", "B value", "delta %", "95% CI %", "basis"):
         table.add_column(col, justify="right")
     table.add_column("verdict")

@@ -204,9 +204,13 @@ def _op_table(p: Prediction) -> None:
             continue
         bms = bound.get(name, 0.0)
         t.add_row(
-            escape(name), f"{count:g}", f"{ms:.3f}", f"{bms:.3f}", f"{escape(src)} {conf:.1f}",
+            escape(name),
+            f"{count:g}",
+            f"{ms:.3f}",
+            f"{bms:.3f}",
+            f"{escape(src)} {conf:.1f}",
             escape(kernel),
-        )  # fmt: skip
+        )
     out().print(t)
     ev = p.evidence
     if ev.model_dump():  # a CPU's floors have no evidence block
@@ -232,16 +236,28 @@ def print_catalog(gpus: bool, links: bool, models: bool, as_json: bool) -> None:
     data: dict[str, object] = {}
     if gpus:
         data["gpus"] = [
-            {"name": g.name, "full_name": g.full_name, "memory_GiB": g.memory_GiB,
-             "mem_bw_GBps": g.mem_bw_GBps, "tflops": g.tflops, "nvlink": g.nvlink, "source": g.source}
+            {
+                "name": g.name,
+                "full_name": g.full_name,
+                "memory_GiB": g.memory_GiB,
+                "mem_bw_GBps": g.mem_bw_GBps,
+                "tflops": g.tflops,
+                "nvlink": g.nvlink,
+                "source": g.source,
+            }
             for g in list_gpus()
-        ]  # fmt: skip
+        ]
     if links:
         data["links"] = [
-            {"name": lk.name, "kind": lk.kind, "p2p": lk.p2p, "bw_GBps": lk.bw_GBps,
-             "description": lk.description}
+            {
+                "name": lk.name,
+                "kind": lk.kind,
+                "p2p": lk.p2p,
+                "bw_GBps": lk.bw_GBps,
+                "description": lk.description,
+            }
             for lk in list_links()
-        ]  # fmt: skip
+        ]
     if models:
         data["models"] = list_models()
     if as_json:

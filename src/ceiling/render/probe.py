@@ -236,8 +236,14 @@ def _calibrate_ops(res: OpsResult) -> None:
     for col in ("family", "shape", "batch", "MB", "us", "GB/s"):
         pts.add_column(col, justify="left" if col in ("family", "shape") else "right")
     for p in res.points:
-        pts.add_row(esc(p.family), esc(p.label), str(p.batch), f"{p.nbytes / 1e6:.2f}", f"{p.us:.2f}",
-                    f"{p.nbytes / p.us / 1e3:.0f}" if p.us > 0 else "-")  # fmt: skip
+        pts.add_row(
+            esc(p.family),
+            esc(p.label),
+            str(p.batch),
+            f"{p.nbytes / 1e6:.2f}",
+            f"{p.us:.2f}",
+            f"{p.nbytes / p.us / 1e3:.0f}" if p.us > 0 else "-",
+        )
     c.print(pts)
     for k, v in res.skipped.items():
         c.print(f"[dim]{esc(k)} not measured: {esc(v)}[/dim]")

@@ -37,25 +37,60 @@ def report(rep: TraceReport, json_out: bool = False) -> None:
         )
         o.print(esc(f"{ms.sentence()} {ms.allreduce_sentence()}"))
         rows = [
-            [esc(r.op_class), f"{r.measured_ms:.3f}", _ms(r.expected_ms), _ms(r.bound_ms),
-             "" if r.gap_ms is None else f"{r.gap_ms:+.3f}"]
+            [
+                esc(r.op_class),
+                f"{r.measured_ms:.3f}",
+                _ms(r.expected_ms),
+                _ms(r.bound_ms),
+                "" if r.gap_ms is None else f"{r.gap_ms:+.3f}",
+            ]
             for r in ms.rows
-        ]  # fmt: skip
+        ]
         if ms.unseen_ops:
-            rows.append([esc("not in the trace: " + ", ".join(ms.unseen_ops)), "0.000",
-                         f"{ms.unseen_expected_ms:.3f}", f"{ms.unseen_bound_ms:.3f}", ""])  # fmt: skip
-        o.print(table("measured vs predict (ms per step)", ["class", "measured", "expected",
-                                                           "bound", "gap over bound"], rows))  # fmt: skip
+            rows.append(
+                [
+                    esc("not in the trace: " + ", ".join(ms.unseen_ops)),
+                    "0.000",
+                    f"{ms.unseen_expected_ms:.3f}",
+                    f"{ms.unseen_bound_ms:.3f}",
+                    "",
+                ]
+            )
+        o.print(
+            table(
+                "measured vs predict (ms per step)",
+                ["class", "measured", "expected", "bound", "gap over bound"],
+                rows,
+            )
+        )
     rows = [
-        [esc(c.op_class), f"{c.ms:.4f}", share(c.share), f"{c.calls:g}",
-         esc(", ".join(c.impl)),
-         "" if c.wait_ms is None else f"{c.transfer_ms:.4f} / {c.wait_ms:.4f}"]
+        [
+            esc(c.op_class),
+            f"{c.ms:.4f}",
+            share(c.share),
+            f"{c.calls:g}",
+            esc(", ".join(c.impl)),
+            "" if c.wait_ms is None else f"{c.transfer_ms:.4f} / {c.wait_ms:.4f}",
+        ]
         for c in sp.classes
-    ]  # fmt: skip
-    rows.append(["idle (host/launch)", f"{sp.idle_ms:.4f}",
-                 share(sp.idle_ms / sp.step_ms if sp.step_ms else 0.0), "", "", ""])  # fmt: skip
-    o.print(table("by op class (ms per step)", ["class", "ms", "share", "calls", "impl",
-                                               "transfer / wait"], rows))  # fmt: skip
+    ]
+    rows.append(
+        [
+            "idle (host/launch)",
+            f"{sp.idle_ms:.4f}",
+            share(sp.idle_ms / sp.step_ms if sp.step_ms else 0.0),
+            "",
+            "",
+            "",
+        ]
+    )
+    o.print(
+        table(
+            "by op class (ms per step)",
+            ["class", "ms", "share", "calls", "impl", "transfer / wait"],
+            rows,
+        )
+    )
     rows = [
         [esc(k.name[:110]), esc(k.op_class), f"{k.ms:.4f}", f"{k.calls:g}", f"{k.mean_us:.1f}"]
         for k in sp.top_kernels
@@ -63,7 +98,13 @@ def report(rep: TraceReport, json_out: bool = False) -> None:
     o.print(table("top kernels", ["kernel", "class", "ms/step", "calls/step", "us/call"], rows))
     if sp.unmatched:
         rows = [[esc(u.name[:110]), f"{u.ms:.4f}", f"{u.count:g}"] for u in sp.unmatched[:30]]
-        o.print(table(f"unmatched kernels ({len(sp.unmatched)})", ["kernel", "ms/step", "calls/step"], rows))  # fmt: skip
+        o.print(
+            table(
+                f"unmatched kernels ({len(sp.unmatched)})",
+                ["kernel", "ms/step", "calls/step"],
+                rows,
+            )
+        )
     for ov in sp.overlap:
         o.print(
             f"overlap: stream {ov.stream} ran {ov.own_ms:.4f} ms/step of {esc(ov.op_class)} "
@@ -72,10 +113,15 @@ def report(rep: TraceReport, json_out: bool = False) -> None:
         )
     if len(sp.ranks) > 1:
         rows = [
-            [str(r.rank), f"{r.step_ms:.4f}", f"{r.idle_ms:.4f}", str(r.steps),
-             "" if r.collective_wait_ms is None else f"{r.collective_wait_ms:.4f}"]
+            [
+                str(r.rank),
+                f"{r.step_ms:.4f}",
+                f"{r.idle_ms:.4f}",
+                str(r.steps),
+                "" if r.collective_wait_ms is None else f"{r.collective_wait_ms:.4f}",
+            ]
             for r in sp.ranks
-        ]  # fmt: skip
+        ]
         o.print(table("ranks", ["rank", "step ms", "idle ms", "steps", "collective wait ms"], rows))
     for n in sp.notes:
         o.print(f"[dim]note: {esc(n)}[/dim]")

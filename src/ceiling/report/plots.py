@@ -261,13 +261,25 @@ def curve(
     def draw(ax: Axes) -> None:
         for i, (name, pts) in enumerate(series.items()):
             xy = sorted(pts)
-            ax.plot([p[0] for p in xy], [p[1] for p in xy], color=PALETTE[i % len(PALETTE)],
-                    linewidth=2, marker="o", markersize=5, label=name)  # fmt: skip
+            ax.plot(
+                [p[0] for p in xy],
+                [p[1] for p in xy],
+                color=PALETTE[i % len(PALETTE)],
+                linewidth=2,
+                marker="o",
+                markersize=5,
+                label=name,
+            )
         for j, (name, v) in enumerate((limits or {}).items()):
             ax.axhline(v, color=PALETTE[5 + j % 3], linestyle="--", linewidth=1, label=name)
         if knee is not None:
-            ax.axvline(knee, color="#000000", linestyle=":", linewidth=1.5,
-                       label=f"knee {_fmt(knee)} req/s")  # fmt: skip
+            ax.axvline(
+                knee,
+                color="#000000",
+                linestyle=":",
+                linewidth=1.5,
+                label=f"knee {_fmt(knee)} req/s",
+            )
         ax.set_ylim(bottom=0)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -375,8 +387,14 @@ def stacked_step(
         for y, (_, parts) in enumerate(rows):
             left = 0.0
             for c, ms in parts:
-                ax.barh(y, ms, left=left, height=0.6, color=colour[c], label=c if y == 0 or
-                        c not in [p for p, _ in rows[0][1]] else None)  # fmt: skip
+                ax.barh(
+                    y,
+                    ms,
+                    left=left,
+                    height=0.6,
+                    color=colour[c],
+                    label=c if y == 0 or c not in [p for p, _ in rows[0][1]] else None,
+                )
                 left += ms
             ax.text(left, y, f" {_fmt(left)} ms", va="center")
         ax.set_yticks(list(range(len(rows))), [label for label, _ in rows])
@@ -389,7 +407,13 @@ def stacked_step(
         seen: dict[str, Any] = {}
         for h, lab in zip(handles, labels, strict=True):
             seen.setdefault(lab, h)
-        ax.legend(list(seen.values()), list(seen), loc="upper center", ncols=min(len(seen), 5),
-                  bbox_to_anchor=(0.5, -0.25), fontsize=8)  # fmt: skip
+        ax.legend(
+            list(seen.values()),
+            list(seen),
+            loc="upper center",
+            ncols=min(len(seen), 5),
+            bbox_to_anchor=(0.5, -0.25),
+            fontsize=8,
+        )
 
     return _render("stacked-step", title, draw, height=150 + 30 * len(rows))

@@ -71,21 +71,55 @@ def trace_lines(rep: TraceReport) -> list[str]:
             "",
             table(
                 ["class", "measured ms", "expected ms", "bound ms", "gap over bound ms"],
-                [*([r.op_class, f"{r.measured_ms:.4f}", _ms(r.expected_ms), _ms(r.bound_ms),
-                    "–" if r.gap_ms is None else f"{r.gap_ms:+.4f}"] for r in ms.rows),
-                 *([["not in the trace (" + ", ".join(ms.unseen_ops) + ")", "0.0000",
-                     f"{ms.unseen_expected_ms:.4f}", f"{ms.unseen_bound_ms:.4f}", "–"]]
-                   if ms.unseen_ops else [])],
+                [
+                    *(
+                        [
+                            r.op_class,
+                            f"{r.measured_ms:.4f}",
+                            _ms(r.expected_ms),
+                            _ms(r.bound_ms),
+                            "–" if r.gap_ms is None else f"{r.gap_ms:+.4f}",
+                        ]
+                        for r in ms.rows
+                    ),
+                    *(
+                        [
+                            [
+                                "not in the trace (" + ", ".join(ms.unseen_ops) + ")",
+                                "0.0000",
+                                f"{ms.unseen_expected_ms:.4f}",
+                                f"{ms.unseen_bound_ms:.4f}",
+                                "–",
+                            ]
+                        ]
+                        if ms.unseen_ops
+                        else []
+                    ),
+                ],
             ),
             "",
-        ]  # fmt: skip
+        ]
     rows = [
-        [c.op_class, f"{c.ms:.4f}", f"{c.share * 100:.1f} %", f"{c.calls:g}", ", ".join(c.impl),
-         "–" if c.wait_ms is None else f"{c.transfer_ms:.4f} / {c.wait_ms:.4f}"]
+        [
+            c.op_class,
+            f"{c.ms:.4f}",
+            f"{c.share * 100:.1f} %",
+            f"{c.calls:g}",
+            ", ".join(c.impl),
+            "–" if c.wait_ms is None else f"{c.transfer_ms:.4f} / {c.wait_ms:.4f}",
+        ]
         for c in sp.classes
-    ]  # fmt: skip
-    rows.append(["idle (host/launch)", f"{sp.idle_ms:.4f}",
-                 f"{sp.idle_ms / sp.step_ms * 100 if sp.step_ms else 0:.1f} %", "", "", ""])  # fmt: skip
+    ]
+    rows.append(
+        [
+            "idle (host/launch)",
+            f"{sp.idle_ms:.4f}",
+            f"{sp.idle_ms / sp.step_ms * 100 if sp.step_ms else 0:.1f} %",
+            "",
+            "",
+            "",
+        ]
+    )
     out += [
         table(
             ["class", "ms/step", "share", "calls/step", "implementation", "transfer / wait ms"],
@@ -108,10 +142,12 @@ def trace_lines(rep: TraceReport) -> list[str]:
             f"Unmatched kernels ({len(sp.unmatched)}, {(1 - sp.coverage) * 100:.1f} % of kernel "
             "time): no pattern of the engine's table or the generic one names them.",
             "",
-            table(["kernel", "ms/step", "calls/step"],
-                  [[u.name[:120], f"{u.ms:.4f}", f"{u.count:g}"] for u in sp.unmatched[:40]]),
+            table(
+                ["kernel", "ms/step", "calls/step"],
+                [[u.name[:120], f"{u.ms:.4f}", f"{u.count:g}"] for u in sp.unmatched[:40]],
+            ),
             "",
-        ]  # fmt: skip
+        ]
     for ov in sp.overlap:
         out.append(
             f"- overlap: stream {ov.stream} ran {ov.own_ms:.4f} ms/step of {ov.op_class} "

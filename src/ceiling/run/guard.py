@@ -177,8 +177,13 @@ def write_record(rec: ServerRecord) -> None:
     """Save ``rec`` (best effort: a read-only home must not stop a launch)."""
     with contextlib.suppress(OSError, CeilingError):
         rec.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(rec.path, rec.model_dump_json(indent=2) + "\n", mode=0o600,
-                     what="server record", keep_previous=False)  # fmt: skip
+        write_atomic(
+            rec.path,
+            rec.model_dump_json(indent=2) + "\n",
+            mode=0o600,
+            what="server record",
+            keep_previous=False,
+        )
 
 
 def remove_record(pid: int, token: str | None = None) -> None:
@@ -291,8 +296,11 @@ def stop_servers(
         if rec.owner_alive() and not all_servers:
             continue
         if state != "ours":
-            refused.append(Refused(pid=rec.pid, variant=rec.variant, pids=pids, why=why,
-                                   instead=rec.manual_stop()))  # fmt: skip
+            refused.append(
+                Refused(
+                    pid=rec.pid, variant=rec.variant, pids=pids, why=why, instead=rec.manual_stop()
+                )
+            )
             continue
         signals = end_group(rec.pid, grace_s)
         # proved ours before the first signal: what is left in the group is still ours (its

@@ -212,8 +212,9 @@ class Server:
         a log file) each new phase is printed as a line, and the current one every 30 s.
         """
         deadline = self.started_at + timeout_s
-        with Progress(f"{self.variant.name}: starting", enabled=progress, lines=True,
-                      heartbeat_s=HEARTBEAT_S) as shown:  # fmt: skip
+        with Progress(
+            f"{self.variant.name}: starting", enabled=progress, lines=True, heartbeat_s=HEARTBEAT_S
+        ) as shown:
             last_http = 0.0
             while True:
                 lines, partial = self._read_new()
@@ -418,8 +419,11 @@ def start(
             "notes": plan.notes,
             "started": stamp,
         }
-        write_atomic(log_path.with_suffix(".launch.json"), json.dumps(meta, indent=2) + "\n",
-                     what="launch record")  # fmt: skip
+        write_atomic(
+            log_path.with_suffix(".launch.json"),
+            json.dumps(meta, indent=2) + "\n",
+            what="launch record",
+        )
         if wait:
             server.wait_ready(timeout_s, progress=progress, timeout_option=timeout_option)
     except BaseException:

@@ -122,10 +122,13 @@ def _perplexity(fam: Any, lp: Any, why: str | None) -> tuple[Check, float | None
     ppl = math.exp(-sum(vals) / len(vals))
     band = fam.perplexity
     worst = sorted(
-        ((v, t) for v, t in zip(lp.logprobs[1:], (lp.tokens or [""] * len(vals))[1:], strict=False)
-         if v is not None),
+        (
+            (v, t)
+            for v, t in zip(lp.logprobs[1:], (lp.tokens or [""] * len(vals))[1:], strict=False)
+            if v is not None
+        ),
         key=lambda x: x[0],
-    )[:3]  # fmt: skip
+    )[:3]
     return (
         Check(
             name="perplexity",

@@ -163,8 +163,13 @@ def materialize(plan: Plan, work_dir: str | Path) -> dict[str, Path]:
             extra["model"] = str((base / extra["model"]).resolve())
         extra["name"] = v.name
         target = inside(work_dir, out / f"{safe_name(v.name)}.yaml", "variant copy")
-        write_atomic(target, yaml.safe_dump(extra, sort_keys=True), mode=0o600,
-                     what="variant copy", keep_previous=False)  # fmt: skip
+        write_atomic(
+            target,
+            yaml.safe_dump(extra, sort_keys=True),
+            mode=0o600,
+            what="variant copy",
+            keep_previous=False,
+        )
         paths[v.name] = target
     return paths
 

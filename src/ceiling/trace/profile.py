@@ -41,9 +41,14 @@ def buckets(split: TraceSplit) -> list[Bucket]:
         b = out.get(key)
         if b is None:
             out[key] = Bucket(
-                ct.op_class, [ct.op_class], list(ops), bool(rec.get("group")), ct.ms, ct.calls,
+                ct.op_class,
+                [ct.op_class],
+                list(ops),
+                bool(rec.get("group")),
+                ct.ms,
+                ct.calls,
                 tops.get(ct.op_class, [])[:3],
-            )  # fmt: skip
+            )
         else:
             b.classes.append(ct.op_class)
             b.name = "+".join(b.classes)
@@ -74,17 +79,29 @@ def to_profile(
             continue  # copies, fills, unmatched: no op of predict's to time
         ops.append(
             TraceOp(
-                op_class=bk.name, ops=bk.ops, group=bk.group, ms_per_step=round(bk.ms, 6),
-                calls_per_step=round(bk.calls, 3), engine=split.engine, batch=b, context=c,
-                kernels=bk.kernels[:3], trace=trace,
+                op_class=bk.name,
+                ops=bk.ops,
+                group=bk.group,
+                ms_per_step=round(bk.ms, 6),
+                calls_per_step=round(bk.calls, 3),
+                engine=split.engine,
+                batch=b,
+                context=c,
+                kernels=bk.kernels[:3],
+                trace=trace,
             )
-        )  # fmt: skip
+        )
     ops.append(
         TraceOp(
-            op_class="idle", ops=["host"], ms_per_step=split.idle_ms, engine=split.engine,
-            batch=b, context=c, trace=trace,
+            op_class="idle",
+            ops=["host"],
+            ms_per_step=split.idle_ms,
+            engine=split.engine,
+            batch=b,
+            context=c,
+            trace=trace,
         )
-    )  # fmt: skip
+    )
     prof = HardwareProfile(
         machine=machine,
         created=datetime.now(UTC).isoformat(timespec="seconds"),

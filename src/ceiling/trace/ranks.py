@@ -100,11 +100,13 @@ def waits(ranks: list[RankAccount], transfer: dict[str, float]) -> list[Collecti
         worst = max(per, key=lambda x: x[1])
         out.append(
             CollectiveWait(
-                op_class=op, transfer_ms=round(t_us / ranks[0].matched_steps / 1e3, 6),
+                op_class=op,
+                transfer_ms=round(t_us / ranks[0].matched_steps / 1e3, 6),
                 wait_ms_mean=round(sum(w for _, w in per) / len(per), 6),
-                wait_ms_max=round(worst[1], 6), most_waiting_rank=worst[0],
+                wait_ms_max=round(worst[1], 6),
+                most_waiting_rank=worst[0],
             )
-        )  # fmt: skip
+        )
     return out
 
 

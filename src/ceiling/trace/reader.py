@@ -145,9 +145,16 @@ def _build(p: Path, doc: dict[str, Any]) -> RankTrace:
         if cat in _GPU_KINDS:
             corr = args.get("correlation")
             gpu.append(
-                (str(ev.get("name", "")), ts, dur, _GPU_KINDS[cat], _int(args.get("stream")),
-                 corr if isinstance(corr, int) else None, _int(args.get("device")))
-            )  # fmt: skip
+                (
+                    str(ev.get("name", "")),
+                    ts,
+                    dur,
+                    _GPU_KINDS[cat],
+                    _int(args.get("stream")),
+                    corr if isinstance(corr, int) else None,
+                    _int(args.get("device")),
+                )
+            )
         elif cat in _LAUNCH_CATS:
             corr = args.get("correlation")
             if isinstance(corr, int):
@@ -156,9 +163,10 @@ def _build(p: Path, doc: dict[str, Any]) -> RankTrace:
             cpu_ops[_int(ev.get("tid"))].append((ts, dur, str(ev.get("name", ""))))
         elif cat == "user_annotation":
             annotations.append(
-                Annotation(name=str(ev.get("name", "")), ts_us=ts, dur_us=dur,
-                           thread=_int(ev.get("tid")))
-            )  # fmt: skip
+                Annotation(
+                    name=str(ev.get("name", "")), ts_us=ts, dur_us=dur, thread=_int(ev.get("tid"))
+                )
+            )
     if bad:
         notes.append(f"{bad} events without a start or a duration were skipped")
     annotations.sort(key=lambda a: a.ts_us)
@@ -171,19 +179,30 @@ def _build(p: Path, doc: dict[str, Any]) -> RankTrace:
     world = info.get("world_size") if isinstance(info.get("world_size"), int) else None
     hint, version = _engine_of(doc)
     trace = RankTrace(
-        path=str(p), rank=rank, world_size=world, engine_hint=hint, engine_version=version,
-        annotations=annotations, notes=notes,
-    )  # fmt: skip
+        path=str(p),
+        rank=rank,
+        world_size=world,
+        engine_hint=hint,
+        engine_version=version,
+        annotations=annotations,
+        notes=notes,
+    )
     if gpu:
         gpu.sort(key=lambda e: e[1])
         trace.device = "gpu"
         trace.events = [
             KernelEvent.model_construct(
-                name=n, ts_us=ts, dur_us=d, kind=k, stream=s, correlation=c,
-                launch_ts_us=launches.get(c) if c is not None else None, device=dev,
+                name=n,
+                ts_us=ts,
+                dur_us=d,
+                kind=k,
+                stream=s,
+                correlation=c,
+                launch_ts_us=launches.get(c) if c is not None else None,
+                device=dev,
             )
             for n, ts, d, k, s, c, dev in gpu
-        ]  # fmt: skip
+        ]
         return trace
     trace.device = "cpu"
     events, nested = _top_level(cpu_ops)
@@ -210,10 +229,16 @@ def _top_level(
                 continue
             out.append(
                 KernelEvent.model_construct(
-                    name=name, ts_us=ts, dur_us=dur, kind="cpu_op", stream=tid,
-                    correlation=None, launch_ts_us=None, device=0,
+                    name=name,
+                    ts_us=ts,
+                    dur_us=dur,
+                    kind="cpu_op",
+                    stream=tid,
+                    correlation=None,
+                    launch_ts_us=None,
+                    device=0,
                 )
-            )  # fmt: skip
+            )
             end = ts + dur
     out.sort(key=lambda e: e.ts_us)
     return out, nested

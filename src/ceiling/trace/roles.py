@@ -56,11 +56,14 @@ def assign(split: TraceSplit, pred: Prediction) -> TraceSplit:
     for role, v in ms.items():
         new.append(
             ClassTime(
-                op_class=role, ms=round(v * scale, 6), calls=calls[role],
+                op_class=role,
+                ms=round(v * scale, 6),
+                calls=calls[role],
                 share=round(v * scale / split.step_ms, 4) if split.step_ms else 0.0,
-                impl=gemm.impl, predict_ops=list(table[role]["predict_ops"]),
+                impl=gemm.impl,
+                predict_ops=list(table[role]["predict_ops"]),
             )
-        )  # fmt: skip
+        )
     new.sort(key=lambda c: -c.ms)
     note = (
         f"GEMM roles from call positions: {len(split.gemm_calls_ms)} GEMM calls per step = "

@@ -290,10 +290,14 @@ def _attribute(
         step_us = e - s
         r.steps.append(
             StepTime(
-                index=k, start_us=s, ms=round(step_us / 1e3, 6), busy_ms=round(busy / 1e3, 6),
-                idle_ms=round((step_us - busy) / 1e3, 6), label=label[:80],
+                index=k,
+                start_us=s,
+                ms=round(step_us / 1e3, 6),
+                busy_ms=round(busy / 1e3, 6),
+                idle_ms=round((step_us - busy) / 1e3, 6),
+                label=label[:80],
             )
-        )  # fmt: skip
+        )
         r.coll.append(coll)
         r.gemm_calls.append(gemms)
 
@@ -378,12 +382,15 @@ def _result(r: _Rank, cls: Classifier, engine: str | None, traces: list[RankTrac
     names = sorted(r.name_us.items(), key=lambda kv: -kv[1])
     top = [
         KernelStat(
-            name=name, op_class=_op_of(cls, name), impl=cls.classify(name).impl,
-            ms=round(us / n / 1e3, 6), calls=round(r.name_calls[name] / n, 3),
+            name=name,
+            op_class=_op_of(cls, name),
+            impl=cls.classify(name).impl,
+            ms=round(us / n / 1e3, 6),
+            calls=round(r.name_calls[name] / n, 3),
             mean_us=round(r.name_own_us[name] / max(r.name_calls[name], 1), 3),
         )
         for name, us in names[:TOP_KERNELS]
-    ]  # fmt: skip
+    ]
     unmatched = [
         Unmatched(name=name, ms=round(us / n / 1e3, 6), count=round(r.name_calls[name] / n, 3))
         for name, us in names
@@ -396,11 +403,13 @@ def _result(r: _Rank, cls: Classifier, engine: str | None, traces: list[RankTrac
         tops = sorted(r.side_names[(stream, op)].items(), key=lambda kv: -kv[1])[:3]
         overlap.append(
             OverlapNote(
-                stream=stream, op_class=op, hidden_ms=round(hid / n / 1e3, 6),
+                stream=stream,
+                op_class=op,
+                hidden_ms=round(hid / n / 1e3, 6),
                 own_ms=round(r.side_own[(stream, op)] / n / 1e3, 6),
                 top_kernels=[k for k, _ in tops],
             )
-        )  # fmt: skip
+        )
     notes = list(r.notes)
     if r.trace.device == "cpu" and r.trace.nested_ops_skipped:
         notes.append(

@@ -322,9 +322,14 @@ def attention_measured(
 
 
 def _scaled_layout(
-    shapes: dict[str, list[list[float]]], batch: float, context: float, heads: int,
-    kv_heads: int, head_dim: int, split: bool,
-) -> tuple[float, str] | None:  # fmt: skip
+    shapes: dict[str, list[list[float]]],
+    batch: float,
+    context: float,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    split: bool,
+) -> tuple[float, str] | None:
     """The layout's latency from measured layouts with other head dims / KV heads."""
     # head dim -> (t at ctx 1, context-dependent part, (layout distance, shape))
     by_dim: dict[int, tuple[float, float, tuple[float, str]]] = {}
@@ -362,9 +367,13 @@ def _scaled_layout(
 
 
 def mla_measured(
-    system: str, engine: str, patterns: list[tuple[str, str]], batch: float, context: float,
+    system: str,
+    engine: str,
+    patterns: list[tuple[str, str]],
+    batch: float,
+    context: float,
     heads: int,
-) -> Measured | None:  # fmt: skip
+) -> Measured | None:
     """MLA decode attention kernel (us) per layer at ``heads`` query heads per rank."""
     raw = _raw(system, "mla")
     for *_rank, key in _candidates(raw, engine, patterns):

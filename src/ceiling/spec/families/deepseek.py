@@ -53,8 +53,14 @@ def mla_attention(b: Builder, c: ArchConfig, i: int, kind: str) -> None:
     index_heads = int(c.cfg.get("index_n_heads") or 0)
     index_dim = int(c.cfg.get("index_head_dim") or 0)
     if index_heads:  # DeepSeek-style sparse attention indexer (GLM-5): small, replicated
-        b.add(f"{a}.indexer.wq_b", "attn_replicated", index_heads * index_dim, q_lora or h, i,
-              "replicate")  # fmt: skip
+        b.add(
+            f"{a}.indexer.wq_b",
+            "attn_replicated",
+            index_heads * index_dim,
+            q_lora or h,
+            i,
+            "replicate",
+        )
         b.add(f"{a}.indexer.wk", "attn_replicated", index_dim, h, i, "replicate")
         b.add(f"{a}.indexer.weights_proj", "attn_replicated", index_heads, h, i, "replicate")
         kv_per_tok += index_dim  # indexer key cache (fp8 in vLLM; counted at KV dtype)
