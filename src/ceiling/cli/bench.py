@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
@@ -39,16 +40,16 @@ def _logit_bias(text: str | None) -> dict[str, float] | None:
         ) from err
 
 
-def _given(ctx: typer.Context, options: dict[str, object]) -> dict[str, object]:
+def _given(ctx: typer.Context, options: Mapping[str, object]) -> dict[str, object]:
     """The options typed on the command line (or set in the environment), without those left
     at their defaults: BenchConfig refuses a synthetic-prompt option given with --dataset,
     and only the option's absence says it was not given (its default value may be typed)."""
     # compared by name: Typer vendors its own Click, whose ParameterSource is another enum
-    sources = {name: ctx.get_parameter_source(name) for name in options}
+    sources = {name: getattr(ctx.get_parameter_source(name), "name", None) for name in options}
     return {
         name: value
         for name, value in options.items()
-        if sources[name] is not None and sources[name].name != "DEFAULT"
+        if sources[name] is not None and sources[name] != "DEFAULT"
     }
 
 
