@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ceiling.predict.datafiles import KernelPrior, kernel_priors, kernels
 from ceiling.predict.ladder import climb, ladder
@@ -41,6 +41,9 @@ from ceiling.predict.opspec import (
 )
 from ceiling.predict.resolved import Setup
 from ceiling.spec.profile import OpFit
+
+if TYPE_CHECKING:
+    from ceiling.predict.tables import Measured
 
 
 @dataclass
@@ -157,6 +160,7 @@ class Evidence:
         self.generic = self.engine == "generic"
         self.conf = ladder().confidence
         self.eff_default = ladder().fallback.eff  # a prior without a bandwidth figure
+        self._ratios: dict[tuple[str, str, str], float] = {}  # _proxy_ratio, per op
 
     # -------------------------------------------------------------------------- helpers
     def bound_bw(self) -> float:
@@ -314,18 +318,44 @@ class Evidence:
             eff = min(max(eff1, eff1 + w * (rec.eff_64 - eff1)), tokens * eff1)
         return self.cold + (op.weight_bytes + op.kv_bytes) / (eff * self.bw_ds * 1e3)
 
-    def _proxy(self, us: float, op: OpSpec, rec: KernelPrior) -> float:
+    def _proxy(self, us: float, op: OpSpec, rec: KernelPrior, kind: _Kind, family: str) -> float:
         """A table measured on another GPU of the class (the catalog's ``aic_system``: the L40S
         for an RTX 4090, the A100 80GB SXM for an A100 40GB, the H100 SXM for an H100 PCIe):
         its streamed bytes move at this GPU's bandwidth instead (datasheet ratio, at the
-        family's streamed efficiency); the rest of the latency is kept."""
+        family's streamed efficiency); the rest of the latency is kept.
+
+        The correction is settled once, at one sequence (the op's anchor, as the table check is
+        in ``_judge``), and applied as a ratio to the row at every batch: the table's time
+        scaled by a constant never falls where the table does not. Taken at each batch as a
+        difference of the op's bytes, it fell wherever the table's envelope is flat and the bytes
+        still grow (the H100 SXM's MoE table read for gpt-oss-120b on the H20: 687.03 -> 687.08
+        us at 32 -> 33 tokens while the experts read grew, so the step fell)."""
+        return us * self._proxy_ratio(us, op, rec, kind, family)
+
+    def _proxy_ratio(
+        self, us: float, op: OpSpec, rec: KernelPrior, kind: _Kind, family: str
+    ) -> float:
+        """(table row at one sequence + the bandwidth correction of its bytes) / that row."""
         sys_bw = self._system_bw()
         if not sys_bw or abs(sys_bw / self.bw_ds - 1) < 0.03:
-            return us
+            return 1.0
+        key = (op.name, kind, family)
+        if key in self._ratios:
+            return self._ratios[key]
+        at, us1 = op, us
+        anchor = self.anchors.get(op.name)
+        if anchor is not None and anchor is not op and anchor.kind == op.kind:
+            meas = self._measure(kind, anchor, family, _tokens(anchor, kind)[0])[0]
+            if meas is not None and meas.us > 0:
+                at, us1 = anchor, meas.us
+        if us1 <= 0:
+            return 1.0
         eff = rec.eff or self.eff_default
-        nbytes = op.weight_bytes + op.kv_bytes
-        delta = nbytes / eff * (1 / self.bw_ds - 1 / sys_bw) / 1e3
-        return max(us + delta, 0.0)
+        delta = (at.weight_bytes + at.kv_bytes) / eff * (1 / self.bw_ds - 1 / sys_bw) / 1e3
+        ratio = max(us1 + delta, 0.0) / us1
+        if at is not op:  # settled at the anchor: the same for every batch of this step
+            self._ratios[key] = ratio
+        return ratio
 
     def _system_bw(self) -> float | None:
         if not hasattr(self, "_sys_bw"):
@@ -408,24 +438,36 @@ class Evidence:
 
         return climb({"profile": from_profile, "table": from_table, "prior": from_prior})
 
-    def _gemm_row(
-        self, op: OpSpec, family: str, rec: KernelPrior, m: float
-    ) -> tuple[_Row | None, str]:
+    def _measure(
+        self, kind: _Kind, op: OpSpec, family: str, tokens: float
+    ) -> tuple[Measured | None, str, bool]:
+        """The table's raw row for an op (before the proxy, the cold cost and the floors), the
+        backend note, whether the rows are of a backend the user named."""
+        look = {"gemm": self._gemm_meas, "moe": self._moe_meas, "attention": self._attn_meas}
+        return look[kind](op, family, tokens)
+
+    def _gemm_meas(self, op: OpSpec, family: str, m: float) -> tuple[Measured | None, str, bool]:
         sh = op.shape
         assert isinstance(sh, GemmShape) and self.tables is not None and self.system
         if op.name in ("mla.w_uk_bmm", "mla.w_uv_bmm"):
-            return None, ""
+            return None, "", False
         pats = table_patterns(self.engine, family, self.cls)
         meas = self.tables.gemm_measured(self.system, self.engine, pats, m, int(sh.n), int(sh.k))
+        return meas, "", False
+
+    def _gemm_row(
+        self, op: OpSpec, family: str, rec: KernelPrior, m: float
+    ) -> tuple[_Row | None, str]:
+        meas, _, _ = self._gemm_meas(op, family, m)
         if meas is None:
             return None, ""
         floor = self._stream_floor(rec, op, m)
-        us = max(self._proxy(meas.us, op, rec) + self.cold, floor)
+        us = max(self._proxy(meas.us, op, rec, "gemm", family) + self.cold, floor)
         return _Row(us, meas.exact, "; ".join(x for x in (meas.key, meas.note) if x)), ""
 
-    def _moe_row(
-        self, op: OpSpec, family: str, rec: KernelPrior, tokens: float
-    ) -> tuple[_Row | None, str]:
+    def _moe_meas(
+        self, op: OpSpec, family: str, tokens: float
+    ) -> tuple[Measured | None, str, bool]:
         sh = op.shape
         assert isinstance(sh, MoeShape) and self.tables is not None and self.system
         pats, bnote, _chosen = chosen_patterns(self.s, "moe", family, self.cls)
@@ -433,9 +475,17 @@ class Evidence:
             self.system, self.engine, pats, tokens, int(sh.hidden), int(sh.inter),
             int(sh.experts), int(sh.topk), int(sh.moe_tp),
         )  # fmt: skip
+        return meas, bnote, False
+
+    def _moe_row(
+        self, op: OpSpec, family: str, rec: KernelPrior, tokens: float
+    ) -> tuple[_Row | None, str]:
+        sh = op.shape
+        assert isinstance(sh, MoeShape)
+        meas, bnote, _ = self._moe_meas(op, family, tokens)
         if meas is None:
             return None, bnote
-        us = self._proxy(meas.us, op, rec) + self.cold
+        us = self._proxy(meas.us, op, rec, "moe", family) + self.cold
         if int(sh.ep) > 1:
             # the table holds EP=1 rows: swap its expert bytes (top-k experts of every
             # token) for the busiest EP rank's, at the prior's bandwidth
@@ -445,13 +495,13 @@ class Evidence:
         us = max(us, self._stream_floor(rec, op, tokens))
         return _Row(us, meas.exact, meas.key + (f"; {meas.note}" if meas.note else "")), bnote
 
-    def _attn_row(
-        self, op: OpSpec, family: str, rec: KernelPrior, batch: float
-    ) -> tuple[_Row | None, str]:
+    def _attn_meas(
+        self, op: OpSpec, family: str, batch: float
+    ) -> tuple[Measured | None, str, bool]:
         sh = op.shape
         assert self.tables is not None and self.system
         if op.name == "mla.indexer_scores":
-            return None, ""
+            return None, "", False
         from ceiling.predict.choices import kv_parallel_attention
 
         pats, bnote, chosen = chosen_patterns(self.s, "attention", family, self.cls)
@@ -470,9 +520,15 @@ class Evidence:
             meas = self.tables.mla_measured(
                 self.system, self.engine, pats, batch, float(sh.context), int(sh.heads)
             )
+        return meas, bnote, chosen
+
+    def _attn_row(
+        self, op: OpSpec, family: str, rec: KernelPrior, batch: float
+    ) -> tuple[_Row | None, str]:
+        meas, bnote, chosen = self._attn_meas(op, family, batch)
         if meas is None:
             return None, bnote
         floor = self._stream_floor(rec, op, batch)
-        us = max(self._proxy(meas.us, op, rec) + self.cold, floor)
+        us = max(self._proxy(meas.us, op, rec, "attention", family) + self.cold, floor)
         why = "; ".join(x for x in (meas.key, meas.note, bnote) if x)
         return _Row(us, meas.exact, why, chosen), bnote
