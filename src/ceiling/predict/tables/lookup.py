@@ -77,12 +77,18 @@ class Measured(BaseModel):
 
 
 def _candidates(
-    table: Mapping[str, object], engine: str, patterns: list[tuple[str, str]]
+    table: Mapping[str, object],
+    engine: str,
+    patterns: list[tuple[str, str]],
+    skip: tuple[str, ...] = (),
 ) -> list[tuple[int, int, tuple[int, ...], str]]:
     """Table keys matching ``patterns`` ((kernel substring, dtype) in preference order), ordered:
-    the engine's own table first (newest version), then other engines' tables."""
+    the engine's own table first (newest version), then other engines' tables; none of
+    ``skip`` (tables the evidence check refused: the next candidate is tried)."""
     out = []
     for key in table:
+        if key in skip:
+            continue
         parts = key.split("/")
         eng, ver, rest = parts[0], parts[1], "/".join(parts[2:])
         for rank, (needle, dtype) in enumerate(patterns):
@@ -142,18 +148,20 @@ def _gemm_at(rows: list[list[float]], n: int, k: int) -> tuple[float, bool]:
 
 
 def gemm_measured(
-    system: str, engine: str, patterns: list[tuple[str, str]], m: float, n: int, k: int
-) -> Measured | None:
+    system: str, engine: str, patterns: list[tuple[str, str]], m: float, n: int, k: int,
+    skip: tuple[str, ...] = (),
+) -> Measured | None:  # fmt: skip
     """Latency (us) of one GEMM from the tables, interpolated in M (tokens) and (N, K)."""
-    return _gemm_cached(system, engine, tuple(patterns), m, n, k)
+    return _gemm_cached(system, engine, tuple(patterns), m, n, k, tuple(skip))
 
 
 @cache
 def _gemm_cached(
-    system: str, engine: str, patterns: tuple[tuple[str, str], ...], m: float, n: int, k: int
-) -> Measured | None:
+    system: str, engine: str, patterns: tuple[tuple[str, str], ...], m: float, n: int, k: int,
+    skip: tuple[str, ...] = (),
+) -> Measured | None:  # fmt: skip
     raw = _raw(system, "gemm")
-    for *_rank, key in _candidates(raw, engine, list(patterns)):
+    for *_rank, key in _candidates(raw, engine, list(patterns), skip):
         per_m = raw[key]
         ms = _warm_rows(system, key, sorted(int(x) for x in per_m))
         if not ms:
@@ -209,11 +217,12 @@ def moe_measured(
     experts: int,
     topk: int,
     moe_tp: int,
+    skip: tuple[str, ...] = (),
 ) -> Measured | None:
     """Fused-MoE latency (us) at the model's exact shape (hidden x inter x experts x top-k)."""
     raw = _raw(system, "moe")
     shape = f"{hidden}x{inter}x{experts}x{topk}"
-    cands = _candidates(raw, engine, patterns)
+    cands = _candidates(raw, engine, patterns, skip)
     for *_rank, key in cands:
         rows = (raw[key] or {}).get(shape)
         if not rows:
@@ -286,6 +295,7 @@ def attention_measured(
     head_dim: int,
     bw_GBps: float = 0.0,
     kv_parallel: tuple[str, ...] = (),
+    skip: tuple[str, ...] = (),
 ) -> Measured | None:
     """GQA decode attention (us) per layer at (heads, KV heads, head dim) per rank.
 
@@ -298,7 +308,7 @@ def attention_measured(
     """
     raw = _raw(system, "attention")
     want = f"{heads}x{kv_heads}x{head_dim}"
-    for *_rank, key in _candidates(raw, engine, patterns):
+    for *_rank, key in _candidates(raw, engine, patterns, skip):
         shapes = _physical_shapes(system, key, bw_GBps)
         if want in shapes:
             us = _curve(shapes[want], batch, context)
@@ -363,11 +373,11 @@ def _scaled_layout(
 
 def mla_measured(
     system: str, engine: str, patterns: list[tuple[str, str]], batch: float, context: float,
-    heads: int,
+    heads: int, skip: tuple[str, ...] = (),
 ) -> Measured | None:  # fmt: skip
     """MLA decode attention kernel (us) per layer at ``heads`` query heads per rank."""
     raw = _raw(system, "mla")
-    for *_rank, key in _candidates(raw, engine, patterns):
+    for *_rank, key in _candidates(raw, engine, patterns, skip):
         shapes = raw[key] or {}
         if not shapes:
             continue
