@@ -9,8 +9,11 @@ measured (now a rising envelope: ``tables.lookup._log_interp``). Three more (iss
 round): past its last row an op left its table for another or for the prior (now the table goes
 on along its last segment), a MoE shape the tables lack was read between neighbours chosen at
 each batch (now chosen once per op), and the stream floor held a serial kernel's one-sequence
-efficiency at every batch. ``KNOWN_FALLS`` is exactly what is left (docs/predict.md, "The batch
-curve never falls"): a setup leaves it when fixed.
+efficiency at every batch. Two more (third round): an allreduce table read through the engine's
+own algorithm switch (now a running minimum from above: ``tables.interp_points``) and a proxied
+table's bandwidth correction taken per batch (now a ratio settled at one sequence:
+``Evidence._proxy_ratio``). ``KNOWN_FALLS`` is exactly what is left (docs/predict.md, "The batch
+curve never falls"): a setup leaves it when fixed; it is empty.
 """
 
 from __future__ import annotations
