@@ -9,12 +9,16 @@ measured (now a rising envelope: ``tables.lookup._log_interp``). Three more (iss
 round): past its last row an op left its table for another or for the prior (now the table goes
 on along its last segment), a MoE shape the tables lack was read between neighbours chosen at
 each batch (now chosen once per op), and the stream floor held a serial kernel's one-sequence
-efficiency at every batch. ``KNOWN_FALLS`` is exactly what is left (docs/predict.md, "The batch
-curve never falls"): a setup leaves it when fixed.
+efficiency at every batch. Two more (third round): an allreduce table read through the engine's
+own algorithm switch (now a running minimum from above: ``tables.interp_points``) and a proxied
+table's bandwidth correction taken per batch (now a ratio settled at one sequence:
+``Evidence._proxy_ratio``). ``KNOWN_FALLS`` is exactly what is left (docs/predict.md, "The batch
+curve never falls"): a setup leaves it when fixed; it is empty.
 """
 
 from __future__ import annotations
 
+import itertools
 from importlib import util
 
 import pytest
@@ -38,23 +42,14 @@ CONTEXT = 1024
 # tables.interp._extend), 10 GLM-4.7 FP8 setups whose MoE shape the tables lack (two measured
 # shapes, chosen once per op: tables.moe_shapes) and the 4 NVFP4 MLA setups on the A100s (the
 # stream floor at the one-sequence efficiency: Evidence._stream_floor).
-# The allreduce table holds the engine's own one-shot -> two-shot switch (vLLM's custom allreduce
-# at 8 ranks on the B200: 26.1 us at 256 KB, 17.2 us at 512 KB); comm.py's log-log reading of
-# the points interpolates straight through it, so every message between the two falls.
-ALLREDUCE_SWITCH = "allreduce table interpolated through the engine's one-shot/two-shot switch"
-# ``Evidence._proxy`` (a table of the H100 SXM read for a faster GPU) subtracts a correction
-# from the op's bytes at each batch; where the MoE table's envelope is flat (687.03 -> 687.08 us
-# for gpt-oss-120b at 32 -> 33 tokens) the bytes still grow, so the proxied time falls.
-PROXY_PER_BATCH = "proxy correction per batch from growing bytes over a flat MoE table segment"
-KNOWN_FALLS: dict[tuple[str, str], str] = {
-    ("glm-5-fp8", "b200"): ALLREDUCE_SWITCH,  # batch 32 -> 33: 27.625 -> 27.589 ms
-    ("gpt-oss-120b", "h20"): PROXY_PER_BATCH,  # batch 32 -> 33: 25.379 -> 25.371 ms
-    ("gpt-oss-120b", "h100-nvl"): PROXY_PER_BATCH,  # batch 32 -> 33: 25.762 -> 25.748 ms
-    ("gpt-oss-120b", "gh200"): PROXY_PER_BATCH,  # batch 32 -> 33: 25.371 -> 25.350 ms
-    ("llama-3.1-405b", "b200"): ALLREDUCE_SWITCH,  # batch 8 -> 12: 26.878 -> 25.630 ms
-    ("qwen3-235b-a22b", "h20"): PROXY_PER_BATCH,  # batch 16 -> 20: 27.266 -> 27.233 ms
-    ("qwen3-235b-a22b", "gh200"): PROXY_PER_BATCH,  # batch 16 -> 20: 27.266 -> 27.233 ms
-}
+# Gone: GLM-5 FP8 and Llama-3.1-405B on the B200, whose allreduce table holds vLLM's one-shot ->
+# two-shot switch (8 ranks: 26.1 us at 256 KB, 17.2 us at 512 KB): the table is read through a
+# running minimum from above (tables.interp_points).
+# Gone: the 5 setups reading the H100 SXM's MoE table for a faster GPU (gpt-oss-120b on H20,
+# H100 NVL, GH200; Qwen3-235B on H20, GH200): ``Evidence._proxy`` subtracted a correction from
+# the op's bytes at each batch, which grew over a flat segment of the table; the correction is
+# now settled at one sequence and applied as a ratio (``Evidence._proxy_ratio``).
+KNOWN_FALLS: dict[tuple[str, str], str] = {}
 
 
 def _setups():
@@ -180,3 +175,43 @@ def test_a_moe_shape_the_tables_lack_is_read_between_the_same_two_shapes():
         prev = moe.expected_ms
         notes.add(moe.note.split(" (")[0])
     assert len(notes) == 1 and "between" in next(iter(notes))
+
+
+def test_a_smaller_message_never_takes_longer_than_a_larger_one():
+    """vLLM's allreduce table at 8 ranks on the B200 holds the engine's one-shot -> two-shot
+    switch (26.1 us at 256 KB, 17.2 us at 512 KB): read through a running minimum from above,
+    no message between takes longer than 512 KB does."""
+    from ceiling.predict.tables.lookup import interp_points
+
+    pts = [[64e3, 9.4], [128e3, 25.8], [256e3, 26.1], [512e3, 17.2], [1024e3, 20.7]]
+    assert interp_points(pts, 256e3) == 17.2
+    assert interp_points(pts, 384e3) == 17.2
+    assert 9.4 < interp_points(pts, 96e3) < 17.2
+    assert interp_points(pts, 768e3) > 17.2
+
+
+def test_the_b200_allreduce_table_never_falls_with_the_message():
+    from ceiling.predict import tables
+
+    pts = tables.allreduce_points("b200_sxm", ["vLLM_custom_graph"], 8)
+    assert pts
+    sizes = [2.0**k for k in range(8, 24)] + [3 * 2.0**k for k in range(8, 22)]
+    times = [tables.interp_points(pts, x) for x in sorted(sizes)]
+    assert all(b >= a for a, b in itertools.pairwise(times))
+
+
+def test_a_proxied_table_never_falls_where_the_table_is_flat():
+    """gpt-oss-120b on the H20 reads the H100 SXM's MoE table (687.03 -> 687.08 us at 32 -> 33
+    tokens); the bandwidth correction taken from the op's bytes at each batch grew faster than
+    the table and the step fell (25.379 -> 25.371 ms). Settled at one sequence as a ratio, the
+    proxied op follows the table."""
+    s = _fitting("gpt-oss-120b", "h20")
+    assert s is not None
+    prev = 0.0
+    for b in range(24, 41):
+        moe = [o for o in decode_step(s, b, CONTEXT).ops if o.name == "moe.experts"]
+        assert moe and moe[0].source == "table"
+        assert moe[0].expected_ms >= prev
+        prev = moe[0].expected_ms
+    at1 = next(o for o in decode_step(s, 1, CONTEXT).ops if o.name == "moe.experts")
+    assert at1.expected_ms < prev

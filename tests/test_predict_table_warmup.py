@@ -37,3 +37,34 @@ def test_a_warm_first_row_is_kept():
     pats = [("torch.nn.functional.linear", "bfloat16")]
     one = gemm_measured("b200_sxm", "vllm", pats, 1, 4096, 4096)
     assert one is not None and one.us == pytest.approx(row[(4096, 4096)])
+
+
+def test_a_table_refused_by_the_check_gives_way_to_the_next_candidate():
+    """vLLM's DeepGEMM block-128 table on the B200 holds its JIT (175-273 us at every shape):
+    the check refuses it, and the next candidate table of the same format (vLLM's CUTLASS
+    block-128, refused too; then TensorRT-LLM's DeepGEMM) is read before the prior."""
+    from ceiling.predict.core import setup
+    from ceiling.predict.schema import PredictRequest
+    from ceiling.predict.step import decode_step
+
+    req = PredictRequest(model="llama-3.1-70b-fp8", gpu="b200", tp=1, context=1024)
+    s, _ = setup(req.model_copy(update={"weight_format": "fp8"}), None)
+    prev = 0.0
+    for b in (1, 2, 8, 32, 64):
+        step = decode_step(s, b, 1024)
+        gemms = [o for o in step.ops if o.family == "gemm_fp8_block"]
+        assert gemms and all(o.source == "table" for o in gemms)
+        assert all("DeepGemmFp8BlockScaledMMKernel" in o.note for o in gemms)
+        assert all(not o.note.startswith("vllm/") for o in gemms)
+        assert step.ms >= prev
+        prev = step.ms
+
+
+def test_the_next_candidate_leaves_out_only_what_was_refused():
+    from ceiling.predict.tables import gemm_measured
+
+    pats = [("DeepGemmFp8BlockScaled", "fp8_block"), ("deepgemm", "fp8_block")]
+    first = gemm_measured("b200_sxm", "vllm", pats, 1, 8192, 8192)
+    assert first is not None and first.key.startswith("vllm/")
+    nxt = gemm_measured("b200_sxm", "vllm", pats, 1, 8192, 8192, (first.key,))
+    assert nxt is not None and nxt.key != first.key and "deepgemm" in nxt.key

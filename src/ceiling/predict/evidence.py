@@ -6,7 +6,8 @@
    fit of plain ``calibrate`` counts for ``gemm_bf16``);
 2. ``table``: aiconfigurator's measured latency for the engine's kernel at this shape (optional
    extra, ``ceiling.predict.tables``), checked against the prior (a row more than 3x the prior
-   and 20 us over it is a measurement artifact, not evidence: flagged, skipped);
+   and 20 us over it is a measurement artifact, not evidence: flagged, and the next candidate
+   table of the format is read);
 3. ``prior``: ``t0 + bytes / (eff x datasheet bandwidth)`` for the GPU class and kernel family
    (``data/predict/kernel_priors.yaml``, fitted to per-op tables; a class without data borrows
    the nearest class's numbers at lower confidence).
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ceiling.predict.datafiles import KernelPrior, kernel_priors, kernels
 from ceiling.predict.ladder import climb, ladder
@@ -42,6 +43,9 @@ from ceiling.predict.opspec import (
 from ceiling.predict.resolved import Setup
 from ceiling.spec.profile import OpFit
 
+if TYPE_CHECKING:
+    from ceiling.predict.tables import Measured
+
 
 @dataclass
 class _Row:
@@ -51,6 +55,7 @@ class _Row:
     exact: bool
     note: str
     chosen: bool = False  # the rows of a backend the user named (not checked against the prior)
+    key: str = ""  # the table it was read from
 
 
 def family_for(op: OpSpec, arch_class: str) -> str:
@@ -118,6 +123,7 @@ def prior(family: str, arch_class: str) -> tuple[KernelPrior, float, str]:
 
 
 _Kind = Literal["gemm", "moe", "attention"]
+_Skip = tuple[str, ...]  # table keys the evidence check refused for an op (tried next: the rest)
 
 
 def _tokens(op: OpSpec, kind: _Kind) -> tuple[float, int, float]:
@@ -157,6 +163,7 @@ class Evidence:
         self.generic = self.engine == "generic"
         self.conf = ladder().confidence
         self.eff_default = ladder().fallback.eff  # a prior without a bandwidth figure
+        self._ratios: dict[tuple[str, str, str, _Skip], float] = {}  # _proxy_ratio, per op
 
     # -------------------------------------------------------------------------- helpers
     def bound_bw(self) -> float:
@@ -316,18 +323,46 @@ class Evidence:
             eff = min(max(eff1, eff1 + w * (rec.eff_64 - eff1)), tokens * eff1)
         return self.cold + (op.weight_bytes + op.kv_bytes) / (eff * self.bw_ds * 1e3)
 
-    def _proxy(self, us: float, op: OpSpec, rec: KernelPrior) -> float:
+    def _proxy(
+        self, us: float, op: OpSpec, rec: KernelPrior, kind: _Kind, family: str, skip: _Skip
+    ) -> float:
         """A table measured on another GPU of the class (the catalog's ``aic_system``: the L40S
         for an RTX 4090, the A100 80GB SXM for an A100 40GB, the H100 SXM for an H100 PCIe):
         its streamed bytes move at this GPU's bandwidth instead (datasheet ratio, at the
-        family's streamed efficiency); the rest of the latency is kept."""
+        family's streamed efficiency); the rest of the latency is kept.
+
+        The correction is settled once, at one sequence (the op's anchor, as the table check is
+        in ``_judge``), and applied as a ratio to the row at every batch: the table's time
+        scaled by a constant never falls where the table does not. Taken at each batch as a
+        difference of the op's bytes, it fell wherever the table's envelope is flat and the bytes
+        still grow (the H100 SXM's MoE table read for gpt-oss-120b on the H20: 687.03 -> 687.08
+        us at 32 -> 33 tokens while the experts read grew, so the step fell)."""
+        return us * self._proxy_ratio(us, op, rec, kind, family, skip)
+
+    def _proxy_ratio(
+        self, us: float, op: OpSpec, rec: KernelPrior, kind: _Kind, family: str, skip: _Skip
+    ) -> float:
+        """(table row at one sequence + the bandwidth correction of its bytes) / that row."""
         sys_bw = self._system_bw()
         if not sys_bw or abs(sys_bw / self.bw_ds - 1) < 0.03:
-            return us
+            return 1.0
+        key = (op.name, kind, family, skip)
+        if key in self._ratios:
+            return self._ratios[key]
+        at, us1 = op, us
+        anchor = self.anchors.get(op.name)
+        if anchor is not None and anchor is not op and anchor.kind == op.kind:
+            meas = self._measure(kind, anchor, family, _tokens(anchor, kind)[0], skip)[0]
+            if meas is not None and meas.us > 0:
+                at, us1 = anchor, meas.us
+        if us1 <= 0:
+            return 1.0
         eff = rec.eff or self.eff_default
-        nbytes = op.weight_bytes + op.kv_bytes
-        delta = nbytes / eff * (1 / self.bw_ds - 1 / sys_bw) / 1e3
-        return max(us + delta, 0.0)
+        delta = (at.weight_bytes + at.kv_bytes) / eff * (1 / self.bw_ds - 1 / sys_bw) / 1e3
+        ratio = max(us1 + delta, 0.0) / us1
+        if at is not op:  # settled at the anchor: the same for every batch of this step
+            self._ratios[key] = ratio
+        return ratio
 
     def _system_bw(self) -> float | None:
         if not hasattr(self, "_sys_bw"):
@@ -344,22 +379,30 @@ class Evidence:
         return ""
 
     def _judge(
-        self, op: OpSpec, family: str, kind: _Kind, rec: KernelPrior, us: float, prior_us: float
-    ) -> str:
+        self,
+        op: OpSpec,
+        family: str,
+        kind: _Kind,
+        rec: KernelPrior,
+        row: _Row,
+        prior_us: float,
+        skip: _Skip,
+    ) -> tuple[str, str]:
         """Whether the table is evidence for this op: judged at one sequence (the op's anchor),
-        once for the whole batch curve. Judged at each batch, a table that runs near the
-        check's ratio flips to the prior at some batch and the step falls as the batch grows
-        (DeepSeek-V3.1 NVFP4 on the H200: 59.8 ms at 18 sequences, 27.3 at 19)."""
+        once for the whole batch curve; (why not, the table judged). Judged at each batch, a
+        table that runs near the check's ratio flips to the prior at some batch and the step
+        falls as the batch grows (DeepSeek-V3.1 NVFP4 on the H200: 59.8 ms at 18 sequences,
+        27.3 at 19)."""
         anchor = self.anchors.get(op.name)
         if anchor is None or anchor is op or anchor.kind != op.kind:
-            return self._check(us, prior_us)
+            return self._check(row.us, prior_us), row.key
         look = {"gemm": self._gemm_row, "moe": self._moe_row, "attention": self._attn_row}
         t1, h1, _ = _tokens(anchor, kind)
-        row1, _note = look[kind](anchor, family, rec, t1)
+        row1, _note = look[kind](anchor, family, rec, t1, skip)
         if row1 is None:  # no row at one sequence: the row at hand is all there is
-            return self._check(us, prior_us)
+            return self._check(row.us, prior_us), row.key
         bad = self._check(row1.us, self._prior_us(rec, anchor, t1, h1))
-        return f"{bad} (judged at one sequence, for every batch)" if bad else ""
+        return (f"{bad} (judged at one sequence, for every batch)" if bad else ""), row1.key
 
     def _finish(
         self, op: OpSpec, us: float, src: str, conf: float, family: str, note: str
@@ -388,21 +431,43 @@ class Evidence:
             return self._finish(op, us, "profile", conf.profile.kernel, family, fit.note)
 
         def from_table() -> OpTime | None:
+            """The first candidate table (``tables.lookup._candidates``: the engine's own, then
+            other engines' of the same format) that passes the check; a table refused by the
+            check is not evidence of the format, so the next candidate is tried before the
+            prior (vLLM's DeepGEMM block-128 table on the B200 holds its JIT: 175-273 us at
+            every shape; vLLM's CUTLASS block-128 and the other engines' DeepGEMM tables
+            measure the same format)."""
             nonlocal note
             if self.tables is None:
                 return None
             look = {"gemm": self._gemm_row, "moe": self._moe_row, "attention": self._attn_row}
-            row, extra = look[kind](op, family, rec, tokens)
-            note = "; ".join(x for x in (note, extra) if x)
-            if row is None:
-                return None
-            # a backend the user named is the kernel that runs: its rows are not checked
-            # against the default kernels' prior (SGLang Triton decode at 128k is ~30x it)
-            bad = "" if row.chosen else self._judge(op, family, kind, rec, row.us, prior_us)
-            if bad:
-                note = bad
-                return None
+            skip: _Skip = ()
+            refused: list[str] = []
+            base = note
+            while True:
+                row, extra = look[kind](op, family, rec, tokens, skip)
+                note = "; ".join(x for x in (base, extra) if x)
+                if row is None:
+                    if refused:
+                        note = "; ".join(refused)
+                    return None
+                # a backend the user named is the kernel that runs: its rows are not checked
+                # against the default kernels' prior (SGLang Triton decode at 128k is ~30x it)
+                bad, judged = (
+                    ("", row.key)
+                    if row.chosen
+                    else self._judge(op, family, kind, rec, row, prior_us, skip)
+                )
+                if not bad:
+                    break
+                refused.append(f"{judged}: {bad}")
+                if row.key in skip and judged in skip:  # nothing new to leave out
+                    note = "; ".join(refused)
+                    return None
+                skip = (*skip, *dict.fromkeys(k for k in (row.key, judged) if k not in skip))
             c = getattr(conf.table, kind).of(row.exact)
+            if skip:  # the check refused the candidates before this one
+                row.note += f"; the next candidate table: {', '.join(skip)} refused by the check"
             return self._finish(op, row.us / self.clock, "table", c, family, row.note)
 
         def from_prior() -> OpTime:
@@ -410,24 +475,41 @@ class Evidence:
 
         return climb({"profile": from_profile, "table": from_table, "prior": from_prior})
 
-    def _gemm_row(
-        self, op: OpSpec, family: str, rec: KernelPrior, m: float
-    ) -> tuple[_Row | None, str]:
+    def _measure(
+        self, kind: _Kind, op: OpSpec, family: str, tokens: float, skip: _Skip = ()
+    ) -> tuple[Measured | None, str, bool]:
+        """The table's raw row for an op (before the proxy, the cold cost and the floors), the
+        backend note, whether the rows are of a backend the user named."""
+        look = {"gemm": self._gemm_meas, "moe": self._moe_meas, "attention": self._attn_meas}
+        return look[kind](op, family, tokens, skip)
+
+    def _gemm_meas(
+        self, op: OpSpec, family: str, m: float, skip: _Skip
+    ) -> tuple[Measured | None, str, bool]:
         sh = op.shape
         assert isinstance(sh, GemmShape) and self.tables is not None and self.system
         if op.name in ("mla.w_uk_bmm", "mla.w_uv_bmm"):
-            return None, ""
+            return None, "", False
         pats = table_patterns(self.engine, family, self.cls)
-        meas = self.tables.gemm_measured(self.system, self.engine, pats, m, int(sh.n), int(sh.k))
+        meas = self.tables.gemm_measured(
+            self.system, self.engine, pats, m, int(sh.n), int(sh.k), skip
+        )
+        return meas, "", False
+
+    def _gemm_row(
+        self, op: OpSpec, family: str, rec: KernelPrior, m: float, skip: _Skip = ()
+    ) -> tuple[_Row | None, str]:
+        meas, _, _ = self._gemm_meas(op, family, m, skip)
         if meas is None:
             return None, ""
         floor = self._stream_floor(rec, op, m)
-        us = max(self._proxy(meas.us, op, rec) + self.cold, floor)
-        return _Row(us, meas.exact, "; ".join(x for x in (meas.key, meas.note) if x)), ""
+        us = max(self._proxy(meas.us, op, rec, "gemm", family, skip) + self.cold, floor)
+        why = "; ".join(x for x in (meas.key, meas.note) if x)
+        return _Row(us, meas.exact, why, key=meas.key), ""
 
-    def _moe_row(
-        self, op: OpSpec, family: str, rec: KernelPrior, tokens: float
-    ) -> tuple[_Row | None, str]:
+    def _moe_meas(
+        self, op: OpSpec, family: str, tokens: float, skip: _Skip
+    ) -> tuple[Measured | None, str, bool]:
         sh = op.shape
         assert isinstance(sh, MoeShape) and self.tables is not None and self.system
         pats, bnote, _chosen = chosen_patterns(self.s, "moe", family, self.cls)
@@ -441,10 +523,19 @@ class Evidence:
             int(sh.experts),
             int(sh.topk),
             int(sh.moe_tp),
+            skip,
         )
+        return meas, bnote, False
+
+    def _moe_row(
+        self, op: OpSpec, family: str, rec: KernelPrior, tokens: float, skip: _Skip = ()
+    ) -> tuple[_Row | None, str]:
+        sh = op.shape
+        assert isinstance(sh, MoeShape)
+        meas, bnote, _ = self._moe_meas(op, family, tokens, skip)
         if meas is None:
             return None, bnote
-        us = self._proxy(meas.us, op, rec) + self.cold
+        us = self._proxy(meas.us, op, rec, "moe", family, skip) + self.cold
         if int(sh.ep) > 1:
             # the table holds EP=1 rows: swap its expert bytes (top-k experts of every
             # token) for the busiest EP rank's, at the prior's bandwidth
@@ -452,15 +543,16 @@ class Evidence:
             table_bytes = sh.expert_bytes * min(sh.experts, tokens * sh.topk)
             us += (op.weight_bytes - table_bytes) / eff
         us = max(us, self._stream_floor(rec, op, tokens))
-        return _Row(us, meas.exact, meas.key + (f"; {meas.note}" if meas.note else "")), bnote
+        why = meas.key + (f"; {meas.note}" if meas.note else "")
+        return _Row(us, meas.exact, why, key=meas.key), bnote
 
-    def _attn_row(
-        self, op: OpSpec, family: str, rec: KernelPrior, batch: float
-    ) -> tuple[_Row | None, str]:
+    def _attn_meas(
+        self, op: OpSpec, family: str, batch: float, skip: _Skip
+    ) -> tuple[Measured | None, str, bool]:
         sh = op.shape
         assert self.tables is not None and self.system
         if op.name == "mla.indexer_scores":
-            return None, ""
+            return None, "", False
         from ceiling.predict.choices import kv_parallel_attention
 
         pats, bnote, chosen = chosen_patterns(self.s, "attention", family, self.cls)
@@ -479,16 +571,23 @@ class Evidence:
                 int(sh.head_dim),
                 bw_GBps=self.bw_ds,
                 kv_parallel=kv_parallel_attention(),
+                skip=skip,
             )
         elif family == "attn_mla" and isinstance(sh, MlaShape):
             kvd = "fp8" if self.s.kv_bytes <= 1 else "bfloat16"
             pats = [(a, b or kvd) for a, b in pats]
             meas = self.tables.mla_measured(
-                self.system, self.engine, pats, batch, float(sh.context), int(sh.heads)
+                self.system, self.engine, pats, batch, float(sh.context), int(sh.heads), skip
             )
+        return meas, bnote, chosen
+
+    def _attn_row(
+        self, op: OpSpec, family: str, rec: KernelPrior, batch: float, skip: _Skip = ()
+    ) -> tuple[_Row | None, str]:
+        meas, bnote, chosen = self._attn_meas(op, family, batch, skip)
         if meas is None:
             return None, bnote
         floor = self._stream_floor(rec, op, batch)
-        us = max(self._proxy(meas.us, op, rec) + self.cold, floor)
+        us = max(self._proxy(meas.us, op, rec, "attention", family, skip) + self.cold, floor)
         why = "; ".join(x for x in (meas.key, meas.note, bnote) if x)
-        return _Row(us, meas.exact, why, chosen), bnote
+        return _Row(us, meas.exact, why, chosen, key=meas.key), bnote

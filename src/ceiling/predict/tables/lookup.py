@@ -77,12 +77,18 @@ class Measured(BaseModel):
 
 
 def _candidates(
-    table: Mapping[str, object], engine: str, patterns: list[tuple[str, str]]
+    table: Mapping[str, object],
+    engine: str,
+    patterns: list[tuple[str, str]],
+    skip: tuple[str, ...] = (),
 ) -> list[tuple[int, int, tuple[int, ...], str]]:
     """Table keys matching ``patterns`` ((kernel substring, dtype) in preference order), ordered:
-    the engine's own table first (newest version), then other engines' tables."""
+    the engine's own table first (newest version), then other engines' tables; none of
+    ``skip`` (tables the evidence check refused: the next candidate is tried)."""
     out = []
     for key in table:
+        if key in skip:
+            continue
         parts = key.split("/")
         eng, ver, rest = parts[0], parts[1], "/".join(parts[2:])
         for rank, (needle, dtype) in enumerate(patterns):
@@ -142,18 +148,30 @@ def _gemm_at(rows: list[list[float]], n: int, k: int) -> tuple[float, bool]:
 
 
 def gemm_measured(
-    system: str, engine: str, patterns: list[tuple[str, str]], m: float, n: int, k: int
+    system: str,
+    engine: str,
+    patterns: list[tuple[str, str]],
+    m: float,
+    n: int,
+    k: int,
+    skip: tuple[str, ...] = (),
 ) -> Measured | None:
     """Latency (us) of one GEMM from the tables, interpolated in M (tokens) and (N, K)."""
-    return _gemm_cached(system, engine, tuple(patterns), m, n, k)
+    return _gemm_cached(system, engine, tuple(patterns), m, n, k, tuple(skip))
 
 
 @cache
 def _gemm_cached(
-    system: str, engine: str, patterns: tuple[tuple[str, str], ...], m: float, n: int, k: int
+    system: str,
+    engine: str,
+    patterns: tuple[tuple[str, str], ...],
+    m: float,
+    n: int,
+    k: int,
+    skip: tuple[str, ...] = (),
 ) -> Measured | None:
     raw = _raw(system, "gemm")
-    for *_rank, key in _candidates(raw, engine, list(patterns)):
+    for *_rank, key in _candidates(raw, engine, list(patterns), skip):
         per_m = raw[key]
         ms = _warm_rows(system, key, sorted(int(x) for x in per_m))
         if not ms:
@@ -209,11 +227,12 @@ def moe_measured(
     experts: int,
     topk: int,
     moe_tp: int,
+    skip: tuple[str, ...] = (),
 ) -> Measured | None:
     """Fused-MoE latency (us) at the model's exact shape (hidden x inter x experts x top-k)."""
     raw = _raw(system, "moe")
     shape = f"{hidden}x{inter}x{experts}x{topk}"
-    cands = _candidates(raw, engine, patterns)
+    cands = _candidates(raw, engine, patterns, skip)
     for *_rank, key in cands:
         rows = (raw[key] or {}).get(shape)
         if not rows:
@@ -286,6 +305,7 @@ def attention_measured(
     head_dim: int,
     bw_GBps: float = 0.0,
     kv_parallel: tuple[str, ...] = (),
+    skip: tuple[str, ...] = (),
 ) -> Measured | None:
     """GQA decode attention (us) per layer at (heads, KV heads, head dim) per rank.
 
@@ -298,7 +318,7 @@ def attention_measured(
     """
     raw = _raw(system, "attention")
     want = f"{heads}x{kv_heads}x{head_dim}"
-    for *_rank, key in _candidates(raw, engine, patterns):
+    for *_rank, key in _candidates(raw, engine, patterns, skip):
         shapes = _physical_shapes(system, key, bw_GBps)
         if want in shapes:
             us = _curve(shapes[want], batch, context)
@@ -373,10 +393,11 @@ def mla_measured(
     batch: float,
     context: float,
     heads: int,
+    skip: tuple[str, ...] = (),
 ) -> Measured | None:
     """MLA decode attention kernel (us) per layer at ``heads`` query heads per rank."""
     raw = _raw(system, "mla")
-    for *_rank, key in _candidates(raw, engine, patterns):
+    for *_rank, key in _candidates(raw, engine, patterns, skip):
         shapes = raw[key] or {}
         if not shapes:
             continue
@@ -425,8 +446,17 @@ def allreduce_points(system: str, impl_needles: list[str], n: int) -> list[list[
 
 
 def interp_points(points: list[list[float]], nbytes: float) -> float:
-    """Latency (us) at ``nbytes`` by log-log interpolation over measured points."""
-    pts = sorted(points)
+    """Latency (us) at ``nbytes`` by log-log interpolation over measured points, read through
+    a running minimum from above: t(s) = min over measured s' >= s.
+
+    A smaller message can always be sent the way a larger one was (padded to it), so it takes
+    at most the larger one's time. An allreduce table holds the engine's own one-shot ->
+    two-shot switch (vLLM's custom allreduce at 8 ranks on the B200: 25.8 us at 128 KB, 26.1
+    at 256 KB, 17.2 at 512 KB); read as measured, every message between fell, and the decode
+    step with it as the batch grew (GLM-5 FP8, Llama-3.1-405B on the B200)."""
+    pts = [list(p) for p in sorted(points)]
+    for i in range(len(pts) - 2, -1, -1):
+        pts[i][1] = min(pts[i][1], pts[i + 1][1])
     if nbytes <= pts[0][0]:
         return pts[0][1]
     if nbytes >= pts[-1][0]:
