@@ -27,9 +27,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from ceiling.predict.datafiles import KernelPrior, kernel_priors, kernels
+from ceiling.predict.evidence_tables import (
+    Kind as _Kind,
+)
+from ceiling.predict.evidence_tables import (
+    Skip as _Skip,
+)
+from ceiling.predict.evidence_tables import (
+    TableReads,
+)
 from ceiling.predict.ladder import climb, ladder
 from ceiling.predict.opspec import (
     AttentionShape,
@@ -44,7 +53,7 @@ from ceiling.predict.resolved import Setup
 from ceiling.spec.profile import OpFit
 
 if TYPE_CHECKING:
-    from ceiling.predict.tables import Measured
+    pass
 
 
 @dataclass
@@ -73,30 +82,6 @@ def family_for(op: OpSpec, arch_class: str) -> str:
     return "moe_bf16" if op.kind == "moe" else "gemm_bf16"
 
 
-def table_patterns(engine: str, family: str, arch_class: str) -> list[tuple[str, str]]:
-    rules = kernels().tables.get(engine, {}).get(family) or {}
-    pats = rules.get(arch_class) or rules.get("default") or []
-    return [(str(a), str(b)) for a, b in pats]
-
-
-def chosen_patterns(
-    s: Setup, kind: str, family: str, arch_class: str
-) -> tuple[list[tuple[str, str]], str, bool]:
-    """Table patterns of the user's backend choice for this family (its MoE rows take the
-    default's dtypes), else the engine's default for the GPU class; a note; whether the
-    patterns are the user's choice."""
-    from ceiling.predict.choices import backend_patterns
-
-    default = table_patterns(s.dep.engine, family, arch_class)
-    user, note = backend_patterns(s, kind, family)
-    if user is None:
-        return default, note, False
-    if kind == "moe":
-        dtypes = list(dict.fromkeys(d for _, d in default)) or [""]
-        user = [(n, d) for n, _ in user for d in dtypes]
-    return user, note, True
-
-
 def prior(family: str, arch_class: str) -> tuple[KernelPrior, float, str]:
     """(prior record, confidence, note) for a family on a GPU class, borrowing if needed."""
     pri, lad = kernel_priors().classes, ladder()
@@ -122,10 +107,6 @@ def prior(family: str, arch_class: str) -> tuple[KernelPrior, float, str]:
     )
 
 
-_Kind = Literal["gemm", "moe", "attention"]
-_Skip = tuple[str, ...]  # table keys the evidence check refused for an op (tried next: the rest)
-
-
 def _tokens(op: OpSpec, kind: _Kind) -> tuple[float, int, float]:
     """Tokens (or sequences), hidden size (MoE) and streamed bytes of a kernel op."""
     sh = op.shape
@@ -140,7 +121,7 @@ def _tokens(op: OpSpec, kind: _Kind) -> tuple[float, int, float]:
     return float(sh.batch), 0, op.kv_bytes
 
 
-class Evidence:
+class Evidence(TableReads):
     """Resolves op timings for one prediction setup (``predict.step.Setup``)."""
 
     def __init__(self, s: Setup, anchors: dict[str, OpSpec] | None = None) -> None:
@@ -475,27 +456,6 @@ class Evidence:
 
         return climb({"profile": from_profile, "table": from_table, "prior": from_prior})
 
-    def _measure(
-        self, kind: _Kind, op: OpSpec, family: str, tokens: float, skip: _Skip = ()
-    ) -> tuple[Measured | None, str, bool]:
-        """The table's raw row for an op (before the proxy, the cold cost and the floors), the
-        backend note, whether the rows are of a backend the user named."""
-        look = {"gemm": self._gemm_meas, "moe": self._moe_meas, "attention": self._attn_meas}
-        return look[kind](op, family, tokens, skip)
-
-    def _gemm_meas(
-        self, op: OpSpec, family: str, m: float, skip: _Skip
-    ) -> tuple[Measured | None, str, bool]:
-        sh = op.shape
-        assert isinstance(sh, GemmShape) and self.tables is not None and self.system
-        if op.name in ("mla.w_uk_bmm", "mla.w_uv_bmm"):
-            return None, "", False
-        pats = table_patterns(self.engine, family, self.cls)
-        meas = self.tables.gemm_measured(
-            self.system, self.engine, pats, m, int(sh.n), int(sh.k), skip
-        )
-        return meas, "", False
-
     def _gemm_row(
         self, op: OpSpec, family: str, rec: KernelPrior, m: float, skip: _Skip = ()
     ) -> tuple[_Row | None, str]:
@@ -506,26 +466,6 @@ class Evidence:
         us = max(self._proxy(meas.us, op, rec, "gemm", family, skip) + self.cold, floor)
         why = "; ".join(x for x in (meas.key, meas.note) if x)
         return _Row(us, meas.exact, why, key=meas.key), ""
-
-    def _moe_meas(
-        self, op: OpSpec, family: str, tokens: float, skip: _Skip
-    ) -> tuple[Measured | None, str, bool]:
-        sh = op.shape
-        assert isinstance(sh, MoeShape) and self.tables is not None and self.system
-        pats, bnote, _chosen = chosen_patterns(self.s, "moe", family, self.cls)
-        meas = self.tables.moe_measured(
-            self.system,
-            self.engine,
-            pats,
-            tokens,
-            int(sh.hidden),
-            int(sh.inter),
-            int(sh.experts),
-            int(sh.topk),
-            int(sh.moe_tp),
-            skip,
-        )
-        return meas, bnote, False
 
     def _moe_row(
         self, op: OpSpec, family: str, rec: KernelPrior, tokens: float, skip: _Skip = ()
@@ -545,41 +485,6 @@ class Evidence:
         us = max(us, self._stream_floor(rec, op, tokens))
         why = meas.key + (f"; {meas.note}" if meas.note else "")
         return _Row(us, meas.exact, why, key=meas.key), bnote
-
-    def _attn_meas(
-        self, op: OpSpec, family: str, batch: float, skip: _Skip
-    ) -> tuple[Measured | None, str, bool]:
-        sh = op.shape
-        assert self.tables is not None and self.system
-        if op.name == "mla.indexer_scores":
-            return None, "", False
-        from ceiling.predict.choices import kv_parallel_attention
-
-        pats, bnote, chosen = chosen_patterns(self.s, "attention", family, self.cls)
-        meas = None
-        if family == "attn_gqa" and isinstance(sh, AttentionShape):
-            kvd = sh.kv_dtype
-            pats = [(a, b or kvd) for a, b in pats]
-            meas = self.tables.attention_measured(
-                self.system,
-                self.engine,
-                pats,
-                batch,
-                float(sh.context),
-                int(sh.heads),
-                int(sh.kv_heads),
-                int(sh.head_dim),
-                bw_GBps=self.bw_ds,
-                kv_parallel=kv_parallel_attention(),
-                skip=skip,
-            )
-        elif family == "attn_mla" and isinstance(sh, MlaShape):
-            kvd = "fp8" if self.s.kv_bytes <= 1 else "bfloat16"
-            pats = [(a, b or kvd) for a, b in pats]
-            meas = self.tables.mla_measured(
-                self.system, self.engine, pats, batch, float(sh.context), int(sh.heads), skip
-            )
-        return meas, bnote, chosen
 
     def _attn_row(
         self, op: OpSpec, family: str, rec: KernelPrior, batch: float, skip: _Skip = ()
