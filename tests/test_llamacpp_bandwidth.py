@@ -6,6 +6,7 @@ file's header (call1/header-*.json: experiments/gpu/random_gguf.py --header-only
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -26,14 +27,15 @@ from ceiling.flows.doctor_stages import verdict_stage
 from ceiling.predict.gguf import GgufInfo
 from ceiling.predict.llamacpp import profile_from_sql
 
-RES = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp"
+# copies of that run's files (tests/fixtures/llamacpp_h200/README.md)
+RES = Path(__file__).parent / "fixtures/llamacpp_h200"
 RUNS = RES / "call2"
 TINY = Path(__file__).parent / "fixtures/gguf/tiny-llama-f16.header.gguf"
 H200_GBPS = 4800.0  # data/gpus.yaml's H200 datasheet figure, as the doctor reads it
 
 
 def _doc(name: str) -> dict:
-    return json.loads((RUNS / f"doctor-{name}" / "doctor.json").read_text())
+    return json.loads(gzip.decompress((RUNS / f"doctor-{name}" / "doctor.json.gz").read_bytes()))
 
 
 def _header(name: str) -> GgufInfo:
