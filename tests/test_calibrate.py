@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 
 from ceiling.probe.calibrate import CalibrateConfig, run_calibrate, to_profile  # noqa: E402
 
-RESULTS = Path(__file__).parents[1] / "experiments" / "results"
+# a copy of experiments/results/2026-11-29_h200-1gpu_session1/profile.json (see its README)
+H200_PROFILE = Path(__file__).parent / "fixtures" / "h200_profile" / "profile.json"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
@@ -73,7 +74,7 @@ def test_recorded_h200_profile_drives_predict():
     """The profile calibrate wrote on the H200 (experiments/results) changes predict's numbers."""
     from ceiling.predict.api import PredictRequest, predict
 
-    path = RESULTS / "2026-11-29_h200-1gpu_session1" / "profile.json"
+    path = H200_PROFILE
     prof = load_profile(path)
     assert prof.gpu == "h200" and prof.device == "cuda"
     base = predict(PredictRequest(model="llama-3.1-8b", gpu="h200")).model_dump()

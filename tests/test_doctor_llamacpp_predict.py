@@ -59,7 +59,7 @@ def test_owned_by_names_an_engine_only_when_ceiling_knows_it() -> None:
 
 
 def test_graphs_and_flash_attention_come_from_options_log_then_variant() -> None:
-    cfg = _cfg(llamacpp_profile="p.json")
+    cfg = _cfg(profile="p.json")
     req = gguf_request(cfg, H200, str(DENSE), None, None)
     assert (req.engine, req.model, req.batch) == ("llamacpp", str(DENSE), 1)
     assert req.cuda_graphs and req.flash_attention is None  # llama.cpp's defaults: on / auto

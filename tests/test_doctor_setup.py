@@ -231,7 +231,7 @@ def test_reproduce_lines_are_the_run_they_reproduce(
              "--concurrency", "1,8", "--concurrency-max-tokens", "64", "--target", "55.5",
              "--no-telemetry", "--no-measure-cpu", "--ready-timeout", "99", "--no-sanity",
              "--trace", "--trace-steps", "8", "--max-failed-pct", "1.5", "--stall-timeout", "7",
-             "--llama-bench", str(tmp_path / "lb.json"), "--llamacpp-profile",
+             "--llama-bench", str(tmp_path / "lb.json"), "--profile",
              str(tmp_path / "prof.json"), "--out-dir", str(tmp_path / "out dir")]  # fmt: skip
     cfg = _parsed_doctor(given, monkeypatch)
     lines = reproduce(cfg, "http://127.0.0.1:18123", "my model")

@@ -6,6 +6,7 @@ file's header (call1/header-*.json: experiments/gpu/random_gguf.py --header-only
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -26,14 +27,15 @@ from ceiling.flows.doctor_stages import verdict_stage
 from ceiling.predict.gguf import GgufInfo
 from ceiling.predict.llamacpp import profile_from_sql
 
-RES = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp"
+# copies of that run's files (tests/fixtures/llamacpp_h200/README.md)
+RES = Path(__file__).parent / "fixtures/llamacpp_h200"
 RUNS = RES / "call2"
 TINY = Path(__file__).parent / "fixtures/gguf/tiny-llama-f16.header.gguf"
 H200_GBPS = 4800.0  # data/gpus.yaml's H200 datasheet figure, as the doctor reads it
 
 
 def _doc(name: str) -> dict:
-    return json.loads((RUNS / f"doctor-{name}" / "doctor.json").read_text())
+    return json.loads(gzip.decompress((RUNS / f"doctor-{name}" / "doctor.json.gz").read_bytes()))
 
 
 def _header(name: str) -> GgufInfo:
@@ -165,7 +167,7 @@ def test_the_verdict_stage_makes_the_split_its_gap_and_names_the_server_cost(
     prof = tmp_path / "prof.json"
     calibrate_cli(None, str(RUNS / "perf-types.sql"), None, str(prof))
     bench = str(RES / "call1/bench-llama3.1-8b-q4_k_m.json")
-    cfg = res.config.model_copy(update={"llama_bench": bench, "llamacpp_profile": str(prof)})
+    cfg = res.config.model_copy(update={"llama_bench": bench, "profile": str(prof)})
     st = _verdict_stage(res, cfg, tmp_path)
     # one stage, the verdict's: no stage of the engine's own
     assert [s.name for s in res.stages] == ["verdict"] and st.status == "ok", st.message
@@ -203,10 +205,13 @@ def test_the_verdict_stage_makes_the_split_its_gap_and_names_the_server_cost(
     assert st.status == "ok" and st.message is None
     assert res.verdict.gap is not None and res.verdict.gap.bandwidth is None  # type: ignore[union-attr]
     assert res.verdict.gap.measured_ms == res.attribution.measured_step_ms  # type: ignore[union-attr]
-    st = _verdict_stage(res, cfg.model_copy(update={"llamacpp_profile": None}), tmp_path)
+    st = _verdict_stage(res, cfg.model_copy(update={"profile": None}), tmp_path)
     assert st.status == "ok" and res.verdict is not None and res.verdict.gap.bandwidth is None  # type: ignore[union-attr]
     assert "apply to a llama-server run on a GPU" in (st.message or "")
     assert not res.findings
+    # the profile alone is every engine's (its hardware part fed the prediction): not refused
+    st = _verdict_stage(res, cfg.model_copy(update={"llama_bench": None}), tmp_path)
+    assert st.status == "ok" and st.message is None
 
 
 def test_a_doctor_json_with_the_old_llamacpp_field_still_reads(tmp_path: Path) -> None:

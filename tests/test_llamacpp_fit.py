@@ -14,7 +14,7 @@ from ceiling.predict.llamacpp_files import predict_gguf
 from ceiling.predict.llamacpp_fit import MatvecPoint, fit_dense, fit_points, points_from_sql
 
 ROOT = Path(__file__).resolve().parents[1]
-OPS = ROOT / "experiments/gpu/ops"
+OPS = ROOT / "tests/fixtures/llamacpp_ops"  # copies of experiments/gpu/ops (see its README)
 FAKE = ROOT / "experiments/gpu/fake_llamacpp.sh"
 
 
@@ -82,7 +82,7 @@ def test_a_fitted_profile_adds_each_matrix_fixed_cost(tmp_path: Path) -> None:
     mat-vecs cost more than its bytes at the rate alone."""
     from ceiling.spec.hardware import load_gpu
 
-    sql = (ROOT / "experiments/results/2026-12-02_h200-llamacpp/call2/perf-types.sql").read_text()
+    sql = (ROOT / "tests/fixtures/llamacpp_h200/call2/perf-types.sql").read_text()
     text = sql + "\n" + _fake_sql("matvec-llama3.1-8b.txt")
     prof = profile_from_sql(text, with_fits=True)
     assert set(prof.matvec_fit) == {"Q4_K", "Q6_K", "Q8_0", "F16"} and not prof.expert_fit

@@ -18,7 +18,8 @@ import pytest
 from ceiling.diagnose.findings import context_for
 from ceiling.diagnose.logs import inspect_log
 
-RUNS = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp/call2"
+# copies of that run's files (tests/fixtures/llamacpp_h200/README.md)
+RUNS = Path(__file__).parent / "fixtures/llamacpp_h200" / "call2"
 BASE = "8b-q4km"
 # the change -> (the finding the doctor must name, the variant's env as launched)
 CHANGES = {
@@ -31,7 +32,7 @@ CHANGE_IDS = {f for f, _ in CHANGES.values()}
 
 
 def _doc(name: str) -> dict:
-    return json.loads((RUNS / f"doctor-{name}" / "doctor.json").read_text())
+    return json.loads(gzip.decompress((RUNS / f"doctor-{name}" / "doctor.json.gz").read_bytes()))
 
 
 def _step(doc: dict) -> float:

@@ -27,7 +27,7 @@ from ceiling.predict.llamacpp_fit import points_from_sql
 from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-RES = ROOT / "experiments/results/2026-12-02_h200-llamacpp"
+RES = ROOT / "tests/fixtures/llamacpp_h200"  # copies of that run's files (see its README)
 CALL = RES / "call3"
 
 

@@ -16,7 +16,8 @@ from ceiling.predict.llamacpp import profile_from_sql
 from ceiling.predict.llamacpp_files import load_kernels, predict_gguf
 
 FIX = Path(__file__).parent / "fixtures" / "gguf"
-RES = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp"
+# copies of that run's files (tests/fixtures/llamacpp_h200/README.md)
+RES = Path(__file__).parent / "fixtures/llamacpp_h200"
 MOE = FIX / "tiny-moe-q4_k_m.header.gguf"
 DENSE = FIX / "tiny-llama-f16.header.gguf"
 

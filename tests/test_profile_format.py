@@ -16,7 +16,8 @@ from ceiling.predict.llamacpp import as_profile, profile_from_sql
 from ceiling.predict.llamacpp_files import load_kernels
 from ceiling.spec.profile import SCHEMA_VERSION, HardwareProfile, load_profile, save_profile
 
-RES = Path(__file__).parent.parent / "experiments/results/2026-12-02_h200-llamacpp"
+# copies of that run's files (tests/fixtures/llamacpp_h200/README.md)
+RES = Path(__file__).parent / "fixtures/llamacpp_h200"
 GGUF = Path(__file__).parent / "fixtures" / "gguf" / "tiny-llama-f16.header.gguf"
 KERNELS = profile_from_sql((RES / "call2/perf-types.sql").read_text(), gpu="h200")
 

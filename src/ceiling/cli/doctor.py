@@ -110,14 +110,23 @@ def doctor(
         help="llama-bench -o json of the served GGUF (same settings): the server's own cost "
         "per token becomes a finding (llama-server only).",
     ),
-    llamacpp_profile: Path = typer.Option(
+    profile: Path = typer.Option(
+        None,
+        "--profile",
+        exists=True,
+        dir_okay=False,
+        metavar="FILE",
+        help="A measured profile (calibrate / commbench --out): its hardware part feeds the "
+        "prediction (as predict --profile); on llama-server its engine.llamacpp entry "
+        "(calibrate --engine llamacpp) is what the bandwidth verdict measures against.",
+    ),
+    old_llamacpp_profile: Path = typer.Option(
         None,
         "--llamacpp-profile",
         exists=True,
         dir_okay=False,
-        metavar="FILE",
-        help="calibrate --engine llamacpp profile: the bandwidth verdict measures against this "
-        "GPU's best llama.cpp mat-vec too (llama-server only).",
+        hidden=True,
+        help="Old spelling of --profile, kept one release (docs/cli.md).",
     ),
     out_dir: Path = typer.Option(
         Path("ceiling-out"), "--out-dir", file_okay=False, help="Output directory."
@@ -157,6 +166,7 @@ def doctor(
         ready_timeout, old_launch_timeout, "doctor --launch-timeout", "--ready-timeout"
     )
     out = renamed(out_dir, old_out, "doctor --out", "--out-dir")
+    profile = renamed(profile, old_llamacpp_profile, "doctor --llamacpp-profile", "--profile")
     options = dict(
         url=url,
         variant=str(variant) if variant else None,
@@ -184,7 +194,7 @@ def doctor(
         max_failed_pct=max_failed_pct,
         stall_timeout_s=stall_timeout,
         llama_bench=str(llama_bench) if llama_bench else None,
-        llamacpp_profile=str(llamacpp_profile) if llamacpp_profile else None,
+        profile=str(profile) if profile else None,
         out_dir=str(out),
         progress=not (json_out or quiet),
     )

@@ -73,6 +73,7 @@ def request_for(
         context=cfg.single_context,
         prompt_len=cfg.input_len,
         what_if=True,
+        profile=cfg.profile,  # its hardware part, as predict --profile reads it
         **_speculative(facts),
         **_context_parallel(facts, model, engine),
     )
@@ -181,7 +182,7 @@ def gguf_request(
         batch=1,
         context=cfg.single_context,
         prompt_len=cfg.input_len,
-        profile=cfg.llamacpp_profile,
+        profile=cfg.profile,
     )
 
 

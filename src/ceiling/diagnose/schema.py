@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
 from ceiling.bench.config import MAX_CONCURRENCY, MAX_COUNT, MAX_SECONDS, MAX_SEQ_TOKENS
 from ceiling.bench.failures import MAX_FAILED_PCT
@@ -87,10 +87,23 @@ class DoctorConfig(BaseModel):
     llama_bench: str | None = Field(
         None, description="llama-bench JSON of the served GGUF: the server's own cost per token"
     )
-    llamacpp_profile: str | None = Field(
-        None, description="calibrate --engine llamacpp profile: the GPU's best llama.cpp mat-vec"
+    profile: str | None = Field(
+        None,
+        description="a profile file (calibrate/commbench --out): its hardware part feeds the "
+        "expectation, its engine.llamacpp entry the llama-server split (the GPU's best mat-vec)",
     )
     progress: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_profile_field(cls, data: Any) -> Any:
+        """A doctor.json written before the one --profile (issue 40) names it llamacpp_profile:
+        it still reads, as the same file under the one name."""
+        if isinstance(data, dict) and "llamacpp_profile" in data:
+            data = dict(data)
+            old = data.pop("llamacpp_profile")
+            data.setdefault("profile", old)
+        return data
 
     @property
     def single_context(self) -> int:

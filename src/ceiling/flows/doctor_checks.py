@@ -58,10 +58,10 @@ def check_config(cfg: DoctorConfig) -> None:
         from ceiling.engines.llamacpp_gap import read_llama_bench
 
         read_llama_bench(cfg.llama_bench)
-    if cfg.llamacpp_profile:
-        from ceiling.predict.llamacpp_files import load_kernels
-
-        load_kernels(cfg.llamacpp_profile)
+    if cfg.profile:  # read now too
+        _check_profile(
+            cfg.profile, cfg.engine or (load_variant(cfg.variant).engine if cfg.variant else None)
+        )
     if cfg.url:
         cfg.url = base_url(cfg.url)  # as bench reads it: scheme added, a trailing /v1 dropped
         check_server_url(cfg.url)
@@ -84,6 +84,26 @@ def check_config(cfg: DoctorConfig) -> None:
             fix="one of: " + ", ".join(engine_names()),
         )
     check_out_dir(cfg.out_dir, "--out-dir")
+
+
+def _check_profile(path: str, engine: str | None) -> None:
+    """The --profile file reads, and its llama.cpp entry too where it has one. A target known
+    (--engine, the variant) to serve a GGUF reads nothing but that entry (its prediction and the
+    bandwidth split are llama.cpp's kernels), so a profile without it is refused here, by name,
+    rather than after a model load. A target detected later meets the same words there."""
+    from ceiling.diagnose.expect import serves_gguf
+    from ceiling.predict.llamacpp_files import load_kernels
+    from ceiling.spec.profile import load_profile
+
+    if "llamacpp" in load_profile(path).engine:
+        load_kernels(path)
+    elif serves_gguf(engine, None):
+        raise CeilingError(
+            f"--profile {path} has no engine.llamacpp entry: on {engine} the prediction and the "
+            "bandwidth verdict read llama.cpp's own kernels, and this profile holds none",
+            fix=f"add them on this GPU: `ceiling calibrate --engine llamacpp --merge {path} "
+            "--out FILE`, then pass --profile FILE (or drop --profile)",
+        )
 
 
 def _check_model_path(value: str) -> None:

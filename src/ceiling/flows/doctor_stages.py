@@ -224,18 +224,20 @@ def _step_gap(cfg: DoctorConfig, res: DoctorResult) -> tuple[BandwidthGap | None
     """The engine's own split of the single-stream step (its adapter's ``step_gap``: llama-server
     on a GPU), or why there is none. A split that cannot be made (its GGUF not readable here, a
     bad evidence file) leaves the verdict on the attribution and says why in the stage line;
-    evidence given for a run with no split is refused there rather than ignored."""
+    --llama-bench given for a run with no split is refused there rather than ignored (--profile
+    is every engine's: its hardware part fed the prediction)."""
     facts, hw, m = res.facts, res.hardware, res.measured
-    evidence = {"llama_bench": cfg.llama_bench, "profile": cfg.llamacpp_profile}
+    evidence = {"llama_bench": cfg.llama_bench, "profile": cfg.profile}
     try:
         split = None
         if facts is not None and facts.engine and hw is not None and m is not None:
             engine = get_engine(facts.engine)
             split = engine.step_gap(facts, hw, m.step_ms, cfg.single_context, evidence)
-        if split is None and any(evidence.values()):
+        # --profile is every engine's (its hardware part fed the prediction): not refused
+        if split is None and cfg.llama_bench:
             raise CeilingError(
-                "--llama-bench and --llamacpp-profile apply to a llama-server run on a GPU",
-                fix="drop them, or run the doctor on llama-server",
+                "--llama-bench: llama-bench's rows apply to a llama-server run on a GPU",
+                fix="drop it, or run the doctor on llama-server",
             )
     except CeilingError as e:
         return None, f"no step split of the engine's own: {e}" + (f" ({e.fix})" if e.fix else "")
