@@ -85,12 +85,22 @@ def test_workload_counts_are_the_servers(llama_server, kind: str) -> None:
         assert rec.prompt_tokens is not None and rec.prompt_tokens_expected is not None
     # the prompt counts differ from the intended lengths by one constant: the server's framing;
     # a later turn has its own (its intended length already holds the server's count of its
-    # history, framing included: bench.metrics.prompt_offsets)
+    # history, framing included: bench.metrics.prompt_offsets). A later turn's history is the
+    # answer's text tokenized again, which can differ by a token or two from the tokens the
+    # server generated (seen: +1 and +3 in one run): then the run says so in a warning
+    varied = False
     for later in (False, True):
         group = [r for r in res.requests if ((r.turn or 1) > 1) == later]
         offsets = {r.prompt_tokens - (r.prompt_tokens_expected or 0) for r in group}
+        if later and len(offsets) > 1:
+            varied = True
+            continue
         assert len(offsets) == (1 if group else 0), (later, offsets)
-    assert not [w for w in res.warnings if "another prompt length" in w]
+    warned = [w for w in res.warnings if "another prompt length" in w]
+    if varied:
+        assert warned and "re-tokenized history" in warned[0], res.warnings
+    else:
+        assert not warned, warned
     assert res.total_input_tokens == sum(r.prompt_tokens or 0 for r in res.requests)
     assert res.total_output_tokens == sum(r.usage_tokens or 0 for r in res.requests)
     if kind == "ranges":
