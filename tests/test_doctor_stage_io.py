@@ -5,8 +5,6 @@ of tests/test_doctor.py): an undeclared read or write fails the run."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from ceiling.flows.doctor import STAGES, DoctorConfig
 from ceiling.flows.doctor_watch import ENV, StageContractError
 from gpu_box import gpu_box, use_gpu_box
 from sse_server import Plan, SSEServer
+from test_doctor import model_dir  # noqa: F401  (a fixture: the tiny Llama's shape)
 
 LOG = Path(__file__).parent / "fixtures" / "logs" / "vllm_0.11_kimi_tp8_pcie.log"
 
@@ -24,25 +23,6 @@ LOG = Path(__file__).parent / "fixtures" / "logs" / "vllm_0.11_kimi_tp8_pcie.log
 @pytest.fixture(autouse=True)
 def _check_stages(monkeypatch):
     monkeypatch.setenv(ENV, "1")
-
-
-@pytest.fixture
-def model_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "model"
-    d.mkdir()
-    cfg = {
-        "architectures": ["LlamaForCausalLM"],
-        "num_hidden_layers": 2,
-        "hidden_size": 128,
-        "intermediate_size": 256,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-        "vocab_size": 512,
-        "torch_dtype": "float32",
-    }
-    (d / "config.json").write_text(json.dumps(cfg))
-    (d / "model.safetensors").write_bytes(os.urandom(1_700_000))
-    return d
 
 
 def _cfg(url: str, out: Path, **kw) -> DoctorConfig:
@@ -62,7 +42,7 @@ def _cfg(url: str, out: Path, **kw) -> DoctorConfig:
     return DoctorConfig(**{**base, **kw})
 
 
-def test_every_step_keeps_to_its_declaration_on_a_running_server(model_dir, tmp_path):
+def test_every_step_keeps_to_its_declaration_on_a_running_server(model_dir, tmp_path):  # noqa: F811
     with SSEServer(Plan(itl_s=0.004, ttft_s=0.01)) as srv:
         res = doctor.run(_cfg(srv.url, tmp_path / "out", model_path=str(model_dir)))
     assert res.verdict is not None and res.attribution is not None
@@ -90,7 +70,7 @@ def _replace(monkeypatch, name: str, run) -> None:
     monkeypatch.setattr(doctor, "STAGES", steps)
 
 
-def test_a_step_that_writes_an_undeclared_field_fails(model_dir, tmp_path, monkeypatch):
+def test_a_step_that_writes_an_undeclared_field_fails(model_dir, tmp_path, monkeypatch):  # noqa: F811
     def also_writes(run):
         def step(ctx):
             run(ctx)
@@ -106,7 +86,7 @@ def test_a_step_that_writes_an_undeclared_field_fails(model_dir, tmp_path, monke
         doctor.run(_cfg(srv.url, tmp_path / "out", model_path=str(model_dir)))
 
 
-def test_a_step_that_mutates_or_reads_undeclared_fields_fails(model_dir, tmp_path, monkeypatch):
+def test_a_step_that_mutates_or_reads_undeclared_fields_fails(model_dir, tmp_path, monkeypatch):  # noqa: F811
     def appends(run):
         def step(ctx):
             run(ctx)
